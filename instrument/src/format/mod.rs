@@ -1,0 +1,5 @@
+//! Binary formats of PC-keyed metadata. Dependency-free: the runtime uses
+//! this module too.
+
+pub mod leb128;
+pub mod pcsections;

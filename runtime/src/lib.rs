@@ -1,0 +1,1 @@
+//! libracewatch.so: the preloaded runtime of the racewatch race detector.

@@ -1,0 +1,45 @@
+//! `racewatch`: the command-line front end of the racewatch race detector.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod commands;
+
+#[derive(Parser)]
+#[command(name = "racewatch", version, about = "Sampling data race detector for production binaries")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Decode every PC-keyed table of an ELF file.
+    Dump(commands::dump::Args),
+    /// Per-function coverage report.
+    Coverage(commands::coverage::Args),
+    /// Check the tables against the machine code.
+    Verify(commands::verify::Args),
+    /// Print the compiler flags that emit racewatch metadata.
+    Flags(commands::flags::Args),
+    /// Run cargo with the metadata flags, in its own target directory.
+    Cargo(commands::cargo::Args),
+    /// Run a program with the runtime preloaded.
+    Run(commands::run::Args),
+    /// Print the path of the preload runtime (libracewatch.so).
+    RuntimePath,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Dump(args)) => commands::dump::run(args),
+        Some(Command::Coverage(args)) => commands::coverage::run(args),
+        Some(Command::Verify(args)) => commands::verify::run(args),
+        Some(Command::Flags(args)) => commands::flags::run(args),
+        Some(Command::Cargo(args)) => commands::cargo::run(args),
+        Some(Command::Run(args)) => commands::run::run(args),
+        Some(Command::RuntimePath) => commands::run::print_runtime_path(),
+        None => commands::demo::run(),
+    }
+}

@@ -1,7 +1,19 @@
 //! racewatch-instrument: the compile-time half of racewatch.
 //!
 //! - [`format`]: codecs for PC-keyed metadata (dependency-free; shared with the runtime).
-//! - With the `tools` feature: reading whole ELF files, verification against
-//!   the machine code, coverage reports and compiler integration.
+//! - [`toolchain`]: the compiler flags that emit the metadata, toolchain checks.
+//! - With the `tools` feature: [`elf`] reads whole ELF files, [`symbols`]
+//!   names functions, [`verify`] checks tables against the machine code,
+//!   [`coverage`] builds the per-function report.
 
 pub mod format;
+pub mod toolchain;
+
+#[cfg(feature = "tools")]
+pub mod coverage;
+#[cfg(feature = "tools")]
+pub mod elf;
+#[cfg(feature = "tools")]
+pub mod symbols;
+#[cfg(feature = "tools")]
+pub mod verify;

@@ -1,1 +1,25 @@
 //! libracewatch.so: the preloaded runtime of the racewatch race detector.
+//!
+//! Start-up: [`api`] (constructor and the exported `__sanitizer_metadata_*`
+//! callbacks) → [`options`] → [`modules`] walk → [`registry`] → [`index`].
+//! Run time: [`sampler`] → [`decode`] → [`watch`] → [`judge`] → [`queue`] →
+//! [`reporter`] ([`symbolize`], [`report`]). All `unsafe` FFI lives in [`sys`].
+
+pub mod api;
+pub mod decode;
+pub mod event;
+pub mod index;
+pub mod judge;
+pub mod log;
+pub mod modules;
+pub mod options;
+pub mod queue;
+pub mod registry;
+pub mod report;
+pub mod reporter;
+pub mod sampler;
+pub mod stack;
+pub mod stats;
+pub mod symbolize;
+pub mod sys;
+pub mod watch;

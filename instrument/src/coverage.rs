@@ -1,0 +1,1 @@
+//! The per-function coverage model and its text, JSON and HTML renderings.

@@ -1,0 +1,1 @@
+//! Function names from the symbol table and DWARF, demangled.

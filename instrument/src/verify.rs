@@ -1,0 +1,1 @@
+//! Checking PC tables against the machine code (iced-x86).

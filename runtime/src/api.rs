@@ -1,0 +1,1 @@
+//! Exported C symbols: the constructor and the __sanitizer_metadata_* callbacks.

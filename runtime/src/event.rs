@@ -1,0 +1,1 @@
+//! Fixed-size records of accesses and races handed from signal handlers to the reporter.

@@ -1,0 +1,1 @@
+//! The immutable PC index: classify(pc) -> Uncovered | Plain | Atomic.

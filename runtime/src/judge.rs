@@ -1,0 +1,1 @@
+//! The race rule: do two recorded accesses race?

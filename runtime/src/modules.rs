@@ -1,0 +1,1 @@
+//! Walking the loaded modules and reading their PC sections.

@@ -1,0 +1,1 @@
+//! RACEWATCH_OPTIONS parsing.

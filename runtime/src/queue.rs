@@ -1,0 +1,1 @@
+//! Fixed-size lock-free queue from signal handlers to the reporter thread.

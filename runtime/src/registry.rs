@@ -1,0 +1,1 @@
+//! Registered PC tables (module walk and callbacks) and publication of the index.

@@ -1,0 +1,1 @@
+//! Rendering race reports (text and JSON).

@@ -1,0 +1,1 @@
+//! The reporter thread: drains the queue, symbolizes, deduplicates and prints.

@@ -1,0 +1,1 @@
+//! The sampling signal: pick an access to watch.

@@ -1,0 +1,1 @@
+//! Stack capture by frame pointers with non-faulting reads.

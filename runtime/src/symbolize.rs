@@ -1,0 +1,1 @@
+//! Symbolization with addr2line: functions, file:line:col, inlined frames.

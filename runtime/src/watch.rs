@@ -1,0 +1,1 @@
+//! Watchpoint slots: arm, wait, disarm, collect traps.

@@ -1,1 +1,150 @@
 //! Function names from the symbol table and DWARF, demangled.
+//!
+//! [`Function`]s come from `.symtab` (or `.dynsym` in a stripped binary):
+//! every defined `STT_FUNC`/`STT_GNU_IFUNC`, sorted by address, one per
+//! address. [`SourceMap`] answers "which source line is this address" from
+//! the DWARF line tables, when the file has them.
+
+use addr2line::gimli::{self, EndianSlice, LittleEndian};
+
+/// One function of the symbol table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Function {
+    /// Demangled: Rust without the hash, C++ in full, anything else as is.
+    pub name: String,
+    /// The symbol as it appears in the file.
+    pub raw_name: String,
+    /// Link-time address of the first instruction.
+    pub address: u64,
+    /// Size in bytes (0 when the symbol table does not say).
+    pub size: u64,
+}
+
+impl Function {
+    /// True when `addr` lies inside the function (or is its address, for a
+    /// function of unknown size).
+    pub fn contains(&self, addr: u64) -> bool {
+        addr == self.address || (addr > self.address && addr - self.address < self.size)
+    }
+}
+
+/// Demangles a Rust (legacy or v0) or C++ (Itanium) symbol; returns anything
+/// else unchanged.
+pub fn demangle(raw: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(raw) {
+        // `{:#}` leaves out the hash.
+        return format!("{d:#}");
+    }
+    if raw.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(raw) {
+            if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return s;
+            }
+        }
+    }
+    raw.to_string()
+}
+
+/// Candidate symbol for [`functions_from_symbols`].
+pub(crate) struct RawSymbol<'a> {
+    pub name: &'a str,
+    pub address: u64,
+    pub size: u64,
+    pub global: bool,
+}
+
+/// Sorts by address and keeps one symbol per address: global (or weak)
+/// before local, then the larger size, then the first seen.
+pub(crate) fn functions_from_symbols<'a>(syms: impl IntoIterator<Item = RawSymbol<'a>>) -> Vec<Function> {
+    let mut syms: Vec<RawSymbol<'a>> = syms.into_iter().filter(|s| s.address != 0 && !s.name.is_empty()).collect();
+    // Stable sort: among equals, the table order decides.
+    syms.sort_by(|a, b| a.address.cmp(&b.address).then(b.global.cmp(&a.global)).then(b.size.cmp(&a.size)));
+    syms.dedup_by_key(|s| s.address);
+    syms.into_iter()
+        .map(|s| Function { name: demangle(s.name), raw_name: s.name.to_string(), address: s.address, size: s.size })
+        .collect()
+}
+
+/// The innermost function containing `addr` in a list sorted by address.
+pub fn find_function(functions: &[Function], addr: u64) -> Option<&Function> {
+    let end = functions.partition_point(|f| f.address <= addr);
+    // Functions rarely nest; look back a few in case a sized one encloses a smaller neighbour.
+    functions[..end].iter().rev().take(4).find(|f| f.contains(addr))
+}
+
+/// A source position from the DWARF line table.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SourceLocation {
+    pub file: String,
+    pub line: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<u32>,
+}
+
+impl std::fmt::Display for SourceLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)?;
+        if let Some(c) = self.column {
+            write!(f, ":{c}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Address-to-line lookups for one file. Build it once per file (see
+/// [`crate::elf::Module::source_map`]) and reuse it.
+pub struct SourceMap<'a> {
+    ctx: addr2line::Context<EndianSlice<'a, LittleEndian>>,
+}
+
+impl<'a> SourceMap<'a> {
+    /// Loads the DWARF sections that `section` returns by name (e.g.
+    /// `.debug_line`). `None` when the file has no usable line information.
+    pub fn load(section: impl Fn(&str) -> Option<&'a [u8]>) -> Option<SourceMap<'a>> {
+        section(".debug_line")?;
+        let dwarf = gimli::Dwarf::load(|id: gimli::SectionId| -> Result<_, gimli::Error> {
+            Ok(EndianSlice::new(section(id.name()).unwrap_or(&[]), LittleEndian))
+        })
+        .ok()?;
+        let ctx = addr2line::Context::from_dwarf(dwarf).ok()?;
+        Some(SourceMap { ctx })
+    }
+
+    /// File, line and column of the instruction at link-time address `addr`.
+    pub fn location(&self, addr: u64) -> Option<SourceLocation> {
+        let loc = self.ctx.find_location(addr).ok()??;
+        Some(SourceLocation { file: loc.file?.to_string(), line: loc.line?, column: loc.column.filter(|&c| c != 0) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demangles_rust_cpp_and_c() {
+        assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE"), "core::fmt::write");
+        assert_eq!(demangle("_RNvCs1234_7mycrate4bump"), "mycrate::bump");
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("bump"), "bump");
+        assert_eq!(demangle("_Zgarbage"), "_Zgarbage");
+    }
+
+    #[test]
+    fn dedups_by_address_preferring_global_and_sized() {
+        let raw = [
+            RawSymbol { name: "local_alias", address: 0x20, size: 8, global: false },
+            RawSymbol { name: "b", address: 0x20, size: 8, global: true },
+            RawSymbol { name: "a", address: 0x10, size: 0, global: true },
+            RawSymbol { name: "a_sized", address: 0x10, size: 16, global: true },
+            RawSymbol { name: "undefined", address: 0, size: 0, global: true },
+        ];
+        let f = functions_from_symbols(raw);
+        let names: Vec<_> = f.iter().map(|f| f.raw_name.as_str()).collect();
+        assert_eq!(names, ["a_sized", "b"]);
+        assert_eq!(find_function(&f, 0x1f).unwrap().raw_name, "a_sized");
+        assert_eq!(find_function(&f, 0x27).unwrap().raw_name, "b");
+        assert!(find_function(&f, 0x28).is_none());
+        assert!(find_function(&f, 0x5).is_none());
+    }
+}

@@ -1,1 +1,0 @@
-//! The per-function coverage model and its text, JSON and HTML renderings.

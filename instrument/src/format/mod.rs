@@ -3,3 +3,4 @@
 
 pub mod leb128;
 pub mod pcsections;
+pub mod stackmap;

@@ -1,1 +1,239 @@
-//! RACEWATCH_OPTIONS parsing.
+//! `RACEWATCH_OPTIONS` parsing (sanitizer convention: `key=value:key=value`).
+//!
+//! Unknown keys and bad values produce one warning each and keep the default;
+//! out-of-range numbers are clamped with a warning. [`get`] returns the options
+//! the constructor installed, or the defaults before that.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+/// Default CPU time between two samples of a thread, in microseconds.
+pub const DEFAULT_SAMPLE_PERIOD_US: u64 = 10_000;
+/// Default watch window, in microseconds.
+pub const DEFAULT_DELAY_US: u64 = 100;
+/// Default number of hardware watchpoints used (x86 has 4 debug registers).
+pub const DEFAULT_WATCHPOINTS: u32 = 1;
+/// Default exit status when `halt_on_error` stops the program.
+pub const DEFAULT_EXITCODE: i32 = 66;
+
+const SAMPLE_PERIOD_RANGE: (u64, u64) = (1, 60_000_000);
+const DELAY_RANGE: (u64, u64) = (1, 1_000_000);
+const WATCHPOINTS_RANGE: (u32, u32) = (1, 4);
+const VERBOSITY_RANGE: (u32, u32) = (0, 3);
+
+/// How reports are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportFormat {
+    Text,
+    Json,
+}
+
+/// Every runtime option, see DESIGN.md "Options contract".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub sample_period_us: u64,
+    pub delay_us: u64,
+    /// 1..=4.
+    pub watchpoints: u32,
+    pub report_atomic_races: bool,
+    pub log_path: Option<String>,
+    pub halt_on_error: bool,
+    pub exitcode: i32,
+    pub report_format: ReportFormat,
+    pub suppressions: Option<String>,
+    pub verbosity: u32,
+    pub stats: bool,
+    pub seed: Option<u64>,
+}
+
+impl Options {
+    /// The defaults.
+    pub const DEFAULT: Options = Options {
+        sample_period_us: DEFAULT_SAMPLE_PERIOD_US,
+        delay_us: DEFAULT_DELAY_US,
+        watchpoints: DEFAULT_WATCHPOINTS,
+        report_atomic_races: true,
+        log_path: None,
+        halt_on_error: false,
+        exitcode: DEFAULT_EXITCODE,
+        report_format: ReportFormat::Text,
+        suppressions: None,
+        verbosity: 0,
+        stats: false,
+        seed: None,
+    };
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options::DEFAULT
+    }
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err("expected 0/1/true/false".into()),
+    }
+}
+
+fn parse_u64(v: &str) -> Result<u64, String> {
+    let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse(),
+    };
+    parsed.map_err(|_| "expected an unsigned integer".into())
+}
+
+/// Parses `v` and clamps it into `lo..=hi`, warning when it had to.
+fn parse_clamped<T>(key: &str, v: &str, (lo, hi): (T, T), warnings: &mut Vec<String>) -> Result<T, String>
+where
+    T: TryFrom<u64> + Into<u64> + Copy + std::fmt::Display,
+{
+    let n = parse_u64(v)?;
+    let clamped = n.clamp(lo.into(), hi.into());
+    if clamped != n {
+        warnings.push(format!("{key}={v} is out of range {lo}..={hi}; using {clamped}"));
+    }
+    T::try_from(clamped).map_err(|_| "out of range".into())
+}
+
+fn non_empty(v: &str) -> Result<Option<String>, String> {
+    if v.is_empty() {
+        Err("expected a path".into())
+    } else {
+        Ok(Some(v.to_string()))
+    }
+}
+
+/// Applies one `key=value`; `Err` is the reason the value is bad.
+fn apply(o: &mut Options, key: &str, v: &str, warnings: &mut Vec<String>) -> Option<Result<(), String>> {
+    let result = match key {
+        "sample_period_us" => parse_clamped(key, v, SAMPLE_PERIOD_RANGE, warnings).map(|n| o.sample_period_us = n),
+        "delay_us" => parse_clamped(key, v, DELAY_RANGE, warnings).map(|n| o.delay_us = n),
+        "watchpoints" => parse_clamped(key, v, WATCHPOINTS_RANGE, warnings).map(|n| o.watchpoints = n),
+        "verbosity" => parse_clamped(key, v, VERBOSITY_RANGE, warnings).map(|n| o.verbosity = n),
+        "report_atomic_races" => parse_bool(v).map(|b| o.report_atomic_races = b),
+        "halt_on_error" => parse_bool(v).map(|b| o.halt_on_error = b),
+        "stats" => parse_bool(v).map(|b| o.stats = b),
+        "log_path" => non_empty(v).map(|p| o.log_path = p),
+        "suppressions" => non_empty(v).map(|p| o.suppressions = p),
+        "exitcode" => match v.parse::<i32>() {
+            Ok(n) if (0..=255).contains(&n) => {
+                o.exitcode = n;
+                Ok(())
+            }
+            Ok(_) => Err("exit status must be 0..=255".into()),
+            Err(_) => Err("expected an integer".into()),
+        },
+        "report_format" => match v {
+            "text" => Ok(o.report_format = ReportFormat::Text),
+            "json" => Ok(o.report_format = ReportFormat::Json),
+            _ => Err("expected text or json".into()),
+        },
+        "seed" => parse_u64(v).map(|n| o.seed = Some(n)),
+        _ => return None,
+    };
+    Some(result)
+}
+
+/// Parses an options string. Returns the options and one warning per bad
+/// key or value (each distinct problem once), without the `racewatch: warning: ` prefix.
+pub fn parse(s: &str) -> (Options, Vec<String>) {
+    let mut options = Options::DEFAULT;
+    let mut warnings = Vec::new();
+    let mut seen = HashSet::new();
+    for item in s.split(':').map(str::trim).filter(|item| !item.is_empty()) {
+        let warning = match item.split_once('=') {
+            None => Some(format!("ignoring option '{item}': expected key=value")),
+            Some((key, value)) => match apply(&mut options, key, value, &mut warnings) {
+                None => Some(format!("unknown option '{key}' ignored")),
+                Some(Err(why)) => Some(format!("bad value '{value}' for option '{key}' ({why}); keeping the default")),
+                Some(Ok(())) => None,
+            },
+        };
+        if let Some(w) = warning {
+            if seen.insert(w.clone()) {
+                warnings.push(w);
+            }
+        }
+    }
+    (options, warnings)
+}
+
+static OPTIONS: OnceLock<Options> = OnceLock::new();
+
+/// Installs the process's options (the constructor does this once); later calls are ignored.
+pub fn install(options: Options) -> &'static Options {
+    OPTIONS.get_or_init(|| options)
+}
+
+/// The installed options, or the defaults before the constructor ran. Lock-free.
+pub fn get() -> &'static Options {
+    static DEFAULT: Options = Options::DEFAULT;
+    OPTIONS.get().unwrap_or(&DEFAULT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let (o, w) = parse("");
+        assert_eq!(o, Options::DEFAULT);
+        assert!(w.is_empty());
+        assert_eq!(get().watchpoints, 1);
+        assert_eq!((o.sample_period_us, o.delay_us, o.exitcode), (10_000, 100, 66));
+    }
+
+    #[test]
+    fn every_key() {
+        let (o, w) = parse(
+            "sample_period_us=500:delay_us=50:watchpoints=4:report_atomic_races=0:log_path=/tmp/rw:\
+             halt_on_error=1:exitcode=3:report_format=json:suppressions=/tmp/s:verbosity=1:stats=true:seed=0x2a",
+        );
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(
+            o,
+            Options {
+                sample_period_us: 500,
+                delay_us: 50,
+                watchpoints: 4,
+                report_atomic_races: false,
+                log_path: Some("/tmp/rw".into()),
+                halt_on_error: true,
+                exitcode: 3,
+                report_format: ReportFormat::Json,
+                suppressions: Some("/tmp/s".into()),
+                verbosity: 1,
+                stats: true,
+                seed: Some(42),
+            }
+        );
+    }
+
+    #[test]
+    fn bad_input_warns_once_and_keeps_defaults() {
+        let (o, w) = parse("bogus=1:verbosity=lots:bogus=1:stats=1:nokey:report_format=xml");
+        assert_eq!(w.len(), 4, "{w:?}");
+        assert!(w[0].contains("unknown option 'bogus'"));
+        assert!(w[1].contains("bad value 'lots' for option 'verbosity'"));
+        assert!(w[2].contains("nokey"));
+        assert!(w[3].contains("report_format"));
+        assert_eq!(o.verbosity, 0);
+        assert!(o.stats);
+        assert_eq!(o.report_format, ReportFormat::Text);
+    }
+
+    #[test]
+    fn out_of_range_clamps_or_keeps() {
+        let (o, w) = parse("watchpoints=9:delay_us=0:exitcode=300:seed=-1");
+        assert_eq!((o.watchpoints, o.delay_us), (4, 1));
+        assert_eq!(o.exitcode, 66);
+        assert_eq!(o.seed, None);
+        assert_eq!(w.len(), 4, "{w:?}");
+        assert!(w[0].contains("watchpoints=9 is out of range 1..=4; using 4"));
+    }
+}

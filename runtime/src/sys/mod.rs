@@ -2,3 +2,4 @@
 //! each behind a safe wrapper with a `// SAFETY:` comment.
 
 pub mod fd;
+pub mod snapshot;

@@ -1,1 +1,207 @@
 //! Instruction decoding on the signal path (iced-x86): memory operands of an interrupted instruction.
+//!
+//! Public API (used by the sampler and the watchpoint trap handler):
+//!
+//! ```text
+//! pub struct Regs { pub gpr: [u64; 16], pub rip: u64, pub rflags: u64 }    // gpr: RAX,RCX,RDX,RBX,RSP,RBP,RSI,RDI,R8..R15
+//! pub trait CodeReader { fn read(&self, addr: u64, buf: &mut [u8]) -> usize; }
+//! pub struct CodeSlice<'a> { pub base: u64, pub bytes: &'a [u8] }        // CodeReader over a byte slice
+//! pub struct MemAccess { pub pc: u64, pub len: u8, pub addr: u64, pub addr_known: bool, pub size: u8,
+//!                        pub is_read: bool, pub is_write: bool, pub locked: bool }
+//! pub const MAX_LOOKAHEAD: usize = 8;
+//! pub fn warm_up();
+//! pub fn access_at(code: &dyn CodeReader, regs: &Regs, max_lookahead: usize) -> Option<MemAccess>;
+//! pub fn access_ending_at(code: &dyn CodeReader, func_start: u64, func_size: u64, rip: u64, regs: &Regs)
+//!     -> Option<MemAccess>;
+//! ```
+//!
+//! Signal safety: after [`warm_up`] nothing here allocates (a pool of pre-grown iced `InstructionInfoFactory`s
+//! is claimed with a non-blocking try-lock; `tests/decode_noalloc.rs` checks this with a counting allocator),
+//! takes a blocking lock, or indexes without a check. Code bytes are read only through the caller's
+//! [`CodeReader`] into a fixed stack buffer. Without [`warm_up`], or with every pool slot busy, both entry
+//! points return `None`.
+//!
+//! Only the first explicit memory operand of an instruction is reported. Not reported (`None`): FS/GS
+//! (thread-local) operands, implicit stack operations (push, pop, call, ret, enter, leave), REP/REPNE string
+//! instructions, VSIB gathers and scatters, operands without a known size up to 255 bytes (xsave, …), and
+//! address-only forms (LEA, multi-byte NOP, prefetch).
+
+mod classify;
+mod pool;
+mod stream;
+
+use classify::{address, classify, Candidate, Class, GprMask};
+use iced_x86::Instruction;
+use stream::{Stream, MAX_INSN_LEN};
+
+/// The interrupted thread's integer registers, as saved in its signal frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Regs {
+    /// RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8..R15 (iced/hardware register numbering).
+    pub gpr: [u64; 16],
+    pub rip: u64,
+    pub rflags: u64,
+}
+
+/// Reads code bytes without faulting: fills a prefix of `buf` from `addr` and returns how many bytes it read
+/// (0 when `addr` is unmapped). The runtime implements it with `process_vm_readv` on itself.
+pub trait CodeReader {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> usize;
+}
+
+/// A [`CodeReader`] over bytes that live at address `base` (tests, and code already copied out).
+#[derive(Clone, Copy, Debug)]
+pub struct CodeSlice<'a> {
+    pub base: u64,
+    pub bytes: &'a [u8],
+}
+
+impl CodeReader for CodeSlice<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+        let Some(off) = addr.checked_sub(self.base).and_then(|o| usize::try_from(o).ok()) else { return 0 };
+        let Some(src) = self.bytes.get(off..) else { return 0 };
+        let n = src.len().min(buf.len());
+        match (buf.get_mut(..n), src.get(..n)) {
+            (Some(dst), Some(src)) => {
+                dst.copy_from_slice(src);
+                n
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// One memory access by one instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemAccess {
+    /// Address of the accessing instruction.
+    pub pc: u64,
+    /// Length of the accessing instruction in bytes.
+    pub len: u8,
+    /// First byte accessed; meaningful only when `addr_known`.
+    pub addr: u64,
+    /// `false` when the address cannot be recomputed from the registers given: in [`access_ending_at`], the
+    /// instruction (possibly conditionally) wrote a register its address depends on (`mov rax, [rax]`).
+    /// The caller should then fall back to the watched range.
+    pub addr_known: bool,
+    /// Bytes touched (1, 2, 4, 8, 16, 32, 64, or e.g. 10 for an x87 extended load).
+    pub size: u8,
+    pub is_read: bool,
+    pub is_write: bool,
+    /// LOCK prefix, or XCHG with memory (implicitly locked).
+    pub locked: bool,
+}
+
+/// A sensible `max_lookahead` for [`access_at`].
+pub const MAX_LOOKAHEAD: usize = 8;
+
+/// Creates the decoder state (the factory pool) and exercises the decoder once. Allocates: call it at init,
+/// before any signal can reach the handlers. Idempotent and thread-safe.
+pub fn warm_up() {
+    pool::fill();
+    // mov rax, [rbx+rcx*8+0x10]; add [rip+0x100], edx — touches the decoder and info tables.
+    let code = CodeSlice { base: 0x1000, bytes: b"\x48\x8b\x44\xcb\x10\x01\x15\x00\x01\x00\x00" };
+    let regs = Regs::default();
+    let _ = access_at(&code, &Regs { rip: 0x1000, ..regs }, 1);
+    let _ = access_ending_at(&code, 0x1000, 11, 0x1005, &regs);
+}
+
+/// A pool hint that differs between threads (their stacks differ) and between nested signal frames.
+fn pool_hint() -> usize {
+    let marker = 0u8;
+    (core::ptr::addr_of!(marker) as usize) >> 10
+}
+
+fn access_of(insn: &Instruction, cand: Candidate, addr: u64, addr_known: bool) -> MemAccess {
+    MemAccess {
+        pc: insn.ip(),
+        len: u8::try_from(insn.len()).unwrap_or(u8::MAX),
+        addr,
+        addr_known,
+        size: cand.size,
+        is_read: cand.is_read,
+        is_write: cand.is_write,
+        locked: cand.locked,
+    }
+}
+
+/// The memory access the thread interrupted at `regs.rip` is about to make.
+///
+/// Decodes the instruction at `regs.rip`. If it has a watchable explicit memory operand, returns it with the
+/// address computed from `regs` (RIP-relative: from the instruction's next IP). If it is an excluded access
+/// (see the module docs) or ends straight-line code, returns `None`. If it touches no memory, looks at up to
+/// `max_lookahead` following instructions and returns the first watchable access whose address registers none
+/// of the instructions in between wrote. The look-ahead stops (returns `None`) at branches, calls, returns,
+/// syscalls, interrupts, privileged or undecodable instructions, and at LOCK-prefixed or XCHG accesses;
+/// it passes over excluded accesses and over accesses whose address registers were overwritten.
+pub fn access_at(code: &dyn CodeReader, regs: &Regs, max_lookahead: usize) -> Option<MemAccess> {
+    let mut claimed = pool::claim(pool_hint())?;
+    let factory = claimed.factory()?;
+    let window = (max_lookahead.saturating_add(1)).saturating_mul(MAX_INSN_LEN) as u64;
+    let mut stream = Stream::new(code, regs.rip, regs.rip.saturating_add(window));
+    let mut clobbered: GprMask = 0;
+    for step in 0..=max_lookahead {
+        let insn = stream.next_insn()?;
+        let (class, written) = classify(factory, &insn);
+        match class {
+            Class::Stop => return None,
+            Class::Skip if step == 0 => return None,
+            Class::Access(cand) => {
+                if step > 0 && cand.locked {
+                    return None;
+                }
+                if let Some((addr, used)) = address(&insn, cand.operand, regs) {
+                    if used & clobbered == 0 {
+                        return Some(access_of(&insn, cand, addr, true));
+                    }
+                }
+                if step == 0 {
+                    return None;
+                }
+            }
+            Class::Skip | Class::NoMem => {}
+        }
+        clobbered |= written;
+    }
+    None
+}
+
+/// The access made by the instruction that ends at `rip`, for a data-breakpoint trap (the CPU reports the trap
+/// after the access, with RIP at the next instruction).
+///
+/// Decodes forward from `func_start` (the covered function containing the access; `func_size` bytes long)
+/// until an instruction ends exactly at `rip`, and returns its watchable access with the address computed
+/// from the trap's `regs`; `addr_known` is `false` if the instruction wrote one of its own address registers.
+/// `None` when `rip` is not an instruction boundary inside the function, when the code cannot be read or
+/// decoded, or when that instruction makes no watchable access (see the module docs; a REP string
+/// instruction traps with RIP still on itself and is not found either).
+pub fn access_ending_at(
+    code: &dyn CodeReader,
+    func_start: u64,
+    func_size: u64,
+    rip: u64,
+    regs: &Regs,
+) -> Option<MemAccess> {
+    let func_end = func_start.checked_add(func_size)?;
+    if rip <= func_start || rip > func_end {
+        return None;
+    }
+    let mut stream = Stream::new(code, func_start, func_end);
+    let insn = loop {
+        let insn = stream.next_insn()?;
+        let end = insn.next_ip();
+        if end == rip {
+            break insn;
+        }
+        if end > rip {
+            return None;
+        }
+    };
+    let mut claimed = pool::claim(pool_hint())?;
+    let factory = claimed.factory()?;
+    let (Class::Access(cand), written) = classify(factory, &insn) else { return None };
+    match address(&insn, cand.operand, regs) {
+        Some((addr, used)) => Some(access_of(&insn, cand, addr, used & written == 0)),
+        None => Some(access_of(&insn, cand, 0, false)),
+    }
+}

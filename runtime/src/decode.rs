@@ -95,8 +95,10 @@ pub struct MemAccess {
 /// A sensible `max_lookahead` for [`access_at`].
 pub const MAX_LOOKAHEAD: usize = 8;
 
-/// Creates the decoder state (the factory pool) and exercises the decoder once. Allocates: call it at init,
-/// before any signal can reach the handlers. Idempotent and thread-safe.
+/// Creates the decoder state and exercises the decoder once: iced builds its decoder tables on first use, and
+/// the factory pool is created here. Allocates: call it at init, before any signal can reach the handlers.
+/// Idempotent and thread-safe. Before it has run, [`access_at`] and [`access_ending_at`] return `None`
+/// without decoding (and so without allocating).
 pub fn warm_up() {
     pool::fill();
     // mov rax, [rbx+rcx*8+0x10]; add [rip+0x100], edx — touches the decoder and info tables.
@@ -186,6 +188,9 @@ pub fn access_ending_at(
     if rip <= func_start || rip > func_end {
         return None;
     }
+    // Claim first: the pool exists only after warm_up, which also built iced's lazily created decoder tables.
+    let mut claimed = pool::claim(pool_hint())?;
+    let factory = claimed.factory()?;
     let mut stream = Stream::new(code, func_start, func_end);
     let insn = loop {
         let insn = stream.next_insn()?;
@@ -197,8 +202,6 @@ pub fn access_ending_at(
             return None;
         }
     };
-    let mut claimed = pool::claim(pool_hint())?;
-    let factory = claimed.factory()?;
     let (Class::Access(cand), written) = classify(factory, &insn) else { return None };
     match address(&insn, cand.operand, regs) {
         Some((addr, used)) => Some(access_of(&insn, cand, addr, used & written == 0)),

@@ -1,1 +1,229 @@
 //! The reporter thread: drains the queue, symbolizes, deduplicates and prints.
+//!
+//! Signal handlers only push fixed-size [`RaceEvent`]s into [`crate::queue`];
+//! everything that allocates or locks happens here, on the thread named
+//! `racewatch-reporter`, which polls the queue every few milliseconds. The
+//! per-report work is in [`Reporter`] (no globals, so it is testable);
+//! [`start`] and [`shutdown`] are the process-wide glue.
+
+use crate::event::RaceEvent;
+use crate::options::{Options, ReportFormat};
+use crate::report::{self, AccessReport, RaceReport, ThreadNames};
+use crate::symbolize::{Frame, Symbolizer};
+use crate::{log, queue, stats, sys};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Name of the reporter thread.
+pub const THREAD_NAME: &str = "racewatch-reporter";
+/// Pause between two polls of the queue.
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
+
+/// What the reporter needs from the options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Text or JSON.
+    pub format: ReportFormat,
+    /// Stop the process after the first report.
+    pub halt_on_error: bool,
+    /// Exit status when halting.
+    pub exitcode: i32,
+    /// `race:` patterns: a race is not reported when one matches a function,
+    /// file or module of either stack.
+    pub suppressions: Vec<String>,
+    /// Print the `stats=1` block before halting.
+    pub stats: bool,
+}
+
+impl Config {
+    /// The reporter's view of `options`; reads the suppressions file (a
+    /// missing or unreadable file is warned about and ignored).
+    pub fn from_options(options: &Options) -> Config {
+        let suppressions = match &options.suppressions {
+            None => Vec::new(),
+            Some(path) => match std::fs::read_to_string(path) {
+                Ok(text) => {
+                    let (patterns, warnings) = parse_suppressions(&text);
+                    for warning in warnings {
+                        log::warn(format_args!("suppressions {path}: {warning}"));
+                    }
+                    patterns
+                }
+                Err(err) => {
+                    log::warn(format_args!("cannot read suppressions {path}: {err}; none used"));
+                    Vec::new()
+                }
+            },
+        };
+        Config {
+            format: options.report_format,
+            halt_on_error: options.halt_on_error,
+            exitcode: options.exitcode,
+            suppressions,
+            stats: options.stats,
+        }
+    }
+}
+
+/// Parses a TSan-style suppressions file: `race:<substring>` lines, `#`
+/// comments and blank lines. Returns the patterns and one warning per line
+/// that was ignored.
+pub fn parse_suppressions(text: &str) -> (Vec<String>, Vec<String>) {
+    let mut patterns = Vec::new();
+    let mut warnings = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.split_once(':') {
+            Some(("race", pattern)) if !pattern.trim().is_empty() => patterns.push(pattern.trim().to_string()),
+            Some((kind, _)) if kind != "race" => {
+                warnings.push(format!("line {}: unsupported kind `{kind}` (only `race:`)", number + 1))
+            }
+            _ => warnings.push(format!("line {}: expected `race:<pattern>`", number + 1)),
+        }
+    }
+    (patterns, warnings)
+}
+
+/// Turns race events into printed reports: dedup, symbolization, suppression, rendering.
+pub struct Reporter {
+    config: Config,
+    pid: u32,
+    seen: HashSet<(u64, u64)>,
+    threads: ThreadNames,
+    symbolizer: Symbolizer,
+}
+
+impl Reporter {
+    /// A reporter for process `pid`.
+    pub fn new(config: Config, pid: u32) -> Reporter {
+        Reporter { config, pid, seen: HashSet::new(), threads: ThreadNames::new(pid), symbolizer: Symbolizer::new() }
+    }
+
+    /// The rendered report for `event`, or `None` when this unordered pair of
+    /// PCs was already seen or a suppression matches.
+    pub fn render(&mut self, event: &RaceEvent) -> Option<String> {
+        let (a, b) = (event.current.pc, event.previous.pc);
+        if !self.seen.insert((a.min(b), a.max(b))) {
+            return None;
+        }
+        let current = self.access(&event.current);
+        let previous = self.access(&event.previous);
+        if self.is_suppressed(&current.stack) || self.is_suppressed(&previous.stack) {
+            return None;
+        }
+        let race = RaceReport { pid: self.pid, current, previous };
+        Some(match self.config.format {
+            ReportFormat::Text => report::render_text(&race),
+            ReportFormat::Json => report::render_json(&race),
+        })
+    }
+
+    /// Renders, prints and counts `event`; halts the process when configured to.
+    pub fn handle(&mut self, event: &RaceEvent) {
+        let Some(text) = self.render(event) else { return };
+        log::write(&text);
+        stats::bump(stats::Counter::Races);
+        if self.config.halt_on_error {
+            if self.config.stats {
+                log::write(&stats::render());
+            }
+            sys::process::exit_now(self.config.exitcode);
+        }
+    }
+
+    fn access(&mut self, record: &crate::event::AccessRecord) -> AccessReport {
+        let mut stack = record.stack;
+        if stack.len == 0 {
+            // No stack captured: still show the accessing instruction.
+            stack.push(record.pc);
+        }
+        AccessReport {
+            thread: self.threads.number(record.tid),
+            tid: record.tid,
+            is_write: record.is_write,
+            is_atomic: record.is_atomic,
+            size: record.size,
+            address: record.addr,
+            stack: self.symbolizer.symbolize_stack(&stack),
+        }
+    }
+
+    fn is_suppressed(&self, stack: &[Frame]) -> bool {
+        let fields = |f: &Frame| [f.function.clone(), f.file.clone(), f.module.clone()];
+        self.config
+            .suppressions
+            .iter()
+            .any(|pattern| stack.iter().flat_map(fields).flatten().any(|field| field.contains(pattern.as_str())))
+    }
+}
+
+static STATE: Mutex<Option<Reporter>> = Mutex::new(None);
+static STARTED: AtomicBool = AtomicBool::new(false);
+static REPORTER_TID: AtomicI32 = AtomicI32::new(0);
+
+fn state() -> MutexGuard<'static, Option<Reporter>> {
+    STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Handles everything queued so far.
+fn drain() {
+    let mut guard = state();
+    let Some(reporter) = guard.as_mut() else { return };
+    while let Some(event) = queue::pop() {
+        reporter.handle(&event);
+    }
+}
+
+/// Starts the reporter thread (once per process; later calls do nothing).
+pub fn start(options: &Options) {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    *state() = Some(Reporter::new(Config::from_options(options), std::process::id()));
+    let spawned = std::thread::Builder::new().name(THREAD_NAME.to_string()).spawn(|| {
+        REPORTER_TID.store(sys::thread::gettid(), Ordering::Release);
+        sys::thread::mark_runtime_thread();
+        loop {
+            drain();
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    });
+    if let Err(err) = spawned {
+        log::warn(format_args!("cannot start the reporter thread: {err}; reports are printed at exit"));
+    }
+}
+
+/// Whether `tid` is the reporter thread (never sampled).
+pub fn is_reporter_thread(tid: i32) -> bool {
+    tid != 0 && REPORTER_TID.load(Ordering::Acquire) == tid
+}
+
+/// Prints every race still queued (call at exit). Does nothing before [`start`].
+pub fn shutdown() {
+    drain();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suppression_files_keep_race_lines_and_warn_about_the_rest() {
+        let text = "# comment\n\nrace:racy_counter::bump\n  race: vendor/lib.c  \nthread:foo\nrace:\nnonsense\n";
+        let (patterns, warnings) = parse_suppressions(text);
+        assert_eq!(patterns, vec!["racy_counter::bump", "vendor/lib.c"]);
+        assert_eq!(
+            warnings,
+            vec![
+                "line 5: unsupported kind `thread` (only `race:`)",
+                "line 6: expected `race:<pattern>`",
+                "line 7: expected `race:<pattern>`",
+            ]
+        );
+    }
+}

@@ -9,6 +9,7 @@
 
 use crate::event::Stack;
 use findshlibs::{Segment, SharedLibrary, TargetSharedLibrary};
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -41,7 +42,7 @@ struct Module {
 /// Maps runtime PCs to frames. Build and use it on one ordinary thread.
 pub struct Symbolizer {
     modules: Vec<Module>,
-    loaders: HashMap<PathBuf, Option<addr2line::Loader>>,
+    files: HashMap<PathBuf, ModuleFile>,
     cwd: Option<PathBuf>,
 }
 
@@ -54,7 +55,7 @@ impl Default for Symbolizer {
 impl Symbolizer {
     /// A symbolizer for the current process (modules are scanned lazily).
     pub fn new() -> Symbolizer {
-        Symbolizer { modules: Vec::new(), loaders: HashMap::new(), cwd: std::env::current_dir().ok() }
+        Symbolizer { modules: Vec::new(), files: HashMap::new(), cwd: std::env::current_dir().ok() }
     }
 
     /// Symbolizes every frame of a captured stack: `pcs[0]` is looked up as
@@ -80,13 +81,9 @@ impl Symbolizer {
         let probe = if is_return_address { offset.saturating_sub(1) } else { offset };
         let module = Some(path.to_string_lossy().into_owned());
         let cwd = self.cwd.clone();
-        let loader =
-            self.loaders.entry(path.to_path_buf()).or_insert_with(|| addr2line::Loader::new(path).ok()).as_ref();
-        let Some(loader) = loader else {
-            return vec![Frame { module, offset, ..Frame::default() }];
-        };
+        let file = self.files.entry(path.to_path_buf()).or_insert_with(|| ModuleFile::open(path));
         let mut frames = Vec::new();
-        if let Ok(mut iter) = loader.find_frames(probe) {
+        if let Some(Ok(mut iter)) = file.loader.as_ref().map(|loader| loader.find_frames(probe)) {
             while let Ok(Some(found)) = iter.next() {
                 let function = found.function.as_ref().and_then(|f| f.raw_name().ok()).map(|name| demangle(&name));
                 let (file, line, column) = match found.location {
@@ -96,12 +93,11 @@ impl Symbolizer {
                 frames.push(Frame { function, file, line, column, module: module.clone(), offset });
             }
         }
-        let symbol = || loader.find_symbol(probe).map(demangle);
         match frames.last_mut() {
             // DWARF without a name for the outermost function: take the symbol table's.
-            Some(outer) if outer.function.is_none() => outer.function = symbol(),
+            Some(outer) if outer.function.is_none() => outer.function = file.function_at(probe),
             Some(_) => {}
-            None => frames.push(Frame { function: symbol(), module, offset, ..Frame::default() }),
+            None => frames.push(Frame { function: file.function_at(probe), module, offset, ..Frame::default() }),
         }
         frames
     }
@@ -117,6 +113,58 @@ impl Symbolizer {
         self.modules = scan_modules();
         find(&self.modules)
     }
+}
+
+/// What one module file can tell: DWARF (through addr2line) and ELF function symbols.
+struct ModuleFile {
+    path: PathBuf,
+    loader: Option<addr2line::Loader>,
+    /// Read on first need: most lookups are answered by DWARF.
+    functions: OnceCell<Vec<FunctionSymbol>>,
+}
+
+/// A defined function of the ELF symbol table, `[start, end)`.
+struct FunctionSymbol {
+    start: u64,
+    end: u64,
+    name: String,
+}
+
+impl ModuleFile {
+    /// Loads the DWARF of `path` (none when it has none or cannot be read).
+    fn open(path: &Path) -> ModuleFile {
+        ModuleFile { path: path.to_path_buf(), loader: addr2line::Loader::new(path).ok(), functions: OnceCell::new() }
+    }
+
+    /// The demangled name of the function symbol containing `addr` (sizes respected).
+    fn function_at(&self, addr: u64) -> Option<String> {
+        let functions = self
+            .functions
+            .get_or_init(|| std::fs::read(&self.path).map(|bytes| function_symbols(&bytes)).unwrap_or_default());
+        let end = functions.partition_point(|f| f.start <= addr);
+        // A few steps back in case a large symbol encloses smaller neighbours.
+        functions[..end].iter().rev().take(4).find(|f| addr < f.end).map(|f| demangle(&f.name))
+    }
+}
+
+/// Defined `STT_FUNC`/`STT_GNU_IFUNC` symbols of `.symtab` (or `.dynsym` when
+/// stripped), sorted by address; empty for anything that is not ELF.
+fn function_symbols(bytes: &[u8]) -> Vec<FunctionSymbol> {
+    const STT_GNU_IFUNC: u8 = 10;
+    let Ok(elf) = goblin::elf::Elf::parse(bytes) else {
+        return Vec::new();
+    };
+    let (syms, strtab) = if elf.syms.is_empty() { (&elf.dynsyms, &elf.dynstrtab) } else { (&elf.syms, &elf.strtab) };
+    let mut functions: Vec<FunctionSymbol> = syms
+        .iter()
+        .filter(|s| (s.is_function() || s.st_type() == STT_GNU_IFUNC) && s.st_shndx != 0 && s.st_value != 0)
+        .filter_map(|s| {
+            let name = strtab.get_at(s.st_name).filter(|n| !n.is_empty())?;
+            Some(FunctionSymbol { start: s.st_value, end: s.st_value + s.st_size.max(1), name: name.to_string() })
+        })
+        .collect();
+    functions.sort_by_key(|f| (f.start, std::cmp::Reverse(f.end)));
+    functions
 }
 
 /// The modules loaded in this process with their executable ranges.

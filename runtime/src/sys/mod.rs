@@ -2,4 +2,5 @@
 //! each behind a safe wrapper with a `// SAFETY:` comment.
 
 pub mod fd;
+pub mod process;
 pub mod snapshot;

@@ -1,0 +1,196 @@
+//! The reporter from race event to printed report: symbolization of real PCs
+//! of this test binary, thread naming, deduplication of PC pairs,
+//! suppressions, JSON, and (in child processes) the reporter thread with
+//! `halt_on_error` and the exit-time drain.
+
+use racewatch::event::{AccessRecord, RaceEvent, Stack};
+use racewatch::options::{Options, ReportFormat};
+use racewatch::reporter::{self, Config, Reporter};
+use racewatch::{queue, report};
+use std::process::Command;
+
+const WRITER_LINE: u32 = line!() + 2;
+#[inline(never)]
+fn writer_side() -> u64 {
+    std::hint::black_box(1)
+}
+
+const READER_LINE: u32 = line!() + 2;
+#[inline(never)]
+fn reader_side() -> u64 {
+    std::hint::black_box(2)
+}
+
+fn pc_of(function: fn() -> u64) -> u64 {
+    function as *const () as u64
+}
+
+fn record(tid: i32, function: fn() -> u64, is_write: bool, addr: u64) -> AccessRecord {
+    AccessRecord {
+        tid,
+        pc: pc_of(function),
+        addr,
+        size: 8,
+        is_write,
+        is_atomic: false,
+        stack: Stack::from_pcs(&[pc_of(function)]),
+    }
+}
+
+fn event(current_tid: i32, previous_tid: i32) -> RaceEvent {
+    RaceEvent {
+        current: record(current_tid, writer_side, true, 0x7f00_0000_1000),
+        previous: record(previous_tid, reader_side, false, 0x7f00_0000_1000),
+    }
+}
+
+fn config(format: ReportFormat, suppressions: &[&str]) -> Config {
+    Config {
+        format,
+        halt_on_error: false,
+        exitcode: 66,
+        suppressions: suppressions.iter().map(|s| s.to_string()).collect(),
+        stats: false,
+    }
+}
+
+#[test]
+fn text_report_names_both_stacks_and_threads() {
+    let pid = 4000;
+    let mut reporter = Reporter::new(config(ReportFormat::Text, &[]), pid);
+    let text = reporter.render(&event(4002, 4000)).expect("first report");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], report::SEPARATOR);
+    assert_eq!(lines[1], "WARNING: racewatch: data race (pid=4000)");
+    assert_eq!(lines[2], "  Write of size 8 at 0x7f0000001000 by thread T1 (tid 4002):");
+    let writer =
+        format!("    #0 report_reporter::writer_side tests/report_reporter.rs:{WRITER_LINE} (report_reporter-");
+    assert!(lines[3].starts_with(&writer), "{text}");
+    assert_eq!(lines[4], "  Previous read of size 8 at 0x7f0000001000 by thread T0 (tid 4000):");
+    let reader =
+        format!("    #0 report_reporter::reader_side tests/report_reporter.rs:{READER_LINE} (report_reporter-");
+    assert!(lines[5].starts_with(&reader), "{text}");
+    assert_eq!(
+        lines[6],
+        format!("SUMMARY: racewatch: data race tests/report_reporter.rs:{WRITER_LINE} in report_reporter::writer_side")
+    );
+    assert_eq!(lines[7], report::SEPARATOR);
+    assert_eq!(lines.len(), 8);
+}
+
+#[test]
+fn each_unordered_pair_of_pcs_is_reported_once() {
+    let mut reporter = Reporter::new(config(ReportFormat::Text, &[]), 1);
+    assert!(reporter.render(&event(10, 11)).is_some());
+    assert!(reporter.render(&event(12, 13)).is_none(), "same PCs, other threads");
+    let mut swapped = event(11, 10);
+    std::mem::swap(&mut swapped.current, &mut swapped.previous);
+    assert!(reporter.render(&swapped).is_none(), "same pair in the other order");
+    let mut other = event(10, 11);
+    other.previous.pc += 1;
+    let text = reporter.render(&other).expect("a different pair is new");
+    // Thread numbers stay stable across reports.
+    assert!(text.contains("by thread T1 (tid 10):") && text.contains("by thread T2 (tid 11):"), "{text}");
+}
+
+#[test]
+fn suppressions_match_functions_and_files_of_either_stack() {
+    for pattern in ["reader_side", "report_reporter.rs", "writer_side"] {
+        let mut reporter = Reporter::new(config(ReportFormat::Text, &[pattern]), 1);
+        assert!(reporter.render(&event(2, 3)).is_none(), "{pattern} should suppress");
+    }
+    let mut reporter = Reporter::new(config(ReportFormat::Text, &["no_such_function"]), 1);
+    assert!(reporter.render(&event(2, 3)).is_some());
+}
+
+#[test]
+fn json_report_is_one_parseable_line() {
+    let mut reporter = Reporter::new(config(ReportFormat::Json, &[]), 77);
+    let line = reporter.render(&event(78, 77)).unwrap();
+    assert_eq!(line.matches('\n').count(), 1);
+    let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(value["kind"], "data_race");
+    assert_eq!(value["pid"], 77);
+    let accesses = value["accesses"].as_array().unwrap();
+    assert_eq!(accesses[0]["kind"], "write");
+    assert_eq!(accesses[0]["thread"], "T1");
+    assert_eq!(accesses[1]["thread"], "T0");
+    assert_eq!(accesses[0]["stack"][0]["function"], "report_reporter::writer_side");
+    assert_eq!(accesses[1]["stack"][0]["function"], "report_reporter::reader_side");
+    assert_eq!(accesses[1]["stack"][0]["line"], READER_LINE);
+    assert_eq!(accesses[1]["stack"][0]["file"], "tests/report_reporter.rs");
+    assert_eq!(accesses[0]["address"], "0x7f0000001000");
+}
+
+/// Runs one `child_*` test of this binary in a fresh process.
+fn run_child(name: &str) -> std::process::Output {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("RACEWATCH_REPORTER_CHILD", "1")
+        .output()
+        .unwrap()
+}
+
+fn in_child() -> bool {
+    std::env::var_os("RACEWATCH_REPORTER_CHILD").is_some()
+}
+
+#[test]
+fn child_halt() {
+    if !in_child() {
+        return;
+    }
+    reporter::start(&Options { halt_on_error: true, exitcode: 77, ..Options::DEFAULT });
+    assert!(queue::push(&event(std::process::id() as i32 + 1, std::process::id() as i32)));
+    std::thread::sleep(std::time::Duration::from_secs(10));
+    panic!("halt_on_error did not stop the process");
+}
+
+#[test]
+fn halt_on_error_prints_the_report_then_exits_with_exitcode() {
+    let out = run_child("child_halt");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(77), "{stderr}");
+    assert_eq!(stderr.matches("WARNING: racewatch: data race").count(), 1, "{stderr}");
+    assert!(stderr.contains("SUMMARY: racewatch: data race"), "{stderr}");
+}
+
+#[test]
+fn child_drain() {
+    if !in_child() {
+        return;
+    }
+    reporter::start(&Options::DEFAULT);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let me = racewatch::sys::thread::gettid();
+    assert!(!reporter::is_reporter_thread(me));
+    let reporter_tid = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| {
+            let task = task.ok()?;
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            // The kernel keeps 15 bytes of a thread name.
+            (comm.trim() == &reporter::THREAD_NAME[..15]).then(|| task.file_name().to_str()?.parse::<i32>().ok())?
+        })
+        .next()
+        .expect("a thread named racewatch-reporter");
+    assert!(reporter::is_reporter_thread(reporter_tid));
+    let first = event(me + 1, me);
+    let mut second = first;
+    second.current.pc += 1;
+    for e in [first, second, first, second] {
+        assert!(queue::push(&e));
+    }
+    reporter::shutdown();
+    println!("races counted: {}", racewatch::stats::get(racewatch::stats::Counter::Races));
+}
+
+#[test]
+fn shutdown_prints_every_pending_race_once_and_counts_it() {
+    let out = run_child("child_drain");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stderr.matches("WARNING: racewatch: data race").count(), 2, "{stderr}");
+    assert!(stdout.contains("races counted: 2"), "{stdout}");
+}

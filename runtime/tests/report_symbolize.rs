@@ -1,0 +1,163 @@
+//! The symbolizer on real ELF files built here with clang-19: a known
+//! function's address, a PC inside an always-inlined function (two frames,
+//! innermost first), a return address looked up at pc-1, and the fallbacks
+//! for binaries without DWARF and without any symbols.
+
+use goblin::elf::Elf;
+use iced_x86::{Decoder, DecoderOptions, FlowControl};
+use racewatch::symbolize::{Frame, Symbolizer};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PROGRAM: &str = r#"#include <stdio.h>
+volatile int marker;
+int counter;
+__attribute__((noinline)) int known_function(int x) {
+  return x * 3 + counter;
+}
+static inline __attribute__((always_inline)) void inlined_store(void) {
+  marker = 0x5a5a5a;
+}
+__attribute__((noinline)) void caller(void) {
+  inlined_store();
+  counter++;
+}
+int main(int argc, char **argv) {
+  caller();
+  int r = known_function(argc);
+  printf("%d\n", r);
+  return 0;
+}
+"#;
+
+/// clang-19 (or `$RACEWATCH_CLANG`); `None` prints a visible skip.
+fn clang() -> Option<PathBuf> {
+    let clang = std::env::var_os("RACEWATCH_CLANG").map(PathBuf::from).unwrap_or_else(|| "clang-19".into());
+    match Command::new(&clang).arg("--version").output() {
+        Ok(out) if out.status.success() => Some(clang),
+        _ => {
+            eprintln!("SKIP: {} not found; symbolizer tests on C binaries skipped", clang.display());
+            None
+        }
+    }
+}
+
+/// Builds PROGRAM at -O2 with `flags` into a fresh directory; returns the binary.
+fn build(name: &str, flags: &[&str]) -> Option<PathBuf> {
+    let clang = clang()?;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report_symbolize").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("prog.c");
+    std::fs::write(&src, PROGRAM).unwrap();
+    let out = dir.join("prog");
+    let status = Command::new(clang).arg("-O2").args(flags).arg(&src).arg("-o").arg(&out).output().unwrap();
+    assert!(status.status.success(), "clang failed: {}", String::from_utf8_lossy(&status.stderr));
+    Some(out)
+}
+
+/// Address (link-time) and bytes of a function from the ELF symbol table.
+fn function_code(bytes: &[u8], name: &str) -> (u64, Vec<u8>) {
+    let elf = Elf::parse(bytes).unwrap();
+    let sym = elf.syms.iter().find(|s| elf.strtab.get_at(s.st_name) == Some(name)).expect("symbol");
+    let section = &elf.section_headers[sym.st_shndx];
+    let start = (sym.st_value - section.sh_addr + section.sh_offset) as usize;
+    (sym.st_value, bytes[start..start + sym.st_size as usize].to_vec())
+}
+
+/// The address of a function's first instruction matching `pred`, and the next instruction's.
+fn find_instruction(binary: &Path, function: &str, pred: impl Fn(&iced_x86::Instruction) -> bool) -> (u64, u64) {
+    let bytes = std::fs::read(binary).unwrap();
+    let (addr, code) = function_code(&bytes, function);
+    let decoder = Decoder::with_ip(64, &code, addr, DecoderOptions::NONE);
+    let insn = decoder.into_iter().find(|i| pred(i)).unwrap_or_else(|| panic!("no such instruction in {function}"));
+    (insn.ip(), insn.next_ip())
+}
+
+fn symbol_address(binary: &Path, name: &str) -> u64 {
+    function_code(&std::fs::read(binary).unwrap(), name).0
+}
+
+fn file_name(frame: &Frame) -> Option<&str> {
+    frame.file.as_deref().map(|f| f.rsplit('/').next().unwrap())
+}
+
+#[test]
+fn known_function_maps_to_its_name_file_and_line() {
+    let Some(binary) = build("dwarf", &["-g"]) else { return };
+    let offset = symbol_address(&binary, "known_function");
+    let frames = Symbolizer::new().symbolize_in_module(&binary, offset, false);
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    let frame = &frames[0];
+    assert_eq!(frame.function.as_deref(), Some("known_function"));
+    assert_eq!(file_name(frame), Some("prog.c"));
+    assert!(matches!(frame.line, Some(4 | 5)), "{frame:?}");
+    assert_eq!(frame.offset, offset);
+    assert_eq!(frame.module.as_deref(), binary.to_str());
+}
+
+#[test]
+fn inlined_store_yields_inner_then_outer_frame() {
+    let Some(binary) = build("inline", &["-g"]) else { return };
+    let marker = symbol_address(&binary, "marker");
+    let (store, _) =
+        find_instruction(&binary, "caller", |i| i.is_ip_rel_memory_operand() && i.ip_rel_memory_address() == marker);
+    let frames = Symbolizer::new().symbolize_in_module(&binary, store, false);
+    let got: Vec<(Option<&str>, Option<&str>, Option<u32>)> =
+        frames.iter().map(|f| (f.function.as_deref(), file_name(f), f.line)).collect();
+    assert_eq!(
+        got,
+        vec![(Some("inlined_store"), Some("prog.c"), Some(8)), (Some("caller"), Some("prog.c"), Some(11))],
+        "{frames:?}"
+    );
+    assert!(frames.iter().all(|f| f.column.is_some_and(|c| c > 0)), "{frames:?}");
+}
+
+#[test]
+fn return_address_is_looked_up_at_the_call() {
+    let Some(binary) = build("ret", &["-g"]) else { return };
+    let target = symbol_address(&binary, "known_function");
+    let (_, return_address) = find_instruction(&binary, "main", |i| {
+        i.flow_control() == FlowControl::Call && i.near_branch_target() == target
+    });
+    let frames = Symbolizer::new().symbolize_in_module(&binary, return_address, true);
+    let outer = frames.last().unwrap();
+    assert_eq!(outer.function.as_deref(), Some("main"));
+    assert_eq!(outer.line, Some(16), "{frames:?}");
+    assert_eq!(outer.offset, return_address);
+}
+
+#[test]
+fn without_dwarf_the_symbol_table_names_the_function() {
+    let Some(binary) = build("nodwarf", &["-g0"]) else { return };
+    let offset = symbol_address(&binary, "known_function");
+    let frames = Symbolizer::new().symbolize_in_module(&binary, offset + 1, false);
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].function.as_deref(), Some("known_function"));
+    assert_eq!(frames[0].file, None);
+}
+
+#[test]
+fn without_anything_the_frame_is_unknown_but_keeps_module_and_offset() {
+    let Some(with_symbols) = build("stripped-ref", &["-g0"]) else { return };
+    let offset = symbol_address(&with_symbols, "known_function");
+    let Some(binary) = build("stripped", &["-g0", "-s"]) else { return };
+    let frames = Symbolizer::new().symbolize_in_module(&binary, offset, false);
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].function, None, "no symbol may be guessed: {frames:?}");
+    assert_eq!(frames[0].module.as_deref(), binary.to_str());
+    assert_eq!(frames[0].offset, offset);
+    let missing = Symbolizer::new().symbolize_in_module(Path::new("/nonexistent/lib.so"), 0x10, true);
+    assert_eq!(missing, vec![Frame { module: Some("/nonexistent/lib.so".into()), offset: 0x10, ..Frame::default() }]);
+}
+
+#[test]
+fn shared_library_pc_of_this_process_maps_to_libc() {
+    let pc = libc::getpid as *const () as u64;
+    let frames = Symbolizer::new().symbolize_pc(pc, false);
+    let frame = frames.last().unwrap();
+    let module = frame.module.as_deref().unwrap_or_default();
+    assert!(module.contains("libc.so"), "{frames:?}");
+    assert!(frame.function.as_deref().is_some_and(|f| f.contains("getpid")), "{frames:?}");
+    assert!(frame.offset < pc, "offset is relative to the library's load bias");
+}

@@ -6,7 +6,7 @@
 //! per-report work is in [`Reporter`] (no globals, so it is testable);
 //! [`start`] and [`shutdown`] are the process-wide glue.
 
-use crate::event::RaceEvent;
+use crate::event::{AccessRecord, RaceEvent};
 use crate::options::{Options, ReportFormat};
 use crate::report::{self, AccessReport, RaceReport, ThreadNames};
 use crate::symbolize::{Frame, Symbolizer};
@@ -111,11 +111,14 @@ impl Reporter {
         if !self.seen.insert((a.min(b), a.max(b))) {
             return None;
         }
-        let current = self.access(&event.current);
-        let previous = self.access(&event.previous);
-        if self.is_suppressed(&current.stack) || self.is_suppressed(&previous.stack) {
+        let current_stack = self.symbolize(&event.current);
+        let previous_stack = self.symbolize(&event.previous);
+        if self.is_suppressed(&current_stack) || self.is_suppressed(&previous_stack) {
             return None;
         }
+        // Threads are numbered only once their race is really reported.
+        let current = self.access(&event.current, current_stack);
+        let previous = self.access(&event.previous, previous_stack);
         let race = RaceReport { pid: self.pid, current, previous };
         Some(match self.config.format {
             ReportFormat::Text => report::render_text(&race),
@@ -136,12 +139,16 @@ impl Reporter {
         }
     }
 
-    fn access(&mut self, record: &crate::event::AccessRecord) -> AccessReport {
+    fn symbolize(&mut self, record: &AccessRecord) -> Vec<Frame> {
         let mut stack = record.stack;
         if stack.len == 0 {
             // No stack captured: still show the accessing instruction.
             stack.push(record.pc);
         }
+        self.symbolizer.symbolize_stack(&stack)
+    }
+
+    fn access(&mut self, record: &AccessRecord, stack: Vec<Frame>) -> AccessReport {
         AccessReport {
             thread: self.threads.number(record.tid),
             tid: record.tid,
@@ -149,7 +156,7 @@ impl Reporter {
             is_atomic: record.is_atomic,
             size: record.size,
             address: record.addr,
-            stack: self.symbolizer.symbolize_stack(&stack),
+            stack,
         }
     }
 

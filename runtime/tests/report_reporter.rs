@@ -101,6 +101,13 @@ fn suppressions_match_functions_and_files_of_either_stack() {
     }
     let mut reporter = Reporter::new(config(ReportFormat::Text, &["no_such_function"]), 1);
     assert!(reporter.render(&event(2, 3)).is_some());
+    // Suppressed races do not use up thread numbers.
+    let mut reporter = Reporter::new(config(ReportFormat::Text, &["reader_side"]), 1);
+    assert!(reporter.render(&event(2, 3)).is_none());
+    let mut other = event(4, 5);
+    other.previous = record(5, writer_side, false, 0x10);
+    let text = reporter.render(&other).unwrap();
+    assert!(text.contains("by thread T1 (tid 4):") && text.contains("by thread T2 (tid 5):"), "{text}");
 }
 
 #[test]

@@ -1,1 +1,293 @@
-//! Exported C symbols: the constructor and the __sanitizer_metadata_* callbacks.
+//! Exported C symbols: the constructor, the exit hook and the
+//! `__sanitizer_metadata_{covered,atomics}_{add,del}` callbacks.
+//!
+//! Instrumented modules call the callbacks from their constructors, which can
+//! run before ours (dependencies are initialised first). Until our constructor
+//! has run, calls are kept in a fixed-size static list and merged at init; a
+//! table the module walk already found (same kind and start address) is
+//! indexed once. After init, each call updates the registry directly: this is
+//! how `dlopen`ed libraries and JIT'd code (which has no file) get indexed.
+
+use crate::log;
+use crate::modules;
+use crate::options;
+use crate::registry::{self, Entries, ModuleId, Registry, TableKey};
+use crate::stats::{self, Counter};
+use racewatch_instrument::format::pcsections::{TableKind, Version};
+use std::ffi::c_char;
+
+/// How many callback calls before init are remembered (each instrumented
+/// module makes two); the rest are found by the module walk.
+const PENDING_CAPACITY: usize = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Call {
+    add: bool,
+    kind: TableKind,
+    version: u32,
+    start: u64,
+    end: u64,
+}
+
+struct Pending {
+    ready: bool,
+    len: usize,
+    dropped: usize,
+    calls: [Call; PENDING_CAPACITY],
+}
+
+const NO_CALL: Call = Call { add: false, kind: TableKind::Covered, version: 0, start: 0, end: 0 };
+static PENDING: spin::Mutex<Pending> =
+    spin::Mutex::new(Pending { ready: false, len: 0, dropped: 0, calls: [NO_CALL; PENDING_CAPACITY] });
+
+/// The library constructor.
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn() = racewatch_init;
+
+/// The library destructor (runs at `exit`).
+#[cfg(not(test))]
+#[used]
+#[link_section = ".fini_array"]
+static DESTRUCTOR: extern "C" fn() = racewatch_fini;
+
+#[cfg_attr(test, allow(dead_code))]
+extern "C" fn racewatch_init() {
+    guarded(init);
+}
+
+#[cfg_attr(test, allow(dead_code))]
+extern "C" fn racewatch_fini() {
+    guarded(|| {
+        if options::get().stats {
+            log::write(&stats::render());
+        }
+    });
+}
+
+/// Runs `f`, never letting a panic unwind into C.
+fn guarded(f: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        log::warn(format_args!("internal error (panic) in the runtime; continuing without it"));
+    }
+}
+
+#[cfg_attr(test, allow(dead_code))]
+fn init() {
+    let text = std::env::var("RACEWATCH_OPTIONS").unwrap_or_default();
+    let (parsed, warnings) = options::parse(&text);
+    for w in &warnings {
+        log::warn(format_args!("{w}"));
+    }
+    let opts = options::install(parsed);
+    if let Some(path) = &opts.log_path {
+        log::set_log_path(path);
+    }
+
+    let mut announce = Announcements::default();
+    {
+        let mut reg = registry::lock();
+        for module in modules::walk() {
+            let id = ModuleId { path: module.path.clone(), bias: module.bias };
+            for s in &module.sections {
+                let key = TableKey { kind: s.id.kind, start: s.addr };
+                let Some(bytes) = modules::read_memory(s.addr, s.size) else { continue };
+                register(&mut reg, key, s.id.version, &bytes, &id);
+            }
+            announce.module(&reg, &id);
+        }
+        let (calls, dropped) = {
+            let mut pending = PENDING.lock();
+            pending.ready = true;
+            let calls: Vec<Call> = pending.calls[..pending.len].to_vec();
+            (calls, pending.dropped)
+        };
+        if dropped > 0 {
+            log::warn(format_args!("{dropped} metadata callbacks before start-up were not kept"));
+        }
+        for call in calls {
+            apply(&mut reg, call, &mut announce);
+        }
+        reg.publish();
+        if opts.verbosity >= 2 {
+            registry::with_index(|i| {
+                log::line(format_args!(
+                    "index: {} covered functions, {} atomic PCs ({} outside covered functions), {} bytes",
+                    i.functions(),
+                    i.atomics(),
+                    i.orphan_atomics(),
+                    i.memory_bytes()
+                ))
+            });
+        }
+    }
+    announce.print();
+
+    // detector start: the integrator starts the sampler and the reporter here.
+}
+
+/// Modules to report with `verbosity=1`, in order, once each.
+#[derive(Default)]
+struct Announcements {
+    lines: Vec<registry::ModuleCounts>,
+}
+
+impl Announcements {
+    fn module(&mut self, reg: &Registry, id: &ModuleId) {
+        let counts = reg.counts(id);
+        if reg.keys_of(id).is_empty() {
+            return;
+        }
+        match self.lines.iter_mut().find(|c| &c.module == id) {
+            Some(existing) => *existing = counts,
+            None => self.lines.push(counts),
+        }
+    }
+
+    fn print(self) {
+        if options::get().verbosity == 0 {
+            return;
+        }
+        for c in self.lines {
+            log::line(format_args!(
+                "indexed {}: {} covered functions, {} atomic PCs",
+                c.module.path, c.functions, c.atomics
+            ));
+        }
+    }
+}
+
+/// Decodes and registers one table; warns (once, for this call) on malformed bytes.
+fn register(reg: &mut Registry, key: TableKey, version: Version, bytes: &[u8], module: &ModuleId) -> bool {
+    if reg.contains(key) {
+        return false;
+    }
+    let entries = match Entries::decode(key, version, bytes) {
+        Ok(entries) => entries,
+        Err(err) => {
+            log::warn(format_args!("ignoring PC table of {}: {err}", module.path));
+            return false;
+        }
+    };
+    let first_of_module = reg.keys_of(module).is_empty();
+    match &entries {
+        Entries::Covered(v) => stats::add(Counter::CoveredFunctions, v.len() as u64),
+        Entries::Atomics(v) => stats::add(Counter::AtomicPcs, v.len() as u64),
+    }
+    if first_of_module {
+        stats::bump(Counter::ModulesIndexed);
+    }
+    reg.insert(key, module.clone(), entries)
+}
+
+/// Applies one callback to the registry (without publishing).
+fn apply(reg: &mut Registry, call: Call, announce: &mut Announcements) {
+    let key = TableKey { kind: call.kind, start: call.start };
+    if !call.add {
+        if let Some(removed) = reg.remove(key) {
+            announce.lines.retain(|c| c.module != removed.module || !removed.module_gone);
+            if removed.module_gone && options::get().verbosity >= 1 {
+                log::line(format_args!("unindexed {}", removed.module.path));
+            }
+        }
+        return;
+    }
+    if reg.contains(key) {
+        return;
+    }
+    let name = format!("__sanitizer_metadata_{}_add", call.kind.name());
+    let Ok(version) = Version::from_raw(call.version) else {
+        log::warn(format_args!("{name}: unsupported version {:#x}; table ignored", call.version));
+        return;
+    };
+    if call.end < call.start || call.start == 0 {
+        log::warn(format_args!("{name}: bad range {:#x}..{:#x}; table ignored", call.start, call.end));
+        return;
+    }
+    let Some(bytes) = modules::read_memory(call.start, call.end - call.start) else {
+        log::warn(format_args!("{name}: unreadable table at {:#x}; table ignored", call.start));
+        return;
+    };
+    let found = modules::containing(call.start);
+    let id = match &found {
+        Some(m) => ModuleId { path: m.path.clone(), bias: m.bias },
+        None => ModuleId { path: format!("<anonymous {:#x}>", call.start), bias: call.start },
+    };
+    if !register(reg, key, version, &bytes, &id) {
+        return;
+    }
+    // Announce once every table the module's file lists has arrived (a module's
+    // constructors register its covered and atomics tables one after the other).
+    let expected: Vec<TableKey> = found
+        .map(|m| m.sections.iter().map(|s| TableKey { kind: s.id.kind, start: s.addr }).collect())
+        .unwrap_or_default();
+    let have = reg.keys_of(&id);
+    if !expected.contains(&key) || expected.iter().all(|k| have.contains(k)) {
+        announce.module(reg, &id);
+    }
+}
+
+/// Handles a callback: queued before init, applied and published after.
+fn callback(call: Call) {
+    {
+        let mut pending = PENDING.lock();
+        if !pending.ready {
+            if pending.len < PENDING_CAPACITY {
+                let at = pending.len;
+                pending.calls[at] = call;
+                pending.len += 1;
+            } else {
+                pending.dropped += 1;
+            }
+            return;
+        }
+    }
+    guarded(|| {
+        let mut announce = Announcements::default();
+        {
+            let mut reg = registry::lock();
+            apply(&mut reg, call, &mut announce);
+            reg.publish();
+        }
+        announce.print();
+    });
+}
+
+fn call(add: bool, kind: TableKind, version: u32, start: *const c_char, end: *const c_char) {
+    callback(Call { add, kind, version, start: start as u64, end: end as u64 });
+}
+
+/// Called by an instrumented module's constructor with its `sanmd_covered` table.
+#[no_mangle]
+pub extern "C" fn __sanitizer_metadata_covered_add(version: u32, start: *const c_char, end: *const c_char) {
+    call(true, TableKind::Covered, version, start, end);
+}
+
+/// Called by an instrumented module's destructor: its `sanmd_covered` table goes away.
+#[no_mangle]
+pub extern "C" fn __sanitizer_metadata_covered_del(version: u32, start: *const c_char, end: *const c_char) {
+    call(false, TableKind::Covered, version, start, end);
+}
+
+/// Called by an instrumented module's constructor with its `sanmd_atomics` table.
+#[no_mangle]
+pub extern "C" fn __sanitizer_metadata_atomics_add(version: u32, start: *const c_char, end: *const c_char) {
+    call(true, TableKind::Atomics, version, start, end);
+}
+
+/// Called by an instrumented module's destructor: its `sanmd_atomics` table goes away.
+#[no_mangle]
+pub extern "C" fn __sanitizer_metadata_atomics_del(version: u32, start: *const c_char, end: *const c_char) {
+    call(false, TableKind::Atomics, version, start, end);
+}
+
+/// Test and tooling hook: the index's verdict on `pc` — 0 uncovered, 1 plain, 2 atomic.
+#[no_mangle]
+pub extern "C" fn __racewatch_classify(pc: u64) -> i32 {
+    match registry::with_index(|i| i.classify(pc)) {
+        crate::index::Access::Uncovered => 0,
+        crate::index::Access::Plain => 1,
+        crate::index::Access::Atomic => 2,
+    }
+}

@@ -1,1 +1,165 @@
-//! Walking the loaded modules and reading their PC sections.
+//! Walking the loaded modules and finding their PC sections.
+//!
+//! The loader's list (`dl_iterate_phdr` via findshlibs) gives each module's
+//! path and load bias; the section headers come from the module's file (only
+//! the ELF header, the section header table and the section-name table are
+//! read). The sections are `SHF_ALLOC`, so their bytes are read from the
+//! module's mapped memory at `sh_addr + bias` through a non-faulting copy.
+//! The vDSO (no file), missing or unreadable files and non-ELF files are
+//! skipped quietly.
+
+use crate::sys::mem;
+use findshlibs::{Segment, SharedLibrary, TargetSharedLibrary};
+use goblin::elf::section_header::SHF_ALLOC;
+use goblin::elf64::header::Header;
+use goblin::elf64::section_header::SectionHeader;
+use racewatch_instrument::format::pcsections::{parse_section_name, SectionId};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+/// One PC section of a loaded module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PcSection {
+    pub id: SectionId,
+    /// Run-time address of its first byte (`sh_addr` + load bias).
+    pub addr: u64,
+    pub size: u64,
+}
+
+/// A loaded module and its PC sections.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadedModule {
+    /// The path the loader knows (the executable's resolved path for the main program).
+    pub path: String,
+    pub bias: u64,
+    /// Empty when the module has none or its file could not be read.
+    pub sections: Vec<PcSection>,
+    /// Run-time address ranges of its loaded segments.
+    segments: Vec<(u64, u64)>,
+}
+
+impl LoadedModule {
+    fn contains(&self, addr: u64) -> bool {
+        self.segments.iter().any(|&(start, end)| (start..end).contains(&addr))
+    }
+}
+
+fn loaded() -> Vec<LoadedModule> {
+    let mut out = Vec::new();
+    TargetSharedLibrary::each(|lib| {
+        let bias = lib.virtual_memory_bias().0 as u64;
+        let segments = lib
+            .segments()
+            .filter(|s| s.is_load())
+            .map(|s| {
+                let start = s.actual_virtual_memory_address(lib).0 as u64;
+                (start, start + s.len() as u64)
+            })
+            .collect();
+        let path = lib.name().to_string_lossy().into_owned();
+        out.push(LoadedModule { path, bias, sections: Vec::new(), segments });
+    });
+    out
+}
+
+/// Every loaded module that has PC sections, in the loader's order.
+pub fn walk() -> Vec<LoadedModule> {
+    loaded()
+        .into_iter()
+        .filter_map(|mut m| {
+            m.sections = pc_sections(&m.path, m.bias)?;
+            (!m.sections.is_empty()).then_some(m)
+        })
+        .collect()
+}
+
+/// The loaded module whose segments contain `addr`, with its PC sections when its file is readable.
+pub fn containing(addr: u64) -> Option<LoadedModule> {
+    let mut m = loaded().into_iter().find(|m| m.contains(addr))?;
+    m.sections = pc_sections(&m.path, m.bias).unwrap_or_default();
+    Some(m)
+}
+
+/// The `SHF_ALLOC` PC sections named in the file at `path`, at run-time
+/// addresses for load bias `bias`. `None` for files that cannot be read as 64-bit ELF.
+pub fn pc_sections(path: &str, bias: u64) -> Option<Vec<PcSection>> {
+    // Loader names without a slash are not files (the vDSO is "linux-vdso.so.1").
+    if !path.contains('/') {
+        return None;
+    }
+    let mut file = File::open(path).ok()?;
+    let header = Header::from_fd(&mut file).ok()?;
+    if &header.e_ident[..4] != b"\x7fELF" || header.e_ident[4] != goblin::elf::header::ELFCLASS64 {
+        return None;
+    }
+    let count = usize::from(header.e_shnum);
+    if count == 0 || count > 65_280 || usize::from(header.e_shstrndx) >= count {
+        return None;
+    }
+    let headers = SectionHeader::from_fd(&mut file, header.e_shoff, count).ok()?;
+    let strtab = &headers[usize::from(header.e_shstrndx)];
+    let mut names = vec![0u8; usize::try_from(strtab.sh_size).ok().filter(|&n| n <= 1 << 24)?];
+    file.read_exact_at(&mut names, strtab.sh_offset).ok()?;
+    let sections = headers
+        .iter()
+        .filter(|sh| sh.sh_flags & u64::from(SHF_ALLOC) != 0)
+        .filter_map(|sh| {
+            let name = names.get(sh.sh_name as usize..)?;
+            let name = std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()?;
+            let id = parse_section_name(name)?;
+            Some(PcSection { id, addr: sh.sh_addr.wrapping_add(bias), size: sh.sh_size })
+        })
+        .collect();
+    Some(sections)
+}
+
+/// Copies `len` bytes of this process's memory at `addr`; `None` if any of it is unreadable.
+pub fn read_memory(addr: u64, len: u64) -> Option<Vec<u8>> {
+    let len = usize::try_from(len).ok().filter(|&n| n <= 1 << 32)?;
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let n = mem::read_into(addr.checked_add(done as u64)?, &mut buf[done..]);
+        if n == 0 {
+            return None;
+        }
+        done += n;
+    }
+    Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walk_finds_the_test_binary_and_skips_the_vdso() {
+        let all = loaded();
+        let exe = std::env::current_exe().unwrap();
+        assert!(all.iter().any(|m| std::path::Path::new(&m.path) == exe), "{all:?}");
+        // The test binary has no PC sections; nothing in the walk is unreadable or the vDSO.
+        for m in walk() {
+            assert!(m.path.contains('/'));
+        }
+        assert_eq!(pc_sections("linux-vdso.so.1", 0), None);
+        assert_eq!(pc_sections("/nonexistent/file", 0), None);
+        assert_eq!(pc_sections("/proc/self/status", 0), None);
+        assert_eq!(pc_sections(exe.to_str().unwrap(), 0), Some(vec![]));
+    }
+
+    #[test]
+    fn containing_finds_own_code() {
+        let here = containing_finds_own_code as fn() as usize as u64;
+        let m = containing(here).expect("own module");
+        assert_eq!(std::path::Path::new(&m.path), std::env::current_exe().unwrap());
+        assert_eq!(containing(8), None);
+    }
+
+    #[test]
+    fn reads_memory_without_faulting() {
+        let data = [1u8, 2, 3, 4];
+        assert_eq!(read_memory(data.as_ptr() as u64, 4), Some(vec![1, 2, 3, 4]));
+        assert_eq!(read_memory(16, 4), None);
+        assert_eq!(read_memory(data.as_ptr() as u64, 0), Some(vec![]));
+    }
+}

@@ -128,10 +128,11 @@ fn apply(o: &mut Options, key: &str, v: &str, warnings: &mut Vec<String>) -> Opt
             Err(_) => Err("expected an integer".into()),
         },
         "report_format" => match v {
-            "text" => Ok(o.report_format = ReportFormat::Text),
-            "json" => Ok(o.report_format = ReportFormat::Json),
+            "text" => Ok(ReportFormat::Text),
+            "json" => Ok(ReportFormat::Json),
             _ => Err("expected text or json".into()),
-        },
+        }
+        .map(|f| o.report_format = f),
         "seed" => parse_u64(v).map(|n| o.seed = Some(n)),
         _ => return None,
     };

@@ -1,1 +1,135 @@
-fn main() {}
+//! Builds the preload runtime (`libracewatch.so`, package `racewatch-runtime`)
+//! with a nested `cargo build --release` and hands its path to `src/embedded.rs`,
+//! which embeds it with `include_bytes!`. An installed `racewatch` therefore
+//! carries its runtime and never needs the source tree.
+//!
+//! The nested build uses its own target directory (no lock contention with the
+//! outer cargo), shared by the outer debug and release profiles so the runtime
+//! is compiled once, and it is incremental: a no-op rebuild costs one cargo
+//! start-up. Inherited flags (RUSTFLAGS, coverage/clippy wrappers, racewatch's
+//! own metadata flags) are cleared: the runtime is never built with them.
+
+use std::env;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const RUNTIME_PACKAGE: &str = "racewatch-runtime";
+const RUNTIME_FILE: &str = "libracewatch.so";
+
+/// Inherited variables that would change how (or whether) the nested build
+/// compiles the runtime, or confuse it about which package it is building.
+/// The jobserver (CARGO_MAKEFLAGS) is kept: the nested cargo shares the outer
+/// build's job slots instead of oversubscribing the machine.
+const CLEARED_VARS: &[&str] = &[
+    "CARGO_TARGET_DIR",
+    "CARGO_BUILD_TARGET_DIR",
+    "CARGO_BUILD_TARGET",
+    "RUSTFLAGS",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "CARGO_BUILD_RUSTFLAGS",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "CLIPPY_ARGS",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_MANIFEST_LINKS",
+    "OUT_DIR",
+    "TARGET",
+    "HOST",
+    "PROFILE",
+    "OPT_LEVEL",
+    "DEBUG",
+    "NUM_JOBS",
+    "RUSTDOC",
+    "__CARGO_FIX_PLZ",
+];
+
+/// Prefixes of inherited variables cleared for the same reason.
+const CLEARED_PREFIXES: &[&str] = &["CARGO_CFG_", "CARGO_FEATURE_", "CARGO_PKG_", "DEP_", "CARGO_BIN_"];
+
+fn main() {
+    let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    // Only what the runtime library is built from (not its tests or benches).
+    for path in
+        ["runtime/src", "runtime/Cargo.toml", "instrument/src", "instrument/Cargo.toml", "Cargo.toml", "Cargo.lock"]
+    {
+        println!("cargo:rerun-if-changed={}", root.join(path).display());
+    }
+
+    let target = env::var("TARGET").expect("TARGET");
+    let host = env::var("HOST").expect("HOST");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let nested_target_dir = nested_target_dir(&out_dir);
+
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(&cargo);
+    cmd.current_dir(&root)
+        .arg("build")
+        .arg("--release")
+        .arg("--package")
+        .arg(RUNTIME_PACKAGE)
+        .arg("--lib")
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&nested_target_dir);
+    if target != host {
+        cmd.arg("--target").arg(&target);
+    }
+    for (key, _) in env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let cleared = CLEARED_VARS.contains(&key)
+            || CLEARED_PREFIXES.iter().any(|p| key.starts_with(p))
+            || (key.starts_with("CARGO_TARGET_") && key.ends_with("_RUSTFLAGS"));
+        if cleared {
+            cmd.env_remove(key);
+        }
+    }
+
+    let output = match cmd.output() {
+        Ok(output) => output,
+        Err(err) => panic!("racewatch build: cannot run `{}`: {err}", Path::new(&cargo).display()),
+    };
+    if !output.status.success() {
+        // Show the nested cargo's own diagnostics, then fail the outer build.
+        eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+        eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+        panic!("racewatch build: building the runtime ({RUNTIME_PACKAGE}) failed: {}", output.status);
+    }
+
+    let mut so = nested_target_dir.clone();
+    if target != host {
+        so.push(&target);
+    }
+    so.push("release");
+    so.push(RUNTIME_FILE);
+    let bytes = std::fs::read(&so).unwrap_or_else(|err| panic!("racewatch build: cannot read {}: {err}", so.display()));
+
+    println!("cargo:rustc-env=RACEWATCH_RUNTIME_SO={}", so.display());
+    println!("cargo:rustc-env=RACEWATCH_RUNTIME_HASH={:016x}", fnv1a64(&bytes));
+}
+
+/// `<outer target dir>/racewatch-runtime` when OUT_DIR has cargo's usual shape
+/// (`<target>/<profile>/build/<pkg>-<hash>/out`), so debug and release outer
+/// builds share one runtime build; otherwise a directory under OUT_DIR.
+fn nested_target_dir(out_dir: &Path) -> PathBuf {
+    let build_dir = out_dir.parent().and_then(Path::parent);
+    match build_dir {
+        Some(build) if build.file_name().is_some_and(|n| n == "build") => match build.parent().and_then(Path::parent) {
+            Some(target_root) => target_root.join("racewatch-runtime"),
+            None => out_dir.join("runtime-target"),
+        },
+        _ => out_dir.join("runtime-target"),
+    }
+}
+
+/// 64-bit FNV-1a: names the runtime's cache directory by content.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod commands;
+mod embedded;
 
 #[derive(Parser)]
 #[command(name = "racewatch", version, about = "Sampling data race detector for production binaries")]

@@ -1,13 +1,155 @@
-use std::process::ExitCode;
+//! `racewatch run [--option k=v]… -- PROGRAM ARGS…`: run a program with the
+//! runtime preloaded, and `racewatch runtime-path`.
+//!
+//! The program replaces racewatch (exec), so its pid, stdio, signals and exit
+//! status are exactly its own: a shell sees its exit code, or 128+signo when it
+//! dies from a signal. A program that cannot be found exits 127 (126 when it
+//! exists but cannot be executed), as in a shell.
+
+use crate::embedded;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+/// Environment variable carrying the runtime's options (DESIGN.md contract).
+pub const OPTIONS_VAR: &str = "RACEWATCH_OPTIONS";
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// A runtime option `key=value` (see RACEWATCH_OPTIONS); repeatable, later wins.
+    #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
+    options: Vec<String>,
+    /// The program to run and its arguments (put them after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
+    command: Vec<OsString>,
+}
 
-pub fn run(_args: Args) -> ExitCode {
-    eprintln!("racewatch: not implemented yet");
-    ExitCode::FAILURE
+pub fn run(args: Args) -> ExitCode {
+    let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
+    let mut cmd = match preloaded(program, &args.options) {
+        Ok(cmd) => cmd,
+        Err(msg) => {
+            eprintln!("racewatch: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    cmd.args(rest);
+    // Only returns on failure.
+    let err = cmd.exec();
+    eprintln!("racewatch: cannot run `{}`: {err}", program.to_string_lossy());
+    ExitCode::from(exec_failure_status(&err))
+}
+
+/// Shell convention: 127 when the program is not found, 126 otherwise.
+fn exec_failure_status(err: &std::io::Error) -> u8 {
+    if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
 }
 
 pub fn print_runtime_path() -> ExitCode {
-    ExitCode::FAILURE
+    match embedded::runtime_path() {
+        Ok(path) => {
+            println!("{}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("racewatch: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A command for `program` with the runtime in `LD_PRELOAD` (before any
+/// existing entries) and `RACEWATCH_OPTIONS` = the inherited value with
+/// `options` (`key=value`, later wins) merged in.
+pub fn preloaded(program: &OsStr, options: &[String]) -> Result<Command, String> {
+    let runtime = embedded::runtime_path().map_err(|e| e.to_string())?;
+    let preload = ld_preload(&runtime, std::env::var_os("LD_PRELOAD"))?;
+    let inherited = std::env::var(OPTIONS_VAR).unwrap_or_default();
+    let merged = merge_options(&inherited, options)?;
+    let mut cmd = Command::new(program);
+    cmd.env("LD_PRELOAD", preload);
+    if merged.is_empty() {
+        cmd.env_remove(OPTIONS_VAR);
+    } else {
+        cmd.env(OPTIONS_VAR, merged);
+    }
+    Ok(cmd)
+}
+
+fn ld_preload(runtime: &std::path::Path, existing: Option<OsString>) -> Result<OsString, String> {
+    let rt = runtime.as_os_str();
+    if rt.as_encoded_bytes().iter().any(|b| matches!(b, b':' | b' ' | b'\t' | b'\n')) {
+        return Err(format!(
+            "runtime path {} contains a separator LD_PRELOAD cannot express; set RACEWATCH_RUNTIME or XDG_CACHE_HOME",
+            runtime.display()
+        ));
+    }
+    let mut value = OsString::from(rt);
+    if let Some(existing) = existing.filter(|e| !e.is_empty()) {
+        value.push(":");
+        value.push(existing);
+    }
+    Ok(value)
+}
+
+/// Merges `key=value` overrides into a `k=v:k=v` option string. Entries of
+/// the inherited string are kept in order (the runtime judges their validity);
+/// an override replaces the entry with the same key, or is appended.
+pub fn merge_options(inherited: &str, overrides: &[String]) -> Result<String, String> {
+    let mut entries: Vec<String> = inherited.split(':').filter(|e| !e.is_empty()).map(str::to_owned).collect();
+    for opt in overrides {
+        let Some((key, value)) = opt.split_once('=') else {
+            return Err(format!("--option {opt:?}: expected KEY=VALUE"));
+        };
+        let key = key.trim();
+        if key.is_empty() || value.contains(':') {
+            return Err(format!("--option {opt:?}: expected KEY=VALUE with a non-empty key and no ':' in the value"));
+        }
+        let entry = format!("{key}={value}");
+        let same_key = |e: &String| e.split_once('=').map_or(e.as_str(), |(k, _)| k).trim() == key;
+        match entries.iter().position(same_key) {
+            Some(i) => entries[i] = entry,
+            None => entries.push(entry),
+        }
+    }
+    Ok(entries.join(":"))
+}
+
+/// The racewatch executable itself (for cargo runners).
+#[allow(dead_code)]
+pub fn self_exe() -> PathBuf {
+    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("racewatch"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn later_option_wins_and_inherited_entries_stay() {
+        let merged = merge_options("verbosity=1:stats=1", &["sample_period_us=1000".into(), "stats=0".into()]).unwrap();
+        assert_eq!(merged, "verbosity=1:stats=0:sample_period_us=1000");
+        let merged = merge_options("", &["a=1".into(), "a=2".into()]).unwrap();
+        assert_eq!(merged, "a=2");
+    }
+
+    #[test]
+    fn malformed_options_are_rejected() {
+        assert!(merge_options("", &["novalue".into()]).is_err());
+        assert!(merge_options("", &["=1".into()]).is_err());
+        assert!(merge_options("", &["log_path=a:b".into()]).is_err());
+    }
+
+    #[test]
+    fn runtime_goes_first_in_ld_preload() {
+        let rt = std::path::Path::new("/c/libracewatch.so");
+        assert_eq!(ld_preload(rt, None).unwrap(), "/c/libracewatch.so");
+        assert_eq!(ld_preload(rt, Some("/x.so".into())).unwrap(), "/c/libracewatch.so:/x.so");
+        assert!(ld_preload(std::path::Path::new("/a b/l.so"), None).is_err());
+    }
 }

@@ -2,5 +2,9 @@
 //! each behind a safe wrapper with a `// SAFETY:` comment.
 
 pub mod fd;
+pub mod mem;
+pub mod perf;
 pub mod process;
+pub mod signal;
 pub mod snapshot;
+pub mod thread;

@@ -1,9 +1,171 @@
-use std::process::ExitCode;
+//! `racewatch cargo <cargo args…>`: cargo with the metadata flags, in its own
+//! target directory (`<target dir>/racewatch`), so the user's normal build is
+//! untouched. For `test`, `run` and `bench` the built programs run with the
+//! runtime preloaded (`racewatch run --` as the cargo runner).
+
+use super::run::self_exe;
+use racewatch_instrument::toolchain::{self, RUST_FLAGS};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Arguments for cargo, e.g. `build --release` or `test`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CARGO_ARGS")]
+    args: Vec<OsString>,
+}
 
-pub fn run(_args: Args) -> ExitCode {
-    eprintln!("racewatch: not implemented yet");
-    ExitCode::FAILURE
+/// Subcommands (and their aliases) whose programs are run by cargo.
+const RUNNING_SUBCOMMANDS: &[&str] = &["test", "t", "run", "r", "bench"];
+
+/// cargo's global options that take a separate value.
+const GLOBAL_OPTIONS_WITH_VALUE: &[&str] = &["--config", "-Z", "-C", "--color"];
+
+pub fn run(args: Args) -> ExitCode {
+    let rustc = match toolchain::check_rustc() {
+        Ok(info) => info,
+        Err(err) => {
+            eprintln!("racewatch: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let cargo = std::env::var_os("CARGO").filter(|c| !c.is_empty()).unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.args(&args.args);
+
+    let user_flags = user_rustflags(std::env::var_os("CARGO_ENCODED_RUSTFLAGS"), std::env::var_os("RUSTFLAGS"));
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", encoded_rustflags(&user_flags));
+    cmd.env_remove("RUSTFLAGS");
+
+    if !has_option(&args.args, "--target-dir") {
+        if let Some(dir) = target_directory(&cargo, &args.args) {
+            cmd.env("CARGO_TARGET_DIR", dir.join("racewatch"));
+        }
+    }
+
+    if subcommand(&args.args).is_some_and(|s| RUNNING_SUBCOMMANDS.contains(&s)) {
+        let triple = option_value(&args.args, "--target").or(rustc.host);
+        if let Some(triple) = triple {
+            let runner = format!("{} run --", self_exe().display());
+            cmd.env(runner_var(&triple), runner);
+        }
+    }
+
+    let err = cmd.exec();
+    eprintln!("racewatch: cannot run `{}`: {err}", cargo.to_string_lossy());
+    ExitCode::from(127)
+}
+
+/// The user's own rustflags: CARGO_ENCODED_RUSTFLAGS wins over RUSTFLAGS,
+/// as in cargo.
+fn user_rustflags(encoded: Option<OsString>, plain: Option<OsString>) -> Vec<String> {
+    if let Some(encoded) = encoded {
+        let encoded = encoded.to_string_lossy().into_owned();
+        return encoded.split('\x1f').filter(|f| !f.is_empty()).map(str::to_owned).collect();
+    }
+    plain.map(|p| p.to_string_lossy().split_whitespace().map(str::to_owned).collect()).unwrap_or_default()
+}
+
+/// The user's flags followed by the metadata flags, in cargo's encoding.
+fn encoded_rustflags(user: &[String]) -> String {
+    let ours = RUST_FLAGS.iter().copied().filter(|f| !user.iter().any(|u| u == f));
+    user.iter().map(String::as_str).chain(ours).collect::<Vec<_>>().join("\x1f")
+}
+
+/// `CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER` for `x86_64-unknown-linux-gnu`.
+fn runner_var(triple: &str) -> String {
+    let upper: String =
+        triple.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
+    format!("CARGO_TARGET_{upper}_RUNNER")
+}
+
+/// The cargo subcommand: the first argument that is neither an option, an
+/// option's value, nor a `+toolchain`.
+fn subcommand(args: &[OsString]) -> Option<&str> {
+    let mut iter = args.iter().map(|a| a.to_str().unwrap_or(""));
+    while let Some(arg) = iter.next() {
+        if GLOBAL_OPTIONS_WITH_VALUE.contains(&arg) {
+            iter.next();
+        } else if !arg.starts_with('-') && !arg.starts_with('+') {
+            return Some(arg);
+        }
+    }
+    None
+}
+
+fn has_option(args: &[OsString], name: &str) -> bool {
+    option_value(args, name).is_some() || args.iter().any(|a| a == name)
+}
+
+/// The value of `--name value` or `--name=value` before any `--`.
+fn option_value(args: &[OsString], name: &str) -> Option<String> {
+    let mut iter = args.iter().map(|a| a.to_string_lossy()).take_while(|a| a != "--");
+    while let Some(arg) = iter.next() {
+        if arg == name {
+            return iter.next().map(|v| v.into_owned());
+        }
+        if let Some(value) = arg.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')) {
+            return Some(value.to_owned());
+        }
+    }
+    None
+}
+
+/// The project's target directory as cargo resolves it (CARGO_TARGET_DIR,
+/// config, workspace root), from `cargo metadata`; `None` outside a project.
+fn target_directory(cargo: &OsStr, args: &[OsString]) -> Option<PathBuf> {
+    let mut cmd = Command::new(cargo);
+    cmd.args(["metadata", "--no-deps", "--format-version", "1"]);
+    if let Some(manifest) = option_value(args, "--manifest-path") {
+        cmd.arg("--manifest-path").arg(manifest);
+    }
+    let output = cmd.stderr(std::process::Stdio::null()).output().ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    json.get("target_directory")?.as_str().map(PathBuf::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn subcommand_skips_global_options() {
+        assert_eq!(subcommand(&os(&["test", "--release"])), Some("test"));
+        assert_eq!(subcommand(&os(&["+nightly", "-v", "--config", "x=1", "run", "--", "a"])), Some("run"));
+        assert_eq!(subcommand(&os(&["--version"])), None);
+    }
+
+    #[test]
+    fn options_are_found_in_both_spellings() {
+        assert_eq!(option_value(&os(&["build", "--target", "t1"]), "--target").as_deref(), Some("t1"));
+        assert_eq!(option_value(&os(&["build", "--target=t2"]), "--target").as_deref(), Some("t2"));
+        assert_eq!(option_value(&os(&["run", "--", "--target", "x"]), "--target"), None);
+        assert!(has_option(&os(&["build", "--target-dir", "d"]), "--target-dir"));
+        assert!(!has_option(&os(&["build", "--target", "d"]), "--target-dir"));
+    }
+
+    #[test]
+    fn user_rustflags_are_kept_before_ours() {
+        let user = user_rustflags(None, Some("-C target-cpu=native".into()));
+        assert_eq!(user, ["-C", "target-cpu=native"]);
+        let encoded = encoded_rustflags(&user);
+        assert!(encoded.starts_with("-C\x1ftarget-cpu=native\x1f-Cpasses=sanmd-module"), "{encoded:?}");
+        let enc = user_rustflags(Some("-Ca b\x1f-Cb".into()), Some("ignored".into()));
+        assert_eq!(enc, ["-Ca b", "-Cb"]);
+        assert_eq!(encoded_rustflags(&[]).split('\x1f').count(), RUST_FLAGS.len());
+    }
+
+    #[test]
+    fn runner_variable_name() {
+        assert_eq!(runner_var("x86_64-unknown-linux-gnu"), "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER");
+    }
 }

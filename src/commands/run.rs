@@ -121,7 +121,6 @@ pub fn merge_options(inherited: &str, overrides: &[String]) -> Result<String, St
 }
 
 /// The racewatch executable itself (for cargo runners).
-#[allow(dead_code)]
 pub fn self_exe() -> PathBuf {
     std::env::current_exe().unwrap_or_else(|_| PathBuf::from("racewatch"))
 }

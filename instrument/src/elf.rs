@@ -8,6 +8,7 @@
 use crate::format::pcsections::{
     for_each_atomic, for_each_covered, parse_section_name, CoveredEntry, DecodeError, ErrorKind, SectionId, TableKind,
 };
+use crate::format::stackmap::{self, StackMap, StackMapError};
 use crate::symbols::{self, find_function, functions_from_symbols, RawSymbol, SourceMap};
 use goblin::container::{Container, Ctx, Endian};
 use goblin::elf::header::{self, EM_X86_64, ET_DYN, ET_EXEC, ET_REL};
@@ -41,6 +42,9 @@ pub struct Module {
     pub covered: Vec<CoveredEntry>,
     /// Every atomics table merged, sorted, without duplicates.
     pub atomics: Vec<u64>,
+    /// The `.llvm_stackmaps` section, when the file has one. Several stack
+    /// maps placed back to back by the linker are merged into one.
+    pub stackmap: Option<Result<StackMap, StackMapError>>,
     /// Functions of `.symtab` (or `.dynsym`), sorted by address.
     pub functions: Vec<symbols::Function>,
     bytes: Vec<u8>,
@@ -196,12 +200,14 @@ impl Module {
             tables: Vec::new(),
             covered: Vec::new(),
             atomics: Vec::new(),
+            stackmap: None,
             functions,
             bytes,
             sections,
             segments,
         };
         module.decode_tables();
+        module.stackmap = module.section_data(".llvm_stackmaps").map(|(_, data)| read_stackmaps(data));
         Ok(module)
     }
 
@@ -317,6 +323,28 @@ impl fmt::Debug for Module {
             .field("functions", &self.functions.len())
             .finish()
     }
+}
+
+/// Reads the stack maps of a linked file: one per object, back to back,
+/// merged into one (function indexes shifted; constants are already resolved).
+fn read_stackmaps(data: &[u8]) -> Result<StackMap, StackMapError> {
+    let mut maps = stackmap::parse_all(data)?.into_iter();
+    let Some(mut merged) = maps.next() else {
+        return Err(StackMapError {
+            offset: 0,
+            kind: stackmap::StackMapErrorKind::Truncated("header (empty section)"),
+        });
+    };
+    for map in maps {
+        let base = merged.functions.len();
+        merged.functions.extend(map.functions);
+        merged.constants.extend(map.constants);
+        merged.records.extend(map.records.into_iter().map(|mut r| {
+            r.function_index = r.function_index.map(|i| i + base);
+            r
+        }));
+    }
+    Ok(merged)
 }
 
 /// The NUL-terminated string at `offset` of a string table.

@@ -1,0 +1,156 @@
+//! `racewatch flags` and `racewatch cargo`: the flags printed are the ones
+//! racewatch uses, and the cargo wrapper builds with metadata in its own target
+//! directory, keeps the user's RUSTFLAGS and runs tests with the runtime.
+
+mod common;
+
+use common::{check, racewatch, scratch};
+use racewatch_instrument::toolchain::{C_FLAGS, RUST_FLAGS};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[test]
+fn flags_prints_one_line_for_each_compiler() {
+    let rust = check(racewatch().args(["flags", "--rust"]).output().unwrap(), "flags --rust");
+    assert_eq!(String::from_utf8(rust.stdout).unwrap(), format!("{}\n", RUST_FLAGS.join(" ")));
+    let c = check(racewatch().args(["flags", "--c"]).output().unwrap(), "flags --c");
+    assert_eq!(String::from_utf8(c.stdout).unwrap(), format!("{}\n", C_FLAGS.join(" ")));
+    assert!(!racewatch().arg("flags").output().unwrap().status.success(), "one of --rust/--c is required");
+}
+
+#[test]
+fn demos_config_carries_the_same_rust_flags() {
+    let config = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("demos/.cargo/config.toml"))
+        .expect("demos/.cargo/config.toml");
+    let quoted: Vec<&str> = config.split('"').skip(1).step_by(2).collect();
+    assert_eq!(quoted, RUST_FLAGS, "demos/.cargo/config.toml rustflags differ from `racewatch flags --rust`");
+}
+
+/// Section names and sizes of an ELF64 little-endian file.
+fn elf_sections(path: &Path) -> Vec<(String, u64)> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&b[..5], b"\x7fELF\x02", "{} is not ELF64", path.display());
+    let u16_at = |o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28) as usize, u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let header = |i: usize| shoff + i * shentsize;
+    let strtab = u64_at(header(shstrndx) + 0x18) as usize;
+    (0..shnum)
+        .map(|i| {
+            let name_start = strtab + u32_at(header(i));
+            let len = b[name_start..].iter().position(|&c| c == 0).unwrap();
+            (String::from_utf8_lossy(&b[name_start..name_start + len]).into_owned(), u64_at(header(i) + 0x20))
+        })
+        .collect()
+}
+
+/// A one-binary crate (its own workspace) in a scratch directory.
+fn tiny_crate(name: &str, main_rs: &str) -> PathBuf {
+    let dir = scratch(name);
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!("[workspace]\n\n[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("src/main.rs"), main_rs).unwrap();
+    dir
+}
+
+/// `racewatch cargo ARGS` in `dir`, with none of the caller's build settings.
+fn racewatch_cargo(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = racewatch();
+    cmd.arg("cargo").args(args).current_dir(dir);
+    for var in
+        ["CARGO_TARGET_DIR", "RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_RUSTFLAGS", "RACEWATCH_OPTIONS"]
+    {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+const COUNTER_MAIN: &str = r#"
+use std::sync::atomic::{AtomicU64, Ordering};
+static HITS: AtomicU64 = AtomicU64::new(0);
+
+#[inline(never)]
+fn hit() -> u64 {
+    HITS.fetch_add(1, Ordering::SeqCst) + 1
+}
+
+fn main() {
+    println!("hits={} user_cfg={} preload={}", hit(), cfg!(racewatch_user_cfg),
+             std::env::var("LD_PRELOAD").unwrap_or_default());
+}
+
+#[test]
+fn runs_with_the_runtime_preloaded() {
+    assert!(std::env::var("LD_PRELOAD").unwrap_or_default().contains("libracewatch.so"));
+}
+"#;
+
+#[test]
+fn cargo_wrapper_builds_with_metadata_in_its_own_target_dir() {
+    let dir = tiny_crate("rw_cargo_build", COUNTER_MAIN);
+    check(racewatch_cargo(&dir, &["build", "--quiet"]).output().unwrap(), "racewatch cargo build");
+    let exe = dir.join("target/racewatch/debug/rw_cargo_build");
+    let sections = elf_sections(&exe);
+    for wanted in ["sanmd_covered2", "sanmd_atomics2"] {
+        let size = sections.iter().find(|(n, _)| n == wanted).map(|s| s.1);
+        assert!(size.is_some_and(|s| s > 0), "{wanted} missing or empty in {}: {sections:?}", exe.display());
+    }
+    assert!(!dir.join("target/debug").exists(), "the normal target dir was touched");
+
+    // A plain cargo build afterwards is a normal build without metadata.
+    let plain = Command::new(env!("CARGO"))
+        .args(["build", "--quiet"])
+        .current_dir(&dir)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .output()
+        .unwrap();
+    check(plain, "cargo build");
+    let plain_sections = elf_sections(&dir.join("target/debug/rw_cargo_build"));
+    assert!(!plain_sections.iter().any(|(n, _)| n.starts_with("sanmd_")), "plain build has metadata");
+}
+
+#[test]
+fn cargo_wrapper_honours_cargo_target_dir_and_user_rustflags() {
+    let dir = tiny_crate("rw_cargo_env", COUNTER_MAIN);
+    let parent = dir.join("elsewhere");
+    let out = check(
+        racewatch_cargo(&dir, &["run", "--quiet"])
+            .env("CARGO_TARGET_DIR", &parent)
+            .env("RUSTFLAGS", "--cfg racewatch_user_cfg")
+            .output()
+            .unwrap(),
+        "racewatch cargo run",
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("hits=1 user_cfg=true"), "user RUSTFLAGS lost: {stdout}");
+    assert!(stdout.contains("libracewatch.so"), "cargo run did not preload the runtime: {stdout}");
+    let exe = parent.join("racewatch/debug/rw_cargo_env");
+    assert!(elf_sections(&exe).iter().any(|(n, _)| n == "sanmd_covered2"), "{}", exe.display());
+    assert!(!dir.join("target").exists());
+}
+
+#[test]
+fn cargo_test_runs_tests_with_the_runtime() {
+    let dir = tiny_crate("rw_cargo_test", COUNTER_MAIN);
+    let out = racewatch_cargo(&dir, &["test", "--quiet"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    check(out.clone(), "racewatch cargo test");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+}
+
+#[test]
+fn missing_rustc_is_explained() {
+    let dir = tiny_crate("rw_cargo_norustc", COUNTER_MAIN);
+    let out = racewatch_cargo(&dir, &["build"]).env("RUSTC", "/nonexistent/rustc").output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("/nonexistent/rustc not found") && stderr.contains("rustup"), "{stderr}");
+    assert!(!dir.join("target").exists(), "cargo ran despite the failed check");
+}

@@ -1,1 +1,741 @@
 //! Checking PC tables against the machine code (iced-x86).
+//!
+//! Every covered function is decoded linearly from its first byte over its
+//! size. Then:
+//!
+//! - every tagged atomic PC must be the start of an instruction inside a
+//!   covered function that accesses memory, otherwise it is a
+//!   [`Finding::BadAtomicPc`];
+//! - every LOCK-prefixed instruction, and every XCHG with a memory operand,
+//!   inside a covered function that is *not* tagged is a
+//!   [`Finding::LikelyGap`] (typically inline-asm atomics the compiler never
+//!   saw).
+//!
+//! Two kinds of tagged non-memory instructions are real compiler output and
+//! are listed as [`Explained`] instead of failing: fence instructions
+//! (`atomic_thread_fence(seq_cst)` becomes `mfence`), and instructions that
+//! directly follow a tagged memory access, because LLVM copies an atomic's PC
+//! section onto every machine instruction it lowers to (`lock cmpxchg`
+//! followed by `sete` for a compare-exchange's success flag). A third kind is
+//! accepted with a heuristic: acquire/release fences emit no instruction on
+//! x86, so LLVM's label for them lands on the next instruction; a tagged
+//! non-memory instruction at most [`MAX_FENCE_DISTANCE`] untagged
+//! non-memory instructions after a tagged atomic is taken for such a label
+//! (the reference-count idiom: `lock dec; jne; <fence label>`). Anywhere else
+//! a tagged non-memory instruction fails: a fence label there cannot be told
+//! from a wrong table.
+
+use crate::format::pcsections::CoveredEntry;
+use iced_x86::{
+    Decoder, DecoderOptions, Formatter, Instruction, InstructionInfoFactory, IntelFormatter, Mnemonic, OpAccess, OpKind,
+};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// Covered functions larger than this are treated as garbage, not decoded.
+const MAX_FUNCTION_SIZE: u64 = 1 << 32;
+
+/// What the checks need from a binary: its bytes at link-time addresses and
+/// function names.
+pub trait Image {
+    /// `len` bytes at virtual address `vaddr`, or `None` when they are not
+    /// all inside one section with file contents.
+    fn read_at(&self, vaddr: u64, len: usize) -> Option<&[u8]>;
+    /// The name of the function containing `addr`, if the symbols say.
+    fn function_name(&self, addr: u64) -> Option<String>;
+}
+
+impl Image for crate::elf::Module {
+    fn read_at(&self, vaddr: u64, len: usize) -> Option<&[u8]> {
+        crate::elf::Module::read_at(self, vaddr, len)
+    }
+
+    fn function_name(&self, addr: u64) -> Option<String> {
+        self.function_containing(addr).map(|f| f.name.clone())
+    }
+}
+
+/// Why a tagged atomic PC does not match the code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BadPc {
+    /// The PC is not inside any covered function.
+    NotCovered,
+    /// The covered function containing the PC has no bytes in the file.
+    Unreadable,
+    /// The bytes at the PC are not a valid instruction.
+    Undecodable,
+    /// The PC falls inside the instruction starting at `instruction`.
+    NotInstructionStart { instruction: u64, disassembly: String },
+    /// The instruction at the PC does not access memory.
+    NoMemoryAccess { disassembly: String },
+}
+
+impl fmt::Display for BadPc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadPc::NotCovered => f.write_str("not inside any covered function"),
+            BadPc::Unreadable => f.write_str("its covered function has no bytes in the file"),
+            BadPc::Undecodable => f.write_str("not a valid instruction"),
+            BadPc::NotInstructionStart { instruction, disassembly } => {
+                write!(f, "not an instruction start: inside {instruction:#x}: {disassembly}")
+            }
+            BadPc::NoMemoryAccess { disassembly } => write!(f, "no memory access: {disassembly}"),
+        }
+    }
+}
+
+/// A disagreement between the tables and the machine code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Finding {
+    /// A tagged atomic PC that is not a memory-accessing instruction of a
+    /// covered function.
+    BadAtomicPc { pc: u64, function: Option<String>, reason: BadPc },
+    /// An untagged LOCK-prefixed or XCHG-with-memory instruction inside a
+    /// covered function: an atomic the compiler did not see.
+    LikelyGap { pc: u64, function: String, disassembly: String },
+    /// A covered function whose bytes are not in the file (bad table).
+    UnreadableFunction { pc: u64, size: u64, function: Option<String> },
+    /// A table that does not decode to its end (entries before the error
+    /// are still checked).
+    MalformedTable { section: String, offset: usize, message: String },
+}
+
+impl Finding {
+    /// The address the finding is about (0 for a malformed table).
+    pub fn pc(&self) -> u64 {
+        match *self {
+            Finding::BadAtomicPc { pc, .. }
+            | Finding::LikelyGap { pc, .. }
+            | Finding::UnreadableFunction { pc, .. } => pc,
+            Finding::MalformedTable { .. } => 0,
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Finding::BadAtomicPc { pc, function, reason } => {
+                write!(f, "bad atomic PC {pc:#x} in {}: {reason}", function.as_deref().unwrap_or("?"))
+            }
+            Finding::LikelyGap { pc, function, disassembly } => {
+                write!(f, "likely gap {pc:#x} in {function}: untagged atomic {disassembly}")
+            }
+            Finding::UnreadableFunction { pc, size, function } => write!(
+                f,
+                "unreadable covered function {pc:#x} ({size} bytes) {}: not in any section",
+                function.as_deref().unwrap_or("?")
+            ),
+            Finding::MalformedTable { message, .. } => write!(f, "malformed table: {message}"),
+        }
+    }
+}
+
+/// Why a tagged non-memory instruction is accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Explanation {
+    /// A fence instruction (`mfence`, `lfence`, `sfence`): an atomic fence.
+    Fence,
+    /// Part of the lowering of the atomic access at `atomic`: directly after
+    /// it (`sete` after `lock cmpxchg`) or setting up its operands right
+    /// before it (`mov eax, 1` before `lock cmpxchg`).
+    LoweringOf { atomic: u64 },
+    /// A few instructions after the atomic at `atomic` with no memory access
+    /// between: the label of a compiler-only fence (`fence(Acquire)` after
+    /// `fetch_sub(Release)` in `Arc::drop`), which emits no instruction, so
+    /// LLVM's label lands on whatever follows.
+    FenceLabel { atomic: u64 },
+}
+
+/// A tagged non-memory instruction that is expected compiler output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Explained {
+    pub pc: u64,
+    pub function: String,
+    pub disassembly: String,
+    pub why: Explanation,
+}
+
+/// The outcome of [`verify`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Distinct covered functions in the table.
+    pub covered_functions: usize,
+    /// Covered functions whose bytes were decoded.
+    pub functions_decoded: usize,
+    /// Distinct tagged atomic PCs checked.
+    pub atomic_pcs: usize,
+    /// Instructions decoded in covered functions.
+    pub instructions: usize,
+    /// Failures, sorted by PC.
+    pub findings: Vec<Finding>,
+    /// Accepted tagged non-memory instructions, sorted by PC.
+    pub explained: Vec<Explained>,
+}
+
+impl Report {
+    /// True when the tables agree with the code: no bad atomic PC, no likely
+    /// gap, no unreadable covered function.
+    pub fn passed(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+/// Checks a whole ELF file's tables against its code.
+pub fn verify(module: &crate::elf::Module) -> Report {
+    let mut report = verify_tables(module, &module.covered, &module.atomics);
+    let malformed = module.decode_errors().map(|e| Finding::MalformedTable {
+        section: e.section.clone(),
+        offset: e.offset,
+        message: e.to_string(),
+    });
+    report.findings.splice(0..0, malformed);
+    report
+}
+
+/// Checks `covered` and `atomics` (link-time addresses, any order) against
+/// the code of `image`. Never panics on garbage tables.
+pub fn verify_tables(image: &impl Image, covered: &[CoveredEntry], atomics: &[u64]) -> Report {
+    let mut functions: Vec<(u64, u64)> = covered.iter().map(|c| (c.pc, c.size)).collect();
+    functions.sort_unstable();
+    functions.dedup();
+    let mut atomics = atomics.to_vec();
+    atomics.sort_unstable();
+    atomics.dedup();
+
+    let mut checker = Checker {
+        image,
+        atomics: &atomics,
+        handled: vec![false; atomics.len()],
+        gaps: BTreeSet::new(),
+        disasm: Disassembler::new(),
+        report: Report { covered_functions: functions.len(), atomic_pcs: atomics.len(), ..Report::default() },
+    };
+    // Readable functions first, so an overlapping garbage entry does not
+    // take the blame for PCs that a real function explains.
+    let unreadable: Vec<(u64, u64)> =
+        functions.iter().copied().filter(|&(pc, size)| !checker.function(pc, size)).collect();
+    for (pc, size) in unreadable {
+        checker.unreadable(pc, size);
+    }
+    for (i, &pc) in atomics.iter().enumerate() {
+        if !checker.handled[i] {
+            let function = image.function_name(pc);
+            checker.report.findings.push(Finding::BadAtomicPc { pc, function, reason: BadPc::NotCovered });
+        }
+    }
+    let mut report = checker.report;
+    report.findings.sort_by_key(Finding::pc);
+    report.explained.sort_by_key(|e| e.pc);
+    report
+}
+
+struct Checker<'a, I: Image> {
+    image: &'a I,
+    /// Sorted, distinct.
+    atomics: &'a [u64],
+    /// `handled[i]`: atomics[i] was judged inside some covered function.
+    handled: Vec<bool>,
+    /// PCs already reported as gaps (covered entries may overlap).
+    gaps: BTreeSet<u64>,
+    disasm: Disassembler,
+    report: Report,
+}
+
+/// How a tagged instruction was judged, for chaining lowered instructions.
+#[derive(Clone, Copy)]
+enum Tag {
+    /// A memory access or fence: the root of its own atomic.
+    Root(u64),
+    /// Accepted as part of the lowering of the atomic at the given PC.
+    Lowered(u64),
+    /// Accepted as the label of a compiler-only fence; does not chain.
+    FenceLabel,
+    Bad,
+}
+
+/// At most this many untagged non-memory instructions may separate a
+/// compiler-only fence's label from the atomic before it.
+const MAX_FENCE_DISTANCE: usize = 3;
+
+/// The first memory access after `code[idx]` when every instruction up to
+/// and including it is tagged: `code[idx]` sets up that atomic's operands
+/// (`mov eax, 1` before `lock cmpxchg`).
+fn tagged_access_right_after(code: &[Instruction], tagged: &[u64], idx: usize) -> Option<u64> {
+    for insn in code.iter().skip(idx + 1).take(MAX_FENCE_DISTANCE) {
+        if tagged.binary_search(&insn.ip()).is_err() || insn.is_invalid() {
+            return None;
+        }
+        if accesses_memory(insn) {
+            return Some(insn.ip());
+        }
+    }
+    None
+}
+
+/// The tagged atomic a few instructions before `code[idx]`, when only
+/// untagged instructions without memory access lie between them.
+fn atomic_shortly_before(code: &[Instruction], tags: &[Option<Tag>], idx: usize) -> Option<u64> {
+    let from = idx.saturating_sub(MAX_FENCE_DISTANCE + 1);
+    for p in (from..idx).rev() {
+        match tags[p] {
+            Some(Tag::Root(atomic) | Tag::Lowered(atomic)) => return Some(atomic),
+            Some(Tag::FenceLabel | Tag::Bad) => return None,
+            None if accesses_memory(&code[p]) || code[p].is_invalid() => return None,
+            None => {}
+        }
+    }
+    None
+}
+
+impl<I: Image> Checker<'_, I> {
+    /// Indices of the tagged PCs in `[pc, pc + size)`.
+    fn tagged_range(&self, pc: u64, size: u64) -> std::ops::Range<usize> {
+        let end = pc.saturating_add(size);
+        self.atomics.partition_point(|&a| a < pc)..self.atomics.partition_point(|&a| a < end)
+    }
+
+    /// Reports a covered function without bytes and the PCs inside it.
+    fn unreadable(&mut self, pc: u64, size: u64) {
+        let function = self.image.function_name(pc);
+        self.report.findings.push(Finding::UnreadableFunction { pc, size, function: function.clone() });
+        for i in self.tagged_range(pc, size) {
+            if !std::mem::replace(&mut self.handled[i], true) {
+                let reason = BadPc::Unreadable;
+                self.report.findings.push(Finding::BadAtomicPc {
+                    pc: self.atomics[i],
+                    function: function.clone(),
+                    reason,
+                });
+            }
+        }
+    }
+
+    /// Decodes one covered function and judges it; false when its bytes are
+    /// not in the image.
+    fn function(&mut self, pc: u64, size: u64) -> bool {
+        let bytes = match size {
+            0 => &[][..],
+            1..=MAX_FUNCTION_SIZE => match self.image.read_at(pc, size as usize) {
+                Some(bytes) => bytes,
+                None => return false,
+            },
+            _ => return false,
+        };
+        let range = self.tagged_range(pc, size);
+        let (first, last) = (range.start, range.end);
+        let name = self.image.function_name(pc).unwrap_or_else(|| format!("{pc:#x}"));
+        self.report.functions_decoded += 1;
+        let code = decode(bytes, pc);
+        self.report.instructions += code.len();
+        let tagged = &self.atomics[first..last];
+
+        for insn in &code {
+            if is_atomic_rmw(insn) && tagged.binary_search(&insn.ip()).is_err() && self.gaps.insert(insn.ip()) {
+                let disassembly = self.disasm.format(insn);
+                self.report.findings.push(Finding::LikelyGap { pc: insn.ip(), function: name.clone(), disassembly });
+            }
+        }
+
+        // Tagged PCs in ascending order, so the previous instruction's tag is known.
+        let mut tags: Vec<Option<Tag>> = vec![None; code.len()];
+        for i in first..last {
+            if std::mem::replace(&mut self.handled[i], true) {
+                continue;
+            }
+            let at = self.atomics[i];
+            let index = code.partition_point(|insn| insn.ip() <= at);
+            let Some(idx) = index.checked_sub(1) else { continue };
+            let insn = &code[idx];
+            let bad = |reason| Finding::BadAtomicPc { pc: at, function: Some(name.clone()), reason };
+            if insn.ip() != at {
+                let reason =
+                    BadPc::NotInstructionStart { instruction: insn.ip(), disassembly: self.disasm.format(insn) };
+                self.report.findings.push(bad(reason));
+                continue;
+            }
+            if insn.is_invalid() {
+                self.report.findings.push(bad(BadPc::Undecodable));
+                continue;
+            }
+            let previous = idx.checked_sub(1).and_then(|p| tags[p]);
+            let tag = if accesses_memory(insn) {
+                Tag::Root(at)
+            } else if is_fence(insn) {
+                self.explain(at, &name, insn, Explanation::Fence);
+                Tag::Root(at)
+            } else if let Some(Tag::Root(atomic) | Tag::Lowered(atomic)) = previous {
+                self.explain(at, &name, insn, Explanation::LoweringOf { atomic });
+                Tag::Lowered(atomic)
+            } else if let Some(atomic) = tagged_access_right_after(&code, tagged, idx) {
+                self.explain(at, &name, insn, Explanation::LoweringOf { atomic });
+                Tag::Lowered(atomic)
+            } else if let Some(atomic) = atomic_shortly_before(&code, &tags, idx) {
+                self.explain(at, &name, insn, Explanation::FenceLabel { atomic });
+                Tag::FenceLabel
+            } else {
+                let reason = BadPc::NoMemoryAccess { disassembly: self.disasm.format(insn) };
+                self.report.findings.push(bad(reason));
+                Tag::Bad
+            };
+            tags[idx] = Some(tag);
+        }
+        true
+    }
+
+    fn explain(&mut self, pc: u64, function: &str, insn: &Instruction, why: Explanation) {
+        let disassembly = self.disasm.format(insn);
+        self.report.explained.push(Explained { pc, function: function.to_string(), disassembly, why });
+    }
+}
+
+/// Decodes `bytes` (at address `ip`) linearly; bytes that do not decode
+/// become invalid instructions, so decoding always reaches the end.
+fn decode(bytes: &[u8], ip: u64) -> Vec<Instruction> {
+    let mut decoder = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE);
+    let mut code = Vec::with_capacity(bytes.len() / 4);
+    while decoder.can_decode() {
+        code.push(decoder.decode());
+    }
+    code
+}
+
+fn is_memory_operand(kind: OpKind) -> bool {
+    matches!(
+        kind,
+        OpKind::Memory
+            | OpKind::MemorySegSI
+            | OpKind::MemorySegESI
+            | OpKind::MemorySegRSI
+            | OpKind::MemorySegDI
+            | OpKind::MemorySegEDI
+            | OpKind::MemorySegRDI
+            | OpKind::MemoryESDI
+            | OpKind::MemoryESEDI
+            | OpKind::MemoryESRDI
+    )
+}
+
+fn has_memory_operand(insn: &Instruction) -> bool {
+    (0..insn.op_count()).any(|i| is_memory_operand(insn.op_kind(i)))
+}
+
+/// True when an operand of `insn` reads or writes memory (`lea` and
+/// multi-byte `nop` have memory operands that do not).
+pub fn accesses_memory(insn: &Instruction) -> bool {
+    if insn.is_invalid() || !has_memory_operand(insn) {
+        return false;
+    }
+    let mut factory = InstructionInfoFactory::new();
+    let info = factory.info(insn);
+    (0..insn.op_count()).any(|i| {
+        is_memory_operand(insn.op_kind(i)) && !matches!(info.op_access(i), OpAccess::NoMemAccess | OpAccess::None)
+    })
+}
+
+fn is_fence(insn: &Instruction) -> bool {
+    matches!(insn.mnemonic(), Mnemonic::Mfence | Mnemonic::Lfence | Mnemonic::Sfence)
+}
+
+/// LOCK-prefixed, or XCHG with a memory operand (implicitly locked).
+pub fn is_atomic_rmw(insn: &Instruction) -> bool {
+    !insn.is_invalid() && (insn.has_lock_prefix() || (insn.mnemonic() == Mnemonic::Xchg && has_memory_operand(insn)))
+}
+
+/// Intel-syntax text of one instruction, absolute addresses for RIP-relative
+/// operands and branch targets.
+pub struct Disassembler {
+    formatter: IntelFormatter,
+}
+
+impl Default for Disassembler {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Disassembler {
+    pub fn new() -> Self {
+        let mut formatter = IntelFormatter::new();
+        let options = formatter.options_mut();
+        options.set_hex_prefix("0x");
+        options.set_hex_suffix("");
+        options.set_uppercase_hex(false);
+        options.set_space_after_operand_separator(true);
+        options.set_branch_leading_zeros(false);
+        Disassembler { formatter }
+    }
+
+    pub fn format(&mut self, insn: &Instruction) -> String {
+        if insn.is_invalid() {
+            return "(bad)".to_string();
+        }
+        let mut out = String::new();
+        self.formatter.format(insn, &mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::pcsections::FEATURE_ATOMICS;
+
+    /// One blob of code at a fixed address, one function name for all of it.
+    struct Blob {
+        base: u64,
+        bytes: Vec<u8>,
+    }
+
+    impl Image for Blob {
+        fn read_at(&self, vaddr: u64, len: usize) -> Option<&[u8]> {
+            let start = usize::try_from(vaddr.checked_sub(self.base)?).ok()?;
+            self.bytes.get(start..start.checked_add(len)?)
+        }
+        fn function_name(&self, addr: u64) -> Option<String> {
+            (addr >= self.base && addr < self.base + self.bytes.len() as u64).then(|| "f".to_string())
+        }
+    }
+
+    fn entry(pc: u64, size: u64) -> CoveredEntry {
+        CoveredEntry { pc, size, features: FEATURE_ATOMICS, stack_args_size: None }
+    }
+
+    const BASE: u64 = 0x1000;
+
+    /// push rbp; mov rbp,rsp; lock xadd [rip+0x10],rax; mov rax,[rip+0x20];
+    /// xchg [rdi],rax; lock cmpxchg [rdi],rsi; sete cl; mfence; lea rax,[rdi+8];
+    /// pop rbp; ret
+    fn sample() -> (Blob, Vec<u64>) {
+        let parts: &[&[u8]] = &[
+            &[0x55],                                        // 0x1000 push rbp
+            &[0x48, 0x89, 0xe5],                            // 0x1001 mov rbp,rsp
+            &[0xf0, 0x48, 0x0f, 0xc1, 0x05, 0x10, 0, 0, 0], // 0x1004 lock xadd [rip+0x10],rax
+            &[0x48, 0x8b, 0x05, 0x20, 0, 0, 0],             // 0x100d mov rax,[rip+0x20]
+            &[0x48, 0x87, 0x07],                            // 0x1014 xchg [rdi],rax
+            &[0xf0, 0x48, 0x0f, 0xb1, 0x37],                // 0x1017 lock cmpxchg [rdi],rsi
+            &[0x0f, 0x94, 0xc1],                            // 0x101c sete cl
+            &[0x0f, 0xae, 0xf0],                            // 0x101f mfence
+            &[0x48, 0x8d, 0x47, 0x08],                      // 0x1022 lea rax,[rdi+8]
+            &[0x5d],                                        // 0x1026 pop rbp
+            &[0xc3],                                        // 0x1027 ret
+        ];
+        let mut bytes = Vec::new();
+        let mut starts = Vec::new();
+        for p in parts {
+            starts.push(BASE + bytes.len() as u64);
+            bytes.extend_from_slice(p);
+        }
+        (Blob { base: BASE, bytes }, starts)
+    }
+
+    fn size(blob: &Blob) -> u64 {
+        blob.bytes.len() as u64
+    }
+
+    #[test]
+    fn fully_tagged_function_passes() {
+        let (blob, s) = sample();
+        // lock xadd, mov load, xchg, lock cmpxchg, its sete, mfence
+        let atomics = [s[2], s[3], s[4], s[5], s[6], s[7]];
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &atomics);
+        assert!(report.passed(), "{:#?}", report.findings);
+        assert_eq!((report.covered_functions, report.functions_decoded, report.atomic_pcs), (1, 1, 6));
+        assert_eq!(report.instructions, 11);
+        assert_eq!(
+            report.explained.iter().map(|e| (e.pc, e.why)).collect::<Vec<_>>(),
+            vec![(s[6], Explanation::LoweringOf { atomic: s[5] }), (s[7], Explanation::Fence)]
+        );
+    }
+
+    #[test]
+    fn untagged_lock_and_xchg_are_gaps() {
+        let (blob, s) = sample();
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[3]]);
+        let gaps: Vec<_> = report
+            .findings
+            .iter()
+            .map(|f| match f {
+                Finding::LikelyGap { pc, function, disassembly } => (*pc, function.as_str(), disassembly.clone()),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(gaps.len(), 3);
+        assert_eq!(gaps[0].0, s[2]);
+        assert!(gaps[0].2.starts_with("lock xadd"), "{}", gaps[0].2);
+        assert_eq!(gaps[1].0, s[4]);
+        assert!(gaps[1].2.starts_with("xchg"), "{}", gaps[1].2);
+        assert_eq!(gaps[2].0, s[5]);
+        assert!(!report.passed());
+    }
+
+    #[test]
+    fn tagged_non_memory_instruction_is_bad() {
+        let (blob, s) = assemble(&[
+            &[0x55],                   // push rbp
+            &[0x48, 0x89, 0xe5],       // mov rbp, rsp (tagged)
+            &[0x90],                   // nop
+            &[0x48, 0x8d, 0x47, 0x08], // lea rax, [rdi+8] (tagged)
+            &[0x90],
+            &[0x90],
+            &[0x90],
+            &[0x90],
+            &[0xf0, 0x48, 0x0f, 0xc1, 0x05, 0x10, 0, 0, 0], // lock xadd [rip+0x10], rax (tagged)
+            &[0xc3],
+        ]);
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[1], s[3], s[8]]);
+        let bad: Vec<_> = report
+            .findings
+            .iter()
+            .map(|f| match f {
+                Finding::BadAtomicPc { pc, reason: BadPc::NoMemoryAccess { disassembly }, .. } => {
+                    (*pc, disassembly.clone())
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![s[1], s[3]]);
+        assert_eq!(bad[0].1, "mov rbp, rsp");
+        assert_eq!(bad[1].1, "lea rax, [rdi+8]");
+    }
+
+    #[test]
+    fn sete_without_preceding_atomic_is_bad() {
+        let (blob, s) = sample();
+        // cmpxchg untagged (a gap), sete tagged: nothing explains the sete.
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[2], s[4], s[6]]);
+        assert!(report.findings.iter().any(
+            |f| matches!(f, Finding::BadAtomicPc { pc, reason: BadPc::NoMemoryAccess { .. }, .. } if *pc == s[6])
+        ));
+        assert!(report.findings.iter().any(|f| matches!(f, Finding::LikelyGap { pc, .. } if *pc == s[5])));
+    }
+
+    #[test]
+    fn mid_instruction_and_uncovered_pcs() {
+        let (blob, s) = sample();
+        let covered = [entry(BASE, s[6] - BASE)]; // ends before sete
+        let atomics = [s[2] + 1, s[2], s[4], s[5], s[7], 0x9999];
+        let report = verify_tables(&blob, &covered, &atomics);
+        let reasons: Vec<_> = report
+            .findings
+            .iter()
+            .map(|f| match f {
+                Finding::BadAtomicPc { pc, reason, .. } => (*pc, reason.clone()),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(reasons.len(), 3, "{reasons:?}");
+        assert!(
+            matches!(&reasons[0], (pc, BadPc::NotInstructionStart { instruction, .. }) if *pc == s[2] + 1 && *instruction == s[2])
+        );
+        assert_eq!(reasons[1], (s[7], BadPc::NotCovered));
+        assert_eq!(reasons[2], (0x9999, BadPc::NotCovered));
+    }
+
+    #[test]
+    fn garbage_tables_do_not_panic() {
+        let (blob, s) = sample();
+        let covered = [
+            entry(BASE, size(&blob) + 100), // runs off the end
+            entry(u64::MAX - 2, 100),       // wraps
+            entry(0, 0),
+            entry(BASE + 3, 5), // starts mid-instruction, overlaps
+            entry(BASE, u64::MAX),
+        ];
+        let atomics = [0, u64::MAX, s[2], s[4] + 2, BASE + 1];
+        let report = verify_tables(&blob, &covered, &atomics);
+        assert!(!report.passed());
+        let unreadable = report.findings.iter().filter(|f| matches!(f, Finding::UnreadableFunction { .. })).count();
+        assert_eq!(unreadable, 3, "{:#?}", report.findings);
+        let bad: Vec<(u64, &BadPc)> = report
+            .findings
+            .iter()
+            .filter_map(|f| match f {
+                Finding::BadAtomicPc { pc, reason, .. } => Some((*pc, reason)),
+                _ => None,
+            })
+            .collect();
+        // Only `BASE + 3` (5 bytes) decodes: `in eax, 0xf0` at BASE + 3, then
+        // a lock xadd cut short. Readable functions are judged first.
+        assert_eq!(bad.len(), 5, "{bad:#?}");
+        assert_eq!(bad[0], (0, &BadPc::NotCovered));
+        assert_eq!(bad[1], (BASE + 1, &BadPc::Unreadable));
+        assert!(
+            matches!(bad[2], (pc, BadPc::NotInstructionStart { instruction, .. }) if pc == s[2] && *instruction == BASE + 3)
+        );
+        assert_eq!(bad[3], (s[4] + 2, &BadPc::Unreadable));
+        assert_eq!(bad[4], (u64::MAX, &BadPc::NotCovered));
+    }
+
+    #[test]
+    fn undecodable_bytes() {
+        let blob = Blob { base: BASE, bytes: vec![0x06, 0x0f, 0x0b, 0xc3] }; // invalid in 64-bit, ud2, ret
+        let report = verify_tables(&blob, &[entry(BASE, 4)], &[BASE]);
+        assert_eq!(
+            report.findings,
+            vec![Finding::BadAtomicPc { pc: BASE, function: Some("f".into()), reason: BadPc::Undecodable }]
+        );
+    }
+
+    #[test]
+    fn truncated_last_instruction() {
+        let (mut blob, s) = sample();
+        blob.bytes.truncate((s[2] - BASE + 4) as usize); // lock xadd cut short
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[2]]);
+        assert_eq!(report.findings.len(), 1);
+        assert!(matches!(report.findings[0], Finding::BadAtomicPc { reason: BadPc::Undecodable, .. }));
+    }
+
+    /// Concatenates instructions at BASE; returns the blob and their addresses.
+    fn assemble(parts: &[&[u8]]) -> (Blob, Vec<u64>) {
+        let mut bytes = Vec::new();
+        let mut starts = Vec::new();
+        for p in parts {
+            starts.push(BASE + bytes.len() as u64);
+            bytes.extend_from_slice(p);
+        }
+        (Blob { base: BASE, bytes }, starts)
+    }
+
+    #[test]
+    fn compiler_fence_label_and_operand_setup_are_explained() {
+        let (blob, s) = assemble(&[
+            &[0xb8, 0x01, 0, 0, 0],          // mov eax, 1        (tagged: cmpxchg setup)
+            &[0xf0, 0x48, 0x0f, 0xb1, 0x17], // lock cmpxchg [rdi], rdx
+            &[0xf0, 0x48, 0xff, 0x0f],       // lock dec qword [rdi]
+            &[0x75, 0x00],                   // jne +0
+            &[0xbe, 0x18, 0, 0, 0],          // mov esi, 0x18     (tagged: fence label)
+            &[0xc3],                         // ret
+        ]);
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0], s[1], s[2], s[4]]);
+        assert!(report.passed(), "{:#?}", report.findings);
+        assert_eq!(
+            report.explained.iter().map(|e| (e.pc, e.why)).collect::<Vec<_>>(),
+            vec![(s[0], Explanation::LoweringOf { atomic: s[1] }), (s[4], Explanation::FenceLabel { atomic: s[2] })]
+        );
+    }
+
+    #[test]
+    fn fence_label_after_a_plain_access_is_bad() {
+        let (blob, s) = assemble(&[
+            &[0xf0, 0x48, 0xff, 0x0f], // lock dec qword [rdi]
+            &[0x48, 0x89, 0x06],       // mov [rsi], rax (plain store)
+            &[0x48, 0xff, 0xc7],       // inc rdi (tagged)
+            &[0xc3],
+        ]);
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0], s[2]]);
+        assert!(matches!(
+            report.findings.as_slice(),
+            [Finding::BadAtomicPc { pc, reason: BadPc::NoMemoryAccess { .. }, .. }] if *pc == s[2]
+        ));
+        // Too far after the atomic: four untagged instructions between.
+        let (blob, s) =
+            assemble(&[&[0xf0, 0x48, 0xff, 0x0f], &[0x90], &[0x90], &[0x90], &[0x90], &[0x48, 0xff, 0xc7], &[0xc3]]);
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0], s[5]]);
+        assert_eq!(report.findings.len(), 1, "{:#?}", report.findings);
+    }
+}

@@ -1,1 +1,198 @@
 //! The sampling signal: pick an access to watch.
+//!
+//! [`start`] opens one task-clock event firing every `sample_period_us /
+//! THINNING` of a thread's CPU time and the watchpoints (inherited by every
+//! thread created later), and installs the `SIGTRAP` handler. Each signal is
+//! kept with probability `1 / THINNING` (a per-thread wyrand stream in a fixed
+//! table of atomics): the mean period stays `sample_period_us`, but the gaps
+//! are random, so samples do not lock onto loops.
+//!
+//! A kept sample in thread A at PC p is dropped when A is a runtime thread,
+//! p is uncovered, every watchpoint is busy, no access is found at or shortly
+//! after p, or the access is on A's own stack; otherwise [`watch::watch`]
+//! watches it. All of this runs in the signal handler and is async-signal-safe.
+
+use crate::event::{AccessRecord, Stack, MAX_FRAMES};
+use crate::index::Access;
+use crate::options::Options;
+use crate::stats::{self, Counter};
+use crate::sys::perf::{SampleTimer, SAMPLE_SIG_DATA};
+use crate::sys::signal::{self, PerfSignal, Regs};
+use crate::sys::thread;
+use crate::watch::{self, OwnMemory, Watch};
+use crate::{decode, registry, stack};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// Timer signals per kept sample.
+pub const THINNING: u64 = 4;
+/// The x86-64 red zone below RSP that leaf code may use.
+const RED_ZONE: u64 = 128;
+
+struct Config {
+    timer: SampleTimer,
+    delay_us: u64,
+    report_atomic_races: bool,
+    seed: u64,
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Starts the detector: opens the sampler and `options.watchpoints` watchpoints for the calling thread and
+/// every thread it creates later, warms up the decoder, installs the `SIGTRAP` handler, and enables sampling
+/// if the index already holds covered code (see [`refresh`]). Call once, from the constructor, before the
+/// program starts threads. Errors (perf_event_open denied, no debug register) leave the program untouched.
+pub fn start(options: &Options) -> Result<(), String> {
+    if CONFIG.get().is_some() {
+        return Ok(());
+    }
+    let period_ns = options.sample_period_us.saturating_mul(1000) / THINNING;
+    let timer = SampleTimer::open(period_ns.max(1))
+        .map_err(|e| format!("cannot open the sampling timer (perf_event_open: {e})"))?;
+    watch::init(options.watchpoints)?;
+    decode::warm_up();
+    let config = Config {
+        timer,
+        delay_us: options.delay_us,
+        report_atomic_races: options.report_atomic_races,
+        seed: options.seed.unwrap_or(0x9e37_79b9_7f4a_7c15),
+    };
+    let _ = CONFIG.set(config);
+    signal::install(on_perf).map_err(|e| format!("cannot install the SIGTRAP handler: {e}"))?;
+    refresh();
+    Ok(())
+}
+
+/// Enables sampling once the index holds covered code (call after publishing a new index); disables it
+/// when the index became empty. No-op before [`start`].
+pub fn refresh() {
+    let Some(config) = CONFIG.get() else { return };
+    let covered = registry::with_index(|idx| idx.functions()) > 0;
+    if covered != ENABLED.load(Ordering::Acquire) {
+        let result = if covered { config.timer.enable() } else { config.timer.disable() };
+        if result.is_ok() {
+            ENABLED.store(covered, Ordering::Release);
+        }
+    }
+}
+
+/// Whether the sampling timer is enabled.
+pub fn is_enabled() -> bool {
+    ENABLED.load(Ordering::Acquire)
+}
+
+/// Stops sampling (e.g. at exit, before the reporter drains the queue).
+pub fn stop() {
+    if let Some(config) = CONFIG.get() {
+        let _ = config.timer.disable();
+        ENABLED.store(false, Ordering::Release);
+    }
+}
+
+fn on_perf(signal: &PerfSignal) -> bool {
+    if signal.data == SAMPLE_SIG_DATA {
+        if let Some(config) = CONFIG.get() {
+            on_sample(config, &signal.regs);
+        }
+        true
+    } else {
+        watch::on_trap(signal)
+    }
+}
+
+/// Per-thread random streams, indexed by tid (threads that collide share a stream, harmlessly).
+static RNG: [AtomicU64; 256] = [const { AtomicU64::new(0) }; 256];
+
+/// A uniform random u64 from the calling thread's stream.
+fn next_random(tid: i32, seed: u64) -> u64 {
+    let cell = &RNG[tid as usize % RNG.len()];
+    let mut state = cell.load(Ordering::Relaxed);
+    if state == 0 {
+        state = seed ^ (tid as u64).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    }
+    let mut rng = fastrand::Rng::with_seed(state);
+    let value = rng.u64(..);
+    cell.store(rng.get_seed(), Ordering::Relaxed);
+    value
+}
+
+fn on_sample(config: &Config, regs: &Regs) {
+    let tid = thread::gettid();
+    let random = next_random(tid, config.seed);
+    if random % THINNING != 0 {
+        return;
+    }
+    stats::bump(Counter::Samples);
+    if thread::is_runtime_thread(tid) {
+        return;
+    }
+    if registry::with_index(|idx| idx.classify(regs.rip)) == Access::Uncovered {
+        stats::bump(Counter::SamplesUncovered);
+        return;
+    }
+    if !watch::any_free() {
+        stats::bump(Counter::SamplesBusy);
+        return;
+    }
+    let Some(found) = decode::access_at(&OwnMemory, &watch::decoder_regs(regs), decode::MAX_LOOKAHEAD) else {
+        stats::bump(Counter::SamplesNoAccess);
+        return;
+    };
+    let class = registry::with_index(|idx| idx.classify(found.pc));
+    let mut pcs = [0u64; MAX_FRAMES];
+    let walk = stack::walk(regs.rbp(), found.pc, &mut pcs);
+    if class == Access::Uncovered || !found.addr_known || on_own_stack(found.addr, regs, walk.top) {
+        stats::bump(Counter::SamplesNoAccess);
+        return;
+    }
+    let access = AccessRecord {
+        tid,
+        pc: found.pc,
+        addr: found.addr,
+        size: found.size,
+        is_write: found.is_write,
+        is_atomic: class == Access::Atomic || found.locked,
+        stack: Stack::from_pcs(&pcs[..walk.frames]),
+    };
+    // Jitter the window too: uniform in [delay/2, 3*delay/2].
+    let delay_us = config.delay_us / 2 + (random >> 32) % config.delay_us.max(1);
+    let request = Watch { access: &access, delay_us, report_atomic_races: config.report_atomic_races };
+    if watch::watch(&request) == watch::Outcome::Busy {
+        stats::bump(Counter::SamplesBusy);
+    }
+}
+
+/// Whether `addr` lies in the part of the interrupted thread's stack between its red zone and the outermost
+/// frame the walk reached (or RBP, when the walk got nowhere).
+fn on_own_stack(addr: u64, regs: &Regs, walk_top: u64) -> bool {
+    let bottom = regs.rsp().saturating_sub(RED_ZONE);
+    let top = walk_top.max(regs.rbp()).max(regs.rsp()).saturating_add(16);
+    (bottom..top).contains(&addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_stack_spans_red_zone_to_outermost_frame() {
+        let mut regs = Regs::default();
+        regs.gpr[Regs::RSP] = 0x7000_1000;
+        regs.gpr[Regs::RBP] = 0x7000_1040;
+        assert!(on_own_stack(0x7000_1000 - 8, &regs, 0x7000_2000));
+        assert!(on_own_stack(0x7000_1ff8, &regs, 0x7000_2000));
+        assert!(!on_own_stack(0x7000_1000 - 200, &regs, 0x7000_2000));
+        assert!(!on_own_stack(0x7000_3000, &regs, 0x7000_2000));
+        assert!(!on_own_stack(0x5555_0000, &regs, 0));
+        assert!(on_own_stack(0x7000_1048, &regs, 0));
+    }
+
+    #[test]
+    fn thinning_keeps_about_one_in_thinning_and_streams_differ() {
+        let kept = (0..40_000).filter(|_| next_random(77, 1) % THINNING == 0).count();
+        let expected = 40_000 / THINNING as usize;
+        assert!(kept.abs_diff(expected) < expected / 10, "{kept} kept, expected about {expected}");
+        assert_ne!(next_random(1001, 5), next_random(1002, 5));
+    }
+}

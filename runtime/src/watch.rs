@@ -1,1 +1,331 @@
-//! Watchpoint slots: arm, wait, disarm, collect traps.
+//! Watchpoint slots: arm, wait, disarm, collect traps, judge.
+//!
+//! One slot per hardware watchpoint. A sampled thread A *claims* a free slot
+//! (`busy` false → true), publishes a fresh generation in `armed`, arms the
+//! watchpoint with `sig_data` = tag | generation | slot, stalls, disarms,
+//! *closes* the slot (`armed` = 0), waits for trap handlers still writing,
+//! judges the records against its own access, and releases the slot.
+//!
+//! A thread B that trips the watchpoint decodes its access, then registers as
+//! a writer (`writers += 1`) and re-checks that `armed` still holds the
+//! generation from its `sig_data`; only then does it take a record index
+//! (`count += 1`) and fill that record. The close (`armed = 0`, then read
+//! `writers`) and the registration (`writers += 1`, then read `armed`) are
+//! both SeqCst, so either B sees the slot closed and backs off, or A sees B
+//! and waits for it: A never reads a half-written record, and no record of a
+//! closed window is ever written. Everything here is async-signal-safe: fixed
+//! static storage, atomics, a `try_lock` that cannot block, raw syscalls.
+
+use crate::decode::{self, CodeReader, MemAccess};
+use crate::event::{AccessRecord, RaceEvent, Stack, MAX_FRAMES};
+use crate::index::Access;
+use crate::judge::{self, Side};
+use crate::sys::perf::{WatchKind, Watchpoint};
+use crate::sys::signal::{PerfSignal, Regs, TRAP_PERF_FLAG_ASYNC};
+use crate::sys::{mem, thread};
+use crate::{queue, registry, stack, stats};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// x86-64 has four debug registers.
+pub const MAX_SLOTS: usize = 4;
+/// Traps recorded per watch window; later ones are counted but not kept.
+pub const MAX_RECORDS: usize = 4;
+
+/// Top byte of every watchpoint `sig_data` (task-clock samples use `perf::SAMPLE_SIG_DATA`).
+const TAG: u64 = 0xa5 << 56;
+const TAG_MASK: u64 = 0xff << 56;
+const GENERATION_MASK: u64 = (1 << 48) - 1;
+
+/// Reads code and data of this process without faulting.
+pub struct OwnMemory;
+
+impl CodeReader for OwnMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+        mem::read_into(addr, buf)
+    }
+}
+
+/// The decoder's copy of the interrupted registers.
+pub fn decoder_regs(regs: &Regs) -> decode::Regs {
+    decode::Regs { gpr: regs.gpr, rip: regs.rip, rflags: regs.rflags }
+}
+
+struct Record {
+    generation: u64,
+    covered: bool,
+    access: AccessRecord,
+}
+
+const EMPTY_ACCESS: AccessRecord =
+    AccessRecord { tid: 0, pc: 0, addr: 0, size: 0, is_write: false, is_atomic: false, stack: Stack::EMPTY };
+
+struct Slot {
+    busy: AtomicBool,
+    /// Generation accepting traps, 0 when closed.
+    armed: AtomicU64,
+    owner: AtomicI32,
+    writers: AtomicU32,
+    count: AtomicU32,
+    records: [spin::Mutex<Record>; MAX_RECORDS],
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            busy: AtomicBool::new(false),
+            armed: AtomicU64::new(0),
+            owner: AtomicI32::new(0),
+            writers: AtomicU32::new(0),
+            count: AtomicU32::new(0),
+            records: [const { spin::Mutex::new(Record { generation: 0, covered: false, access: EMPTY_ACCESS }) };
+                MAX_RECORDS],
+        }
+    }
+}
+
+static SLOTS: [Slot; MAX_SLOTS] = [const { Slot::new() }; MAX_SLOTS];
+static WATCHPOINTS: OnceLock<Vec<Watchpoint>> = OnceLock::new();
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// Opens up to `count` (1..=4) watchpoints; returns how many opened (at least one), or why none did.
+/// Call once, at init, from the thread whose later threads are to be watched.
+pub fn init(count: u32) -> Result<usize, String> {
+    if let Some(existing) = WATCHPOINTS.get() {
+        return Ok(existing.len());
+    }
+    let wanted = (count as usize).clamp(1, MAX_SLOTS);
+    let mut opened = Vec::with_capacity(wanted);
+    let mut first_error = None;
+    for slot in 0..wanted {
+        match Watchpoint::open(slot as u32) {
+            Ok(wp) => opened.push(wp),
+            Err(err) => {
+                first_error.get_or_insert(err);
+                break;
+            }
+        }
+    }
+    if opened.is_empty() {
+        let err = first_error.map(|e| e.to_string()).unwrap_or_default();
+        return Err(format!("cannot open a hardware watchpoint (perf_event_open: {err})"));
+    }
+    let n = opened.len();
+    let _ = WATCHPOINTS.set(opened);
+    Ok(n)
+}
+
+fn watchpoints() -> &'static [Watchpoint] {
+    WATCHPOINTS.get().map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// Whether some slot is free right now (a hint: claiming may still fail).
+pub fn any_free() -> bool {
+    SLOTS.iter().take(watchpoints().len()).any(|slot| !slot.busy.load(Ordering::Relaxed))
+}
+
+/// Whether `sig_data` belongs to one of our watchpoints.
+pub fn owns(sig_data: u64) -> bool {
+    sig_data & TAG_MASK == TAG
+}
+
+fn sig_data(generation: u64, slot: usize) -> u64 {
+    TAG | (generation & GENERATION_MASK) << 8 | slot as u64
+}
+
+fn parse_sig_data(data: u64) -> Option<(usize, u64)> {
+    owns(data).then_some(((data & 0xff) as usize, (data >> 8) & GENERATION_MASK))
+}
+
+/// The aligned 1/2/4/8-byte window containing the first byte of `[addr, addr + size)` and as much of the
+/// rest as one debug register can cover.
+pub fn window(addr: u64, size: u8) -> (u64, u64) {
+    for len in [1u64, 2, 4, 8] {
+        let start = addr & !(len - 1);
+        if start + len >= addr.saturating_add(u64::from(size.max(1))) {
+            return (start, len);
+        }
+    }
+    (addr & !7, 8)
+}
+
+/// What the sampled thread asks to watch.
+pub struct Watch<'a> {
+    pub access: &'a AccessRecord,
+    /// How long to keep the window open.
+    pub delay_us: u64,
+    pub report_atomic_races: bool,
+}
+
+/// Outcome of [`watch`], for counting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every slot was busy.
+    Busy,
+    /// The kernel refused to arm (e.g. a non-canonical address).
+    ArmFailed,
+    /// The window ran; this many races were found.
+    Watched { traps: u32, races: u32 },
+}
+
+/// Watches `request.access` (thread A, covered, on the signal path): claims a slot, arms, stalls, disarms,
+/// judges what other threads did meanwhile and pushes each race to the queue. Async-signal-safe.
+pub fn watch(request: &Watch<'_>) -> Outcome {
+    let wps = watchpoints();
+    let Some(index) = (0..wps.len().min(MAX_SLOTS))
+        .find(|&i| SLOTS[i].busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok())
+    else {
+        return Outcome::Busy;
+    };
+    let slot = &SLOTS[index];
+    let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed) & GENERATION_MASK;
+    let access = request.access;
+    slot.owner.store(access.tid, Ordering::Relaxed);
+    slot.count.store(0, Ordering::Relaxed);
+    slot.armed.store(generation, Ordering::SeqCst);
+
+    let (start, len) = window(access.addr, access.size);
+    let kind = if access.is_write { WatchKind::ReadWrite } else { WatchKind::Write };
+    if wps[index].arm(start, len, kind, sig_data(generation, index)).is_err() {
+        close(slot);
+        slot.busy.store(false, Ordering::Release);
+        return Outcome::ArmFailed;
+    }
+    stats::bump(stats::Counter::WatchesArmed);
+    thread::sleep_us(request.delay_us);
+    let _ = wps[index].disarm();
+    close(slot);
+
+    let traps = slot.count.load(Ordering::Acquire);
+    let mut races = 0;
+    let mut reported = [0u64; MAX_RECORDS];
+    let previous = Side::of(access, true);
+    for cell in slot.records.iter().take((traps as usize).min(MAX_RECORDS)) {
+        let Some(record) = cell.try_lock() else { continue };
+        if record.generation != generation {
+            continue;
+        }
+        let current = Side::of(&record.access, record.covered);
+        // A loop trips the window many times from one PC: one event per PC per window.
+        if reported[..races as usize].contains(&record.access.pc) {
+            continue;
+        }
+        if judge::judge(&previous, &current, request.report_atomic_races).is_race() {
+            reported[races as usize] = record.access.pc;
+            races += 1;
+            stats::bump(stats::Counter::Races);
+            if !queue::push(&RaceEvent { current: record.access, previous: *access }) {
+                stats::bump(stats::Counter::ReportsDropped);
+            }
+        }
+    }
+    slot.busy.store(false, Ordering::Release);
+    Outcome::Watched { traps, races }
+}
+
+/// Stops accepting traps and waits (bounded) for trap handlers still filling records.
+fn close(slot: &Slot) {
+    slot.armed.store(0, Ordering::SeqCst);
+    for _ in 0..10_000_000u32 {
+        if slot.writers.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Handles a watchpoint trap in thread B; false when `signal` is not one of our watchpoints.
+/// Async-signal-safe.
+pub fn on_trap(signal: &PerfSignal) -> bool {
+    let Some((index, generation)) = parse_sig_data(signal.data) else { return false };
+    let Some(slot) = SLOTS.get(index) else { return false };
+    stats::bump(stats::Counter::Traps);
+    // Delivered late (SIGTRAP was blocked): the registers are not those of the access.
+    if signal.flags & TRAP_PERF_FLAG_ASYNC != 0 || slot.armed.load(Ordering::SeqCst) != generation {
+        return true;
+    }
+    let tid = thread::gettid();
+    if tid == slot.owner.load(Ordering::Relaxed) {
+        return true;
+    }
+    let Some((access, covered)) = trapped_access(signal, tid) else { return true };
+
+    slot.writers.fetch_add(1, Ordering::SeqCst);
+    if slot.armed.load(Ordering::SeqCst) == generation {
+        let at = slot.count.fetch_add(1, Ordering::AcqRel) as usize;
+        if let Some(mut record) = slot.records.get(at).and_then(|cell| cell.try_lock()) {
+            *record = Record { generation, covered, access };
+        }
+    }
+    slot.writers.fetch_sub(1, Ordering::SeqCst);
+    true
+}
+
+/// Recovers B's access from a trap: the instruction ending at RIP in the covered function around it.
+fn trapped_access(signal: &PerfSignal, tid: i32) -> Option<(AccessRecord, bool)> {
+    let rip = signal.regs.rip;
+    let function = registry::with_index(|idx| idx.function_containing(rip.wrapping_sub(1)))?;
+    let regs = decoder_regs(&signal.regs);
+    let found: MemAccess = decode::access_ending_at(&OwnMemory, function.start, u64::from(function.size), rip, &regs)?;
+    let (addr, size) = if found.addr_known {
+        (found.addr, found.size)
+    } else {
+        // The instruction overwrote its own address register: all we know is that it touched the window.
+        let len = watched_len(signal.addr);
+        if u64::from(found.size) < len {
+            return None;
+        }
+        (signal.addr, len as u8)
+    };
+    let class = registry::with_index(|idx| idx.classify(found.pc));
+    let mut pcs = [0u64; MAX_FRAMES];
+    let frames = stack::capture(signal.regs.rbp(), found.pc, &mut pcs);
+    let access = AccessRecord {
+        tid,
+        pc: found.pc,
+        addr,
+        size,
+        is_write: found.is_write,
+        is_atomic: class == Access::Atomic || found.locked,
+        stack: Stack::from_pcs(&pcs[..frames]),
+    };
+    Some((access, class != Access::Uncovered))
+}
+
+/// The length of the window armed at `addr` (the alignment of a window start bounds it).
+fn watched_len(addr: u64) -> u64 {
+    match addr.trailing_zeros() {
+        0 => 1,
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_aligned_and_contain_the_access() {
+        assert_eq!(window(0x1000, 8), (0x1000, 8));
+        assert_eq!(window(0x1004, 4), (0x1004, 4));
+        assert_eq!(window(0x1003, 1), (0x1003, 1));
+        assert_eq!(window(0x1002, 2), (0x1002, 2));
+        assert_eq!(window(0x1001, 2), (0x1000, 4));
+        assert_eq!(window(0x1003, 4), (0x1000, 8));
+        // Crossing an 8-byte boundary or wider than 8: the first 8-byte word.
+        assert_eq!(window(0x1006, 4), (0x1000, 8));
+        assert_eq!(window(0x1000, 32), (0x1000, 8));
+        assert_eq!(window(0x1005, 0), (0x1005, 1));
+    }
+
+    #[test]
+    fn sig_data_round_trips_and_is_told_apart_from_samples() {
+        let data = sig_data(0x1234_5678, 3);
+        assert!(owns(data));
+        assert_eq!(parse_sig_data(data), Some((3, 0x1234_5678)));
+        assert!(!owns(crate::sys::perf::SAMPLE_SIG_DATA));
+        assert_eq!(parse_sig_data(7), None);
+    }
+}

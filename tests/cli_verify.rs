@@ -1,0 +1,117 @@
+//! `racewatch verify FILE`: exit status 0 on pass, 1 on findings, 2 on
+//! unreadable input, with the messages a user sees.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+const CLEAN: &str = r#"
+#include <stdatomic.h>
+#include <stdint.h>
+_Atomic uint64_t counter;
+__attribute__((noinline)) uint64_t bump(void) { return atomic_fetch_add(&counter, 1); }
+__attribute__((noinline)) int claim(uint64_t v) {
+    uint64_t expected = 0;
+    return atomic_compare_exchange_strong(&counter, &expected, v);
+}
+int main(void) { return (int)bump() + claim(2) - 1; }
+"#;
+
+const GAP: &str = r#"
+#include <stdint.h>
+uint64_t hidden;
+__attribute__((noinline)) void asm_bump(void) {
+    __asm__ volatile("lock addq $1, %0" : "+m"(hidden));
+}
+int main(void) { asm_bump(); return (int)hidden - 1; }
+"#;
+
+fn verify(args: &[&str], file: &Path) -> (i32, String, String) {
+    let out: Output = common::racewatch().arg("verify").args(args).arg(file).output().expect("run racewatch");
+    (
+        out.status.code().expect("exit code"),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn build(name: &str, src: &str) -> Option<PathBuf> {
+    let clang = common::clang()?;
+    let dir = common::scratch(name);
+    Some(common::build_c(&clang, &dir, name, src, &[]))
+}
+
+#[test]
+fn clean_binary_passes() {
+    let Some(binary) = build("verify_clean", CLEAN) else { return };
+    let (code, stdout, stderr) = verify(&[], &binary);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    // bump: lock xadd; claim: lock cmpxchg and the sete LLVM tags with it.
+    assert_eq!(
+        stdout,
+        format!("racewatch verify: {}: 3 atomic PCs checked in 3 covered functions: ok\n", binary.display())
+    );
+}
+
+#[test]
+fn inline_asm_atomic_fails_naming_the_function() {
+    let Some(binary) = build("verify_gap", GAP) else { return };
+    let (code, stdout, stderr) = verify(&[], &binary);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(lines[0].contains(" in asm_bump: untagged atomic lock add qword ptr"), "{}", lines[0]);
+    assert!(lines[1].ends_with("0 atomic PCs checked in 2 covered functions: 1 findings: FAIL"), "{}", lines[1]);
+}
+
+#[test]
+fn json_report() {
+    let Some(binary) = build("verify_json", GAP) else { return };
+    let (code, stdout, _) = verify(&["--format", "json"], &binary);
+    assert_eq!(code, 1);
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(report["passed"], false);
+    assert_eq!(report["covered_functions"], 2);
+    let findings = report["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1);
+    assert_eq!(findings[0]["kind"], "likely_gap");
+    assert_eq!(findings[0]["function"], "asm_bump");
+}
+
+#[test]
+fn missing_file_exits_2() {
+    let missing = common::scratch("verify_missing").join("no-such-binary");
+    let (code, stdout, stderr) = verify(&[], &missing);
+    assert_eq!(code, 2);
+    assert!(stdout.is_empty());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("racewatch verify: ") && stderr.contains("no-such-binary"), "{stderr}");
+}
+
+#[test]
+fn non_elf_file_exits_2() {
+    let file = common::scratch("verify_not_elf").join("notes.txt");
+    std::fs::write(&file, "just text\n").unwrap();
+    let (code, stdout, stderr) = verify(&[], &file);
+    assert_eq!(code, 2);
+    assert!(stdout.is_empty());
+    assert_eq!(stderr, format!("racewatch verify: {}: not an ELF file\n", file.display()));
+}
+
+#[test]
+fn binary_without_metadata_passes_with_a_note() {
+    let Some(clang) = common::clang() else { return };
+    let dir = common::scratch("verify_plain");
+    let src = dir.join("plain.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let out = dir.join("plain");
+    common::check(
+        std::process::Command::new(clang).arg("-O2").arg(&src).arg("-o").arg(&out).output().unwrap(),
+        "clang",
+    );
+    let (code, stdout, stderr) = verify(&[], &out);
+    assert_eq!(code, 0);
+    assert!(stdout.ends_with("0 atomic PCs checked in 0 covered functions: ok\n"), "{stdout}");
+    assert!(stderr.contains("no sanmd_* tables"), "{stderr}");
+}

@@ -31,8 +31,9 @@ mod pool;
 mod stream;
 
 use classify::{address, classify, Candidate, Class, GprMask};
+use core::ops::ControlFlow;
 use iced_x86::Instruction;
-use stream::{Stream, MAX_INSN_LEN};
+use stream::{scan, MAX_INSN_LEN};
 
 /// The interrupted thread's integer registers, as saved in its signal frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -140,32 +141,37 @@ pub fn access_at(code: &dyn CodeReader, regs: &Regs, max_lookahead: usize) -> Op
     let mut claimed = pool::claim(pool_hint())?;
     let factory = claimed.factory()?;
     let window = (max_lookahead.saturating_add(1)).saturating_mul(MAX_INSN_LEN) as u64;
-    let mut stream = Stream::new(code, regs.rip, regs.rip.saturating_add(window));
     let mut clobbered: GprMask = 0;
-    for step in 0..=max_lookahead {
-        let insn = stream.next_insn()?;
-        let (class, written) = classify(factory, &insn);
+    let mut step = 0usize;
+    scan(code, regs.rip, regs.rip.saturating_add(window), |insn| {
+        let first = step == 0;
+        step += 1;
+        let (class, written) = classify(factory, insn);
         match class {
-            Class::Stop => return None,
-            Class::Skip if step == 0 => return None,
+            Class::Stop => return ControlFlow::Break(None),
+            Class::Skip if first => return ControlFlow::Break(None),
             Class::Access(cand) => {
-                if step > 0 && cand.locked {
-                    return None;
+                if !first && cand.locked {
+                    return ControlFlow::Break(None);
                 }
-                if let Some((addr, used)) = address(&insn, cand.operand, regs) {
+                if let Some((addr, used)) = address(insn, cand.operand, regs) {
                     if used & clobbered == 0 {
-                        return Some(access_of(&insn, cand, addr, true));
+                        return ControlFlow::Break(Some(access_of(insn, cand, addr, true)));
                     }
                 }
-                if step == 0 {
-                    return None;
+                if first {
+                    return ControlFlow::Break(None);
                 }
             }
             Class::Skip | Class::NoMem => {}
         }
         clobbered |= written;
-    }
-    None
+        if step > max_lookahead {
+            ControlFlow::Break(None)
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
 }
 
 /// The access made by the instruction that ends at `rip`, for a data-breakpoint trap (the CPU reports the trap
@@ -191,17 +197,11 @@ pub fn access_ending_at(
     // Claim first: the pool exists only after warm_up, which also built iced's lazily created decoder tables.
     let mut claimed = pool::claim(pool_hint())?;
     let factory = claimed.factory()?;
-    let mut stream = Stream::new(code, func_start, func_end);
-    let insn = loop {
-        let insn = stream.next_insn()?;
-        let end = insn.next_ip();
-        if end == rip {
-            break insn;
-        }
-        if end > rip {
-            return None;
-        }
-    };
+    let insn = scan(code, func_start, func_end, |insn| match insn.next_ip() {
+        end if end == rip => ControlFlow::Break(Some(*insn)),
+        end if end > rip => ControlFlow::Break(None),
+        _ => ControlFlow::Continue(()),
+    })?;
     let (Class::Access(cand), written) = classify(factory, &insn) else { return None };
     match address(&insn, cand.operand, regs) {
         Some((addr, used)) => Some(access_of(&insn, cand, addr, used & written == 0)),

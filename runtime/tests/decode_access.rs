@@ -305,12 +305,15 @@ fn trap_at_a_non_boundary_or_outside_the_function_is_not_resolved() {
     assert_eq!(access_ending_at(&empty, u64::MAX - 2, 64, u64::MAX, &r), None);
 }
 
+/// Base register (usize::MAX: RIP-relative), displacement, size, is_read, is_write.
+type Expected = (usize, i64, u8, bool, bool);
+
 /// A function several times larger than the decoder's 256-byte read buffer, with instruction lengths
 /// 1..8 so that instructions straddle every buffer boundary at some offset. Every instruction end is a
 /// trap position; each must resolve to exactly the instruction before it.
 #[test]
 fn trap_in_a_function_larger_than_the_read_buffer() {
-    let cycle: &[(&[u8], Option<(usize, i64, u8, bool, bool)>)] = &[
+    let cycle: &[(&[u8], Option<Expected>)] = &[
         (b"\x90", None),                                                                 // nop
         (b"\x31\xd2", None),                                                             // xor edx, edx
         (b"\x0f\xb1\x0f", Some((RDI, 0, 4, true, true))),                                // cmpxchg dword ptr [rdi], ecx

@@ -136,7 +136,7 @@ fn indexed_store() {
     let r = regs(start, OBJ, 5, 42);
     let a = access_at(&obj.code(), &r, MAX_LOOKAHEAD).expect("store found");
     assert_eq!((a.pc, a.addr, a.size, a.is_read, a.is_write, a.locked), (start, OBJ + 4 * 8, 4, false, true, false));
-    same_on_trap(&obj, "store_at", a, &r);
+    same_on_trap(obj, "store_at", a, &r);
 }
 
 #[test]
@@ -148,7 +148,7 @@ fn load_found_by_lookahead_past_arithmetic() {
     let a = access_at(&obj.code(), &r, MAX_LOOKAHEAD).expect("load found");
     assert!(a.pc > start, "the first instruction computes x * 3");
     assert_eq!((a.addr, a.size, a.is_read, a.is_write), (OBJ + 8, 8, true, false));
-    same_on_trap(&obj, "scaled_load", a, &r);
+    same_on_trap(obj, "scaled_load", a, &r);
 }
 
 #[test]
@@ -191,13 +191,13 @@ fn adjacent_fields_have_disjoint_byte_ranges() {
     // n->tag += 1: read-modify-write of 2 bytes at offset 12
     let tag = access_at(&obj.code(), &r, MAX_LOOKAHEAD).expect("tag");
     assert_eq!((tag.pc, tag.addr, tag.size, tag.is_read, tag.is_write), (start, OBJ + 12, 2, true, true));
-    same_on_trap(&obj, "bump", tag, &r);
+    same_on_trap(obj, "bump", tag, &r);
     // n->flag = 1: write of 1 byte at offset 14, right after the tag
     let next = Regs { rip: tag.pc + u64::from(tag.len), ..r };
     let flag = access_at(&obj.code(), &next, MAX_LOOKAHEAD).expect("flag");
     assert_eq!((flag.addr, flag.size, flag.is_read, flag.is_write), (OBJ + 14, 1, false, true));
     assert!(tag.addr + u64::from(tag.size) <= flag.addr);
-    same_on_trap(&obj, "bump", flag, &r);
+    same_on_trap(obj, "bump", flag, &r);
 }
 
 #[test]
@@ -212,5 +212,5 @@ fn atomic_rmw_is_locked_and_not_a_lookahead_target() {
     let xadd_pc = ends[0];
     let a = access_at(&obj.code(), &Regs { rip: xadd_pc, ..r }, 0).expect("xadd");
     assert_eq!((a.addr, a.size, a.is_read, a.is_write, a.locked), (OBJ, 4, true, true, true));
-    same_on_trap(&obj, "fetch_add", a, &r);
+    same_on_trap(obj, "fetch_add", a, &r);
 }

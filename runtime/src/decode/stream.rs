@@ -1,6 +1,7 @@
 //! Decoding a run of instructions from foreign memory through a fixed stack buffer, re-filled as needed.
 
 use super::CodeReader;
+use core::ops::ControlFlow;
 use iced_x86::{Decoder, DecoderOptions, Instruction};
 
 /// Longest x86 instruction.
@@ -8,52 +9,49 @@ pub(super) const MAX_INSN_LEN: usize = 15;
 /// Bytes read from the target per re-fill.
 pub(super) const CHUNK: usize = 256;
 
-/// Yields the instructions at `[start, end)` in address order, reading `CHUNK` bytes at a time.
-pub(super) struct Stream<'r> {
-    code: &'r dyn CodeReader,
-    buf: [u8; CHUNK],
-    buf_addr: u64,
-    buf_len: usize,
-    pos: u64,
+/// Calls `visit` on each instruction at `[start, end)` in address order, reading `CHUNK` bytes at a time
+/// through `code`, until `visit` breaks (its value is returned) or decoding stops: at `end`, on a short read
+/// that leaves no decodable instruction, or on bytes that do not decode (`None`).
+pub(super) fn scan<R>(
+    code: &dyn CodeReader,
+    start: u64,
     end: u64,
-}
-
-impl<'r> Stream<'r> {
-    pub(super) fn new(code: &'r dyn CodeReader, start: u64, end: u64) -> Self {
-        Stream { code, buf: [0; CHUNK], buf_addr: start, buf_len: 0, pos: start, end }
-    }
-
-    /// Re-reads the buffer at `pos`, limited to `end`. `false` when nothing could be read.
-    fn refill(&mut self) -> bool {
-        let want = usize::try_from(self.end.saturating_sub(self.pos)).unwrap_or(CHUNK).min(CHUNK);
-        let Some(dst) = self.buf.get_mut(..want) else { return false };
-        let got = self.code.read(self.pos, dst).min(want);
-        self.buf_addr = self.pos;
-        self.buf_len = got;
-        got > 0
-    }
-
-    /// The next instruction, or `None` at `end`, on a short read, or on bytes that do not decode.
-    pub(super) fn next_insn(&mut self) -> Option<Instruction> {
-        if self.pos >= self.end {
+    mut visit: impl FnMut(&Instruction) -> ControlFlow<Option<R>>,
+) -> Option<R> {
+    let mut buf = [0u8; CHUNK];
+    let mut pos = start;
+    let mut insn = Instruction::default();
+    while pos < end {
+        let want = usize::try_from(end - pos).unwrap_or(CHUNK).min(CHUNK);
+        let chunk = buf.get_mut(..want)?;
+        let got = code.read(pos, chunk).min(want);
+        let bytes = chunk.get(..got)?;
+        if bytes.is_empty() {
             return None;
         }
-        let mut off = usize::try_from(self.pos.wrapping_sub(self.buf_addr)).ok()?;
-        let buffered_end = self.buf_addr.wrapping_add(self.buf_len as u64);
-        let more_available = buffered_end < self.end;
-        if self.pos < self.buf_addr || off > self.buf_len || (self.buf_len - off < MAX_INSN_LEN && more_available) {
-            if !self.refill() {
+        // Bytes past this chunk exist: leave a possibly cut instruction for the next read.
+        let more = pos.wrapping_add(got as u64) < end && got == want;
+        let mut decoder = Decoder::try_with_ip(64, bytes, pos, DecoderOptions::NONE).ok()?;
+        let chunk_start = pos;
+        while decoder.can_decode() {
+            if more && got - decoder.position() < MAX_INSN_LEN {
+                break;
+            }
+            decoder.decode_out(&mut insn);
+            if insn.is_invalid() {
                 return None;
             }
-            off = 0;
+            pos = insn.next_ip();
+            if let ControlFlow::Break(result) = visit(&insn) {
+                return result;
+            }
+            if pos >= end {
+                return None;
+            }
         }
-        let bytes = self.buf.get(off..self.buf_len)?;
-        let mut decoder = Decoder::try_with_ip(64, bytes, self.pos, DecoderOptions::NONE).ok()?;
-        let insn = decoder.decode();
-        if insn.is_invalid() {
-            return None;
+        if pos == chunk_start {
+            return None; // no progress (cannot happen with a chunk longer than one instruction)
         }
-        self.pos = insn.next_ip();
-        Some(insn)
     }
+    None
 }

@@ -95,7 +95,8 @@ fn main() {
         // Show the nested cargo's own diagnostics, then fail the outer build.
         eprintln!("{}", String::from_utf8_lossy(&output.stdout));
         eprintln!("{}", String::from_utf8_lossy(&output.stderr));
-        panic!("racewatch build: building the runtime ({RUNTIME_PACKAGE}) failed: {}", output.status);
+        eprintln!("racewatch build: building the runtime ({RUNTIME_PACKAGE}) failed: {}", output.status);
+        std::process::exit(1);
     }
 
     let mut so = nested_target_dir.clone();

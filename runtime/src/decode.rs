@@ -36,6 +36,9 @@ use iced_x86::Instruction;
 use stream::{scan, MAX_INSN_LEN};
 
 /// The interrupted thread's integer registers, as saved in its signal frame.
+///
+/// Note the order differs from `ucontext_t.uc_mcontext.gregs` (glibc `REG_*`: R8=0..R15=7, RDI=8, RSI=9,
+/// RBP=10, RBX=11, RDX=12, RAX=13, RCX=14, RSP=15, RIP=16, EFL=17): map them by name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Regs {
     /// RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8..R15 (iced/hardware register numbering).

@@ -11,7 +11,7 @@ static mut COUNTER: u64 = 0;
 #[inline(never)]
 fn bump() {
     // SAFETY: none — this unsynchronised write is the data race the demo shows.
-    unsafe { COUNTER += 1 };
+    unsafe { COUNTER += 1 }; // racewatch: racy
 }
 
 fn worker(until: Instant) {
@@ -23,7 +23,7 @@ fn worker(until: Instant) {
 }
 
 fn main() {
-    let seconds: f64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let seconds = racewatch_demos::run_seconds(3.0);
     let until = Instant::now() + Duration::from_secs_f64(seconds);
     let threads: Vec<_> = (0..2).map(|_| std::thread::spawn(move || worker(until))).collect();
     for t in threads {

@@ -4,16 +4,22 @@
 //! `dlclose`) and then only read, from signal handlers among others: every
 //! query is allocation-free, lock-free and O(log n).
 //!
-//! Layout (memory: 4 bytes per atomic PC + about 12.25 bytes per function):
+//! Layout (memory: 4 bytes per atomic PC + about 12.5 bytes per function,
+//! plus at most one partly used 128-byte block per region):
 //! - functions sorted by start, split into *regions* whose functions all lie
 //!   within 4 GiB of the region's first function, so a start is stored as a
 //!   `u32` offset from its region's base;
-//! - per function a [`Meta`] record: size, and the index of its first atomic
-//!   PC with the feature bits packed in the top 4 bits;
-//! - atomic PCs stored per function, sorted, as `u32` offsets from the
-//!   function's start;
-//! - a search summary: every [`BLOCK`]th start of each region, so a lookup
-//!   binary-searches a small (cache-resident) array, then one 64-byte block.
+//! - functions grouped in 128-byte [`Block`]s of [`BLOCK`]: a cache line of
+//!   starts and a cache line of blob indices (with the feature bits);
+//! - per function a *blob*: its size, then its atomic PCs as sorted `u32`
+//!   offsets from its start (the next function's blob index bounds them);
+//! - per region a direct-mapped bucket table (about one `u32` per 8–16
+//!   functions) that narrows a PC to one block, usually exactly.
+//!
+//! A lookup touches the bucket table (small, cache-resident), one block
+//! and one blob: three dependent memory accesses, no unpredictable branches
+//! in the common case; worst case a binary search over the blocks of one
+//! bucket, so O(log n).
 //!
 //! Atomic PCs outside every covered function are counted ([`Index::orphan_atomics`])
 //! and not stored: `classify` treats them as `Uncovered`. A covered function
@@ -49,54 +55,153 @@ impl FunctionInfo {
     }
 }
 
-/// Starts per search block: 16 `u32`s, one cache line.
+/// Functions per search block: their 16 starts fill one cache line.
 pub const BLOCK: usize = 16;
+/// Start of an unused block slot: never `<=` a PC offset (offsets stay below `u32::MAX`).
+const PAD: u32 = u32::MAX;
 const FEATURE_SHIFT: u32 = 28;
-const FIRST_MASK: u32 = (1 << FEATURE_SHIFT) - 1;
-/// Most atomic PCs one index holds (the first-atomic field has 28 bits); more are dropped as orphans.
-pub const MAX_ATOMICS: usize = FIRST_MASK as usize;
+const BLOB_MASK: u32 = (1 << FEATURE_SHIFT) - 1;
+/// Most words the per-function data may take (28-bit blob index): about 268 M
+/// functions plus atomic PCs. Beyond it, functions are not indexed and atomic PCs become orphans.
+pub const MAX_BLOB_WORDS: usize = BLOB_MASK as usize;
+/// Target functions per bucket of the direct-mapped first search step.
+const FUNCTIONS_PER_BUCKET: usize = 8;
 
-/// Per-function record next to its start.
+/// Sixteen functions: their starts (offsets from the region base; [`PAD`] when
+/// unused) and, per function, the index of its blob in `Index::blobs` (low 28
+/// bits) with its feature bits above. Two adjacent cache lines.
+#[repr(C, align(128))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Meta {
-    size: u32,
-    /// Index of the function's first atomic PC (low 28 bits) | features << 28.
-    first_and_features: u32,
+struct Block {
+    starts: [u32; BLOCK],
+    info: [u32; BLOCK],
 }
 
-impl Meta {
-    fn first(self) -> usize {
-        (self.first_and_features & FIRST_MASK) as usize
-    }
-
-    fn features(self) -> u32 {
-        self.first_and_features >> FEATURE_SHIFT
-    }
-}
-
-/// Functions within 4 GiB of `base`.
+/// Functions within 4 GiB of `base`, stored in whole blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Region {
     /// Start of its first function.
     base: u64,
     /// Highest end of its functions.
     end: u64,
-    /// Its functions: `first..first + len` of the function arrays.
-    first: u32,
-    len: u32,
-    /// Its summary entries start here in `summary`.
-    summary_first: u32,
+    first_block: u32,
+    blocks: u32,
+    first_bucket: u32,
+    buckets: u32,
+    /// Bucket `k` covers offsets `k << shift .. (k + 1) << shift`.
+    shift: u32,
 }
 
 /// The PC index. See the module documentation for the layout.
 #[derive(Debug, Default)]
 pub struct Index {
     regions: Vec<Region>,
-    starts: Vec<u32>,
-    meta: Vec<Meta>,
-    atomics: Vec<u32>,
-    summary: Vec<u32>,
+    blocks: Vec<Block>,
+    /// Per function: its size, then its atomic PCs as sorted offsets from its start.
+    blobs: Vec<u32>,
+    /// Per region bucket: the (region-relative) block holding the last function
+    /// starting at or before the bucket's first offset.
+    buckets: Vec<u32>,
+    functions: usize,
+    atomics: usize,
     orphans: usize,
+}
+
+/// Where `find` landed: block, slot, offset of the PC from the function start.
+#[derive(Clone, Copy)]
+struct Hit {
+    region: usize,
+    block: usize,
+    slot: usize,
+    offset: u32,
+}
+
+/// Builds one index; functions arrive sorted by start.
+struct Builder {
+    index: Index,
+    /// Starts of the current region's functions (for its buckets).
+    region_starts: Vec<u32>,
+}
+
+impl Builder {
+    fn push(&mut self, f: &FunctionInfo, atomics: &[u64]) {
+        let ix = &mut self.index;
+        if ix.blobs.len() + 1 > MAX_BLOB_WORDS {
+            ix.orphans += atomics.len();
+            return;
+        }
+        let fits = |r: &Region| f.end() - r.base <= u64::from(u32::MAX);
+        if !ix.regions.last().is_some_and(fits) {
+            self.close_region();
+            let ix = &mut self.index;
+            ix.regions.push(Region {
+                base: f.start,
+                end: f.end(),
+                first_block: ix.blocks.len() as u32,
+                blocks: 0,
+                first_bucket: 0,
+                buckets: 0,
+                shift: 0,
+            });
+        }
+        let ix = &mut self.index;
+        let region = ix.regions.last_mut().expect("a region is open");
+        region.end = region.end.max(f.end());
+        let slot = self.region_starts.len() % BLOCK;
+        if slot == 0 {
+            ix.blocks.push(Block { starts: [PAD; BLOCK], info: [0; BLOCK] });
+            region.blocks += 1;
+        }
+        let offset = (f.start - region.base) as u32;
+        let block = ix.blocks.last_mut().expect("a block is open");
+        block.starts[slot] = offset;
+        block.info[slot] = ix.blobs.len() as u32 | ((f.features & 0xf) << FEATURE_SHIFT);
+        self.region_starts.push(offset);
+        ix.blobs.push(f.size);
+        let room = MAX_BLOB_WORDS - ix.blobs.len();
+        let kept = atomics.len().min(room);
+        ix.blobs.extend(atomics[..kept].iter().map(|&pc| (pc - f.start) as u32));
+        ix.atomics += kept;
+        ix.orphans += atomics.len() - kept;
+        ix.functions += 1;
+    }
+
+    /// Pads the current region's last block and builds its buckets.
+    fn close_region(&mut self) {
+        let ix = &mut self.index;
+        let Some(region) = ix.regions.last_mut() else { return };
+        // Unused slots point at the next blob, so "next slot's blob" bounds every function's atomics.
+        let next_blob = ix.blobs.len() as u32;
+        let used = self.region_starts.len() % BLOCK;
+        if let (Some(block), true) = (ix.blocks.last_mut(), used != 0) {
+            block.info[used..].fill(next_blob);
+        }
+        let span = region.end - region.base;
+        let target = (self.region_starts.len() / FUNCTIONS_PER_BUCKET).max(1) as u64;
+        let mut shift = 0;
+        while (span >> shift) >= target {
+            shift += 1;
+        }
+        let count = (span >> shift) + 1;
+        region.shift = shift;
+        region.first_bucket = ix.buckets.len() as u32;
+        region.buckets = count as u32;
+        let starts = &self.region_starts;
+        let mut j = 0;
+        for k in 0..count {
+            let at = k << shift;
+            while j + 1 < starts.len() && u64::from(starts[j + 1]) <= at {
+                j += 1;
+            }
+            ix.buckets.push((j / BLOCK) as u32);
+        }
+        self.region_starts.clear();
+    }
+
+    fn finish(mut self) -> Index {
+        self.close_region();
+        self.index
+    }
 }
 
 /// Decodes a covered table whose first byte is at `addr` into functions.
@@ -125,10 +230,11 @@ impl Index {
     pub const fn empty() -> Index {
         Index {
             regions: Vec::new(),
-            starts: Vec::new(),
-            meta: Vec::new(),
-            atomics: Vec::new(),
-            summary: Vec::new(),
+            blocks: Vec::new(),
+            blobs: Vec::new(),
+            buckets: Vec::new(),
+            functions: 0,
+            atomics: 0,
             orphans: 0,
         }
     }
@@ -151,115 +257,89 @@ impl Index {
         sort_if_needed(&mut atomics);
         atomics.dedup();
 
-        let mut index = Index {
-            regions: Vec::new(),
-            starts: Vec::with_capacity(functions.len()),
-            meta: Vec::with_capacity(functions.len()),
-            atomics: Vec::with_capacity(atomics.len().min(MAX_ATOMICS)),
-            summary: Vec::with_capacity(functions.len().div_ceil(BLOCK) + 1),
-            orphans: 0,
+        let mut builder = Builder {
+            index: Index {
+                blocks: Vec::with_capacity(functions.len() / BLOCK + 2),
+                blobs: Vec::with_capacity(functions.len() + atomics.len()),
+                buckets: Vec::with_capacity(functions.len() / FUNCTIONS_PER_BUCKET + 2),
+                ..Index::empty()
+            },
+            region_starts: Vec::new(),
         };
-        let mut next_atomic = 0;
+        let mut next = 0;
         for (i, f) in functions.iter().enumerate() {
-            index.push_function(i, f);
             // Atomics before this function (and after the previous one) are orphans.
-            while next_atomic < atomics.len() && atomics[next_atomic] < f.start {
-                index.orphans += 1;
-                next_atomic += 1;
-            }
-            // A nested function ends before the next start: limit to it so offsets stay in order.
-            let limit = functions.get(i + 1).map_or(f.end(), |next| next.start.min(f.end()));
-            while next_atomic < atomics.len() && atomics[next_atomic] < limit {
-                if index.atomics.len() < MAX_ATOMICS {
-                    index.atomics.push((atomics[next_atomic] - f.start) as u32);
-                } else {
-                    index.orphans += 1;
-                }
-                next_atomic += 1;
-            }
+            let first = next + atomics[next..].partition_point(|&pc| pc < f.start);
+            builder.index.orphans += first - next;
+            // A nested function ends before the next start: stop there so offsets stay in order.
+            let limit = functions.get(i + 1).map_or(f.end(), |n| n.start.min(f.end()));
+            next = first + atomics[first..].partition_point(|&pc| pc < limit);
+            builder.push(f, &atomics[first..next]);
         }
-        index.orphans += atomics.len() - next_atomic;
-        index
+        builder.index.orphans += atomics.len() - next;
+        builder.finish()
     }
 
-    fn push_function(&mut self, i: usize, f: &FunctionInfo) {
-        let fits = |r: &Region| f.end() - r.base <= u64::from(u32::MAX);
-        match self.regions.last_mut() {
-            Some(r) if fits(r) => {
-                r.end = r.end.max(f.end());
-                r.len += 1;
-            }
-            _ => self.regions.push(Region {
-                base: f.start,
-                end: f.end(),
-                first: i as u32,
-                len: 1,
-                summary_first: self.summary.len() as u32,
-            }),
-        }
-        let r = *self.regions.last().expect("a region was just pushed");
-        let offset = (f.start - r.base) as u32;
-        if (r.len as usize - 1) % BLOCK == 0 {
-            self.summary.push(offset);
-        }
-        self.starts.push(offset);
-        let first = self.atomics.len().min(MAX_ATOMICS) as u32;
-        self.meta.push(Meta { size: f.size, first_and_features: first | ((f.features & 0xf) << FEATURE_SHIFT) });
-    }
-
-    /// Index of the function containing `pc`, and `pc`'s offset from its start.
+    /// The block, slot and offset of the function containing `pc`.
     #[inline]
-    fn find(&self, pc: u64) -> Option<(usize, u32)> {
-        let r = match self.regions.len() {
+    fn find(&self, pc: u64) -> Option<Hit> {
+        let region = match self.regions.len() {
             0 => return None,
-            1 => &self.regions[0],
-            _ => {
-                let after = self.regions.partition_point(|r| r.base <= pc);
-                self.regions.get(after.checked_sub(1)?)?
-            }
+            1 => 0,
+            n => self.regions[..n].partition_point(|r| r.base <= pc).checked_sub(1)?,
         };
+        let r = &self.regions[region];
         if pc < r.base || pc >= r.end {
             return None;
         }
         let offset = (pc - r.base) as u32;
-        let first = r.first as usize;
-        let len = r.len as usize;
-        let blocks = &self.summary[r.summary_first as usize..][..len.div_ceil(BLOCK)];
-        // blocks[0] == 0 <= offset, so the block exists.
-        let block = blocks.partition_point(|&s| s <= offset) - 1;
-        let lo = first + block * BLOCK;
-        let hi = (lo + BLOCK).min(first + len);
-        let starts = &self.starts[lo..hi];
-        // Count of starts <= offset within one cache line, branch-free.
-        let within = starts.iter().map(|&s| usize::from(s <= offset)).sum::<usize>();
-        let i = lo + within - 1;
-        let within_function = offset - self.starts[i];
-        (within_function < self.meta[i].size).then_some((i, within_function))
+        // Direct-mapped first step: the answer is in blocks lo..=hi of the region.
+        let bucket = (offset >> r.shift) as usize;
+        let buckets = &self.buckets[r.first_bucket as usize..][..r.buckets as usize];
+        let lo = buckets[bucket] as usize;
+        let hi = buckets.get(bucket + 1).map_or(r.blocks as usize - 1, |&b| b as usize);
+        let region_blocks = &self.blocks[r.first_block as usize..][..r.blocks as usize];
+        let block = if lo == hi {
+            lo
+        } else {
+            // region_blocks[lo].starts[0] <= offset, so the result is >= lo.
+            lo + region_blocks[lo + 1..=hi].partition_point(|b| b.starts[0] <= offset)
+        };
+        let starts = &region_blocks[block].starts;
+        // How many starts are <= offset: one cache line, branch-free; at least one.
+        let slot = starts.iter().map(|&s| usize::from(s <= offset)).sum::<usize>() - 1;
+        let block = r.first_block as usize + block;
+        let within = offset - starts[slot];
+        let size = self.blobs[(self.blocks[block].info[slot] & BLOB_MASK) as usize];
+        (within < size).then_some(Hit { region, block, slot, offset: within })
     }
 
-    fn atomics_of(&self, i: usize) -> &[u32] {
-        let first = self.meta[i].first();
-        let end = self.meta.get(i + 1).map_or(self.atomics.len(), |m| m.first());
-        &self.atomics[first..end]
-    }
-
-    fn info(&self, i: usize) -> FunctionInfo {
-        let r = self.regions[self.regions.partition_point(|r| r.first as usize <= i) - 1];
-        FunctionInfo {
-            start: r.base + u64::from(self.starts[i]),
-            size: self.meta[i].size,
-            features: self.meta[i].features(),
+    /// Blob index of the function after (block, slot): bounds this one's atomics.
+    #[inline]
+    fn next_blob(&self, block: usize, slot: usize) -> usize {
+        if slot + 1 < BLOCK {
+            (self.blocks[block].info[slot + 1] & BLOB_MASK) as usize
+        } else {
+            self.blocks.get(block + 1).map_or(self.blobs.len(), |b| (b.info[0] & BLOB_MASK) as usize)
         }
     }
 
     /// What the instruction at `pc` is. Allocation-free, O(log n).
     #[inline]
     pub fn classify(&self, pc: u64) -> Access {
-        let Some((i, offset)) = self.find(pc) else { return Access::Uncovered };
-        if u64::from(self.meta[i].features()) & FEATURE_ATOMICS == 0 {
+        let Some(hit) = self.find(pc) else { return Access::Uncovered };
+        let info = self.blocks[hit.block].info[hit.slot];
+        if u64::from(info >> FEATURE_SHIFT) & FEATURE_ATOMICS == 0 {
             return Access::Uncovered;
         }
-        if self.atomics_of(i).binary_search(&offset).is_ok() {
+        let blob = (info & BLOB_MASK) as usize;
+        let atomics = &self.blobs[blob + 1..self.next_blob(hit.block, hit.slot)];
+        let atomic = if atomics.len() <= BLOCK {
+            atomics.iter().fold(false, |found, &a| found | (a == hit.offset))
+        } else {
+            atomics.binary_search(&hit.offset).is_ok()
+        };
+        if atomic {
             Access::Atomic
         } else {
             Access::Plain
@@ -268,17 +348,24 @@ impl Index {
 
     /// The covered function containing `pc`. Allocation-free, O(log n).
     pub fn function_containing(&self, pc: u64) -> Option<FunctionInfo> {
-        self.find(pc).map(|(i, _)| self.info(i))
+        let hit = self.find(pc)?;
+        let block = &self.blocks[hit.block];
+        let info = block.info[hit.slot];
+        Some(FunctionInfo {
+            start: self.regions[hit.region].base + u64::from(block.starts[hit.slot]),
+            size: self.blobs[(info & BLOB_MASK) as usize],
+            features: info >> FEATURE_SHIFT,
+        })
     }
 
     /// Number of covered functions indexed.
     pub fn functions(&self) -> usize {
-        self.starts.len()
+        self.functions
     }
 
     /// Number of atomic PCs indexed (inside covered functions).
     pub fn atomics(&self) -> usize {
-        self.atomics.len()
+        self.atomics
     }
 
     /// Atomic PCs dropped because no covered function contains them.
@@ -290,10 +377,9 @@ impl Index {
     pub fn memory_bytes(&self) -> usize {
         use std::mem::size_of;
         self.regions.capacity() * size_of::<Region>()
-            + self.starts.capacity() * size_of::<u32>()
-            + self.meta.capacity() * size_of::<Meta>()
-            + self.atomics.capacity() * size_of::<u32>()
-            + self.summary.capacity() * size_of::<u32>()
+            + self.blocks.capacity() * size_of::<Block>()
+            + self.blobs.capacity() * size_of::<u32>()
+            + self.buckets.capacity() * size_of::<u32>()
     }
 }
 
@@ -371,33 +457,61 @@ mod tests {
         assert_eq!(index.classify(0x1008), Access::Atomic);
     }
 
-    /// Brute force against the index on many functions (several search blocks).
-    #[test]
-    fn agrees_with_brute_force() {
-        let mut rng = fastrand::Rng::with_seed(7);
-        let mut funcs = Vec::new();
-        let mut atomics = Vec::new();
-        let mut at = 0x40_0000u64;
-        for _ in 0..1000 {
-            at += rng.u64(0..64);
-            let size = rng.u32(1..200);
-            funcs.push(f(at, size));
-            for _ in 0..rng.usize(0..5) {
-                atomics.push(at + rng.u64(0..u64::from(size)));
+    /// Random functions (gaps, up to 24 atomics each) starting at each of `clusters`.
+    fn random_module(rng: &mut fastrand::Rng, clusters: &[u64], per_cluster: usize) -> (Vec<FunctionInfo>, Vec<u64>) {
+        let (mut funcs, mut atomics) = (Vec::new(), Vec::new());
+        for &cluster in clusters {
+            let mut at = cluster;
+            for _ in 0..per_cluster {
+                at += rng.u64(0..64);
+                let size = rng.u32(1..200);
+                funcs.push(f(at, size));
+                for _ in 0..rng.usize(0..24) {
+                    atomics.push(at + rng.u64(0..u64::from(size)));
+                }
+                at += u64::from(size);
             }
-            at += u64::from(size);
         }
-        let index = Index::build(funcs.clone(), atomics.clone());
-        for pc in 0x40_0000 - 10..at + 10 {
-            let func = funcs.iter().find(|f| f.start <= pc && pc < f.end());
+        (funcs, atomics)
+    }
+
+    /// Checks every probe against a direct answer from the sorted inputs.
+    fn check_against_brute_force(funcs: &[FunctionInfo], atomics: &[u64], probes: impl Iterator<Item = u64>) {
+        let index = Index::build(funcs.to_vec(), atomics.to_vec());
+        let atomic_set: std::collections::HashSet<u64> = atomics.iter().copied().collect();
+        for pc in probes {
+            let at = funcs.partition_point(|f| f.start <= pc);
+            let func = at.checked_sub(1).map(|i| funcs[i]).filter(|f| pc < f.end());
             let want = match func {
                 None => Access::Uncovered,
-                Some(_) if atomics.contains(&pc) => Access::Atomic,
+                Some(_) if atomic_set.contains(&pc) => Access::Atomic,
                 Some(_) => Access::Plain,
             };
             assert_eq!(index.classify(pc), want, "pc {pc:#x}");
-            assert_eq!(index.function_containing(pc), func.copied());
+            assert_eq!(index.function_containing(pc), func, "pc {pc:#x}");
         }
+    }
+
+    #[test]
+    fn agrees_with_brute_force_dense() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let (funcs, atomics) = random_module(&mut rng, &[0x40_0000], 1000);
+        let end = funcs.last().unwrap().end();
+        check_against_brute_force(&funcs, &atomics, 0x40_0000 - 10..end + 10);
+    }
+
+    /// Clusters far apart within one region (buckets spanning many blocks) and
+    /// in separate regions (beyond 4 GiB).
+    #[test]
+    fn agrees_with_brute_force_clustered() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let clusters = [0x1000, 0x1000 + 0xf000_0000, 0x5555_0000_0000, 0x7fff_0000_0000, 0x7fff_0100_0000];
+        let (funcs, atomics) = random_module(&mut rng, &clusters, 300);
+        let mut probes: Vec<u64> =
+            (0..200_000).map(|_| funcs[rng.usize(..funcs.len())].start + rng.u64(0..260)).collect();
+        probes.extend(atomics.iter().copied());
+        probes.extend(clusters.iter().flat_map(|&c| [c - 1, c, c + 0x8000_0000]));
+        check_against_brute_force(&funcs, &atomics, probes.into_iter());
     }
 
     #[test]

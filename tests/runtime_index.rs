@@ -254,3 +254,64 @@ fn bad_options_warn_once_each() {
     // verbosity kept its default (0): no "indexed" line.
     assert!(!stderr.contains("indexed"), "{stderr}");
 }
+
+/// Code registered at run time from anonymous memory (as a JIT would) is
+/// indexed from the callback alone and removed by `_del`; a bad version or a
+/// malformed table gets one warning and is ignored.
+#[test]
+fn jit_tables_from_callbacks_and_bad_tables() {
+    let Some(clang) = clang() else { return };
+    let dir = scratch("runtime_index_jit");
+    let src = r#"
+        #include <dlfcn.h>
+        #include <stdint.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <sys/mman.h>
+        typedef void (*cb_t)(uint32_t, const char *, const char *);
+        static cb_t cb(const char *name) { return (cb_t)dlsym(RTLD_DEFAULT, name); }
+        static void put_rel(unsigned char *entry, unsigned char *target) {
+            int32_t rel = (int32_t)(target - entry);
+            memcpy(entry, &rel, 4);
+        }
+        int main(void) {
+            int (*classify)(unsigned long) = (int (*)(unsigned long))dlsym(RTLD_DEFAULT, "__racewatch_classify");
+            if (!classify) { printf("no runtime\n"); return 0; }
+            unsigned char *page = mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            unsigned char *code = page, *covered = page + 4096, *atomics = page + 4200;
+            put_rel(covered, code);
+            covered[4] = 0x80; covered[5] = 0x01; /* size 128 (ULEB128) */
+            covered[6] = 0x01;                    /* features: atomics */
+            put_rel(atomics, code + 8);
+            cb("__sanitizer_metadata_covered_add")(2, (char *)covered, (char *)covered + 7);
+            cb("__sanitizer_metadata_atomics_add")(2, (char *)atomics, (char *)atomics + 4);
+            printf("added %d %d %d\n", classify((unsigned long)code + 5), classify((unsigned long)code + 8),
+                   classify((unsigned long)code + 128));
+            cb("__sanitizer_metadata_atomics_del")(2, (char *)atomics, (char *)atomics + 4);
+            cb("__sanitizer_metadata_covered_del")(2, (char *)covered, (char *)covered + 7);
+            printf("removed %d %d\n", classify((unsigned long)code + 5), classify((unsigned long)code + 8));
+            cb("__sanitizer_metadata_covered_add")(7, (char *)covered, (char *)covered + 7);
+            cb("__sanitizer_metadata_covered_add")(2, (char *)covered, (char *)covered + 6);
+            cb("__sanitizer_metadata_atomics_add")(2, (char *)covered, (char *)0);
+            printf("bad %d\n", classify((unsigned long)code + 5));
+            return 0;
+        }
+    "#;
+    let c_src = dir.join("jit.c");
+    std::fs::write(&c_src, src).unwrap();
+    let exe = dir.join("jit");
+    check(Command::new(&clang).arg("-O1").arg(&c_src).arg("-o").arg(&exe).output().unwrap(), "clang");
+    let out = preloaded(&exe, &[], Some("verbosity=1"));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "added 1 2 0\nremoved 0 0\nbad 0\n", "stderr:\n{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let anonymous = |l: &&str| l.starts_with("racewatch: indexed <anonymous 0x");
+    assert!(lines.iter().any(|l| anonymous(l) && l.ends_with(": 1 covered functions, 1 atomic PCs")), "{stderr}");
+    assert_eq!(lines.iter().filter(|l| l.starts_with("racewatch: unindexed <anonymous 0x")).count(), 1, "{stderr}");
+    let warnings: Vec<&&str> = lines.iter().filter(|l| l.starts_with("racewatch: warning: ")).collect();
+    assert_eq!(warnings.len(), 3, "{stderr}");
+    assert!(warnings[0].contains("unsupported version 0x7"), "{stderr}");
+    assert!(warnings[1].contains("sanmd_covered2: truncated features at byte 6"), "{stderr}");
+    assert!(warnings[2].contains("bad range"), "{stderr}");
+}

@@ -212,7 +212,10 @@ fn apply(reg: &mut Registry, call: Call, announce: &mut Announcements) {
     let found = modules::containing(call.start);
     let id = match &found {
         Some(m) => ModuleId { path: m.path.clone(), bias: m.bias },
-        None => ModuleId { path: format!("<anonymous {:#x}>", call.start), bias: call.start },
+        None => {
+            let base = modules::mapping_start(call.start).unwrap_or(call.start);
+            ModuleId { path: format!("<anonymous {base:#x}>"), bias: base }
+        }
     };
     if !register(reg, key, version, &bytes, &id) {
         return;

@@ -113,6 +113,17 @@ pub fn pc_sections(path: &str, bias: u64) -> Option<Vec<PcSection>> {
     Some(sections)
 }
 
+/// The start of the memory mapping (from `/proc/self/maps`) containing `addr`:
+/// groups the tables of code registered from anonymous memory (a JIT) into one module.
+pub fn mapping_start(addr: u64) -> Option<u64> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        let (start, end) = line.split_whitespace().next()?.split_once('-')?;
+        let (start, end) = (u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?);
+        (start..end).contains(&addr).then_some(start)
+    })
+}
+
 /// Copies `len` bytes of this process's memory at `addr`; `None` if any of it is unreadable.
 pub fn read_memory(addr: u64, len: u64) -> Option<Vec<u8>> {
     let len = usize::try_from(len).ok().filter(|&n| n <= 1 << 32)?;
@@ -153,6 +164,10 @@ mod tests {
         let m = containing(here).expect("own module");
         assert_eq!(std::path::Path::new(&m.path), std::env::current_exe().unwrap());
         assert_eq!(containing(8), None);
+        let boxed = Box::new([0u8; 64]);
+        let at = boxed.as_ptr() as u64;
+        assert!(mapping_start(at).is_some_and(|start| start <= at && start % 4096 == 0));
+        assert_eq!(mapping_start(8), None);
     }
 
     #[test]

@@ -4,22 +4,23 @@
 //! `dlclose`) and then only read, from signal handlers among others: every
 //! query is allocation-free, lock-free and O(log n).
 //!
-//! Layout (memory: 4 bytes per atomic PC + about 12.5 bytes per function,
-//! plus at most one partly used 128-byte block per region):
+//! Layout (memory: 4 bytes per atomic PC + about 14 bytes per function,
+//! plus at most one partly used 64-byte block per region):
 //! - functions sorted by start, split into *regions* whose functions all lie
 //!   within 4 GiB of the region's first function, so a start is stored as a
 //!   `u32` offset from its region's base;
-//! - functions grouped in 128-byte [`Block`]s of [`BLOCK`]: a cache line of
-//!   starts and a cache line of blob indices (with the feature bits);
+//! - functions grouped in 64-byte [`Block`]s of [`BLOCK`]: one cache line
+//!   with their starts and their blob indices (with the feature bits);
 //! - per function a *blob*: its size, then its atomic PCs as sorted `u32`
 //!   offsets from its start (the next function's blob index bounds them);
-//! - per region a direct-mapped bucket table (about one `u32` per 8–16
-//!   functions) that narrows a PC to one block, usually exactly.
+//! - per region a direct-mapped bucket table (one 8-byte [`Bucket`] per 4–8
+//!   functions) that names the PC's block, or the two blocks and the
+//!   offset that splits them, so the block is chosen without a branch.
 //!
-//! A lookup touches the bucket table (small, cache-resident), one block
-//! and one blob: three dependent memory accesses, no unpredictable branches
-//! in the common case; worst case a binary search over the blocks of one
-//! bucket, so O(log n).
+//! A lookup touches one bucket, one block and one blob: three dependent
+//! cache lines, no unpredictable branches in the common case; worst case (a
+//! bucket holding more than two blocks) a binary search over the blocks of
+//! one bucket, so O(log n).
 //!
 //! Atomic PCs outside every covered function are counted ([`Index::orphan_atomics`])
 //! and not stored: `classify` treats them as `Uncovered`. A covered function
@@ -55,8 +56,8 @@ impl FunctionInfo {
     }
 }
 
-/// Functions per search block: their 16 starts fill one cache line.
-pub const BLOCK: usize = 16;
+/// Functions per search block: starts and blob indices fill one cache line.
+pub const BLOCK: usize = 8;
 /// Start of an unused block slot: never `<=` a PC offset (offsets stay below `u32::MAX`).
 const PAD: u32 = u32::MAX;
 const FEATURE_SHIFT: u32 = 28;
@@ -65,16 +66,31 @@ const BLOB_MASK: u32 = (1 << FEATURE_SHIFT) - 1;
 /// functions plus atomic PCs. Beyond it, functions are not indexed and atomic PCs become orphans.
 pub const MAX_BLOB_WORDS: usize = BLOB_MASK as usize;
 /// Target functions per bucket of the direct-mapped first search step.
-const FUNCTIONS_PER_BUCKET: usize = 8;
+const FUNCTIONS_PER_BUCKET: usize = 4;
+/// Up to this many atomic PCs in a function are compared all at once (SIMD);
+/// more are binary-searched.
+const LINEAR_ATOMICS: usize = 32;
+/// `Bucket::split` of a bucket spanning more than two blocks (never a real split:
+/// every block after a region's first starts above offset 0).
+const SPLIT_SEARCH: u32 = 0;
 
-/// Sixteen functions: their starts (offsets from the region base; [`PAD`] when
+/// Eight functions: their starts (offsets from the region base; [`PAD`] when
 /// unused) and, per function, the index of its blob in `Index::blobs` (low 28
-/// bits) with its feature bits above. Two adjacent cache lines.
-#[repr(C, align(128))]
+/// bits) with its feature bits above. One cache line.
+#[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Block {
     starts: [u32; BLOCK],
     info: [u32; BLOCK],
+}
+
+/// Offsets `k << shift .. (k + 1) << shift` of a region fall in block `block`
+/// when below `split`, else in block `block + 1` ([`PAD`]: always `block`;
+/// [`SPLIT_SEARCH`]: search the blocks up to the next bucket's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Bucket {
+    block: u32,
+    split: u32,
 }
 
 /// Functions within 4 GiB of `base`, stored in whole blocks.
@@ -101,7 +117,7 @@ pub struct Index {
     blobs: Vec<u32>,
     /// Per region bucket: the (region-relative) block holding the last function
     /// starting at or before the bucket's first offset.
-    buckets: Vec<u32>,
+    buckets: Vec<Bucket>,
     functions: usize,
     atomics: usize,
     orphans: usize,
@@ -114,6 +130,8 @@ struct Hit {
     block: usize,
     slot: usize,
     offset: u32,
+    /// `offset` is below the function's size.
+    inside: bool,
 }
 
 /// Builds one index; functions arrive sorted by start.
@@ -193,7 +211,20 @@ impl Builder {
             while j + 1 < starts.len() && u64::from(starts[j + 1]) <= at {
                 j += 1;
             }
-            ix.buckets.push((j / BLOCK) as u32);
+            ix.buckets.push(Bucket { block: (j / BLOCK) as u32, split: 0 });
+        }
+        // Each bucket's last possible block is the next bucket's first (or the region's last).
+        let region = *ix.regions.last().expect("a region is open");
+        let first_bucket = region.first_bucket as usize;
+        for k in 0..count as usize {
+            let at = first_bucket + k;
+            let lo = ix.buckets[at].block;
+            let hi = ix.buckets.get(at + 1).filter(|_| k + 1 < count as usize).map_or(region.blocks - 1, |b| b.block);
+            ix.buckets[at].split = match hi - lo {
+                0 => PAD,
+                1 => ix.blocks[(region.first_block + hi) as usize].starts[0],
+                _ => SPLIT_SEARCH,
+            };
         }
         self.region_starts.clear();
     }
@@ -269,11 +300,19 @@ impl Index {
         let mut next = 0;
         for (i, f) in functions.iter().enumerate() {
             // Atomics before this function (and after the previous one) are orphans.
-            let first = next + atomics[next..].partition_point(|&pc| pc < f.start);
+            // Both lists are sorted: one linear merge (a function holds ~10 atomics, so
+            // scanning beats a binary search over the rest).
+            let mut first = next;
+            while first < atomics.len() && atomics[first] < f.start {
+                first += 1;
+            }
             builder.index.orphans += first - next;
             // A nested function ends before the next start: stop there so offsets stay in order.
             let limit = functions.get(i + 1).map_or(f.end(), |n| n.start.min(f.end()));
-            next = first + atomics[first..].partition_point(|&pc| pc < limit);
+            next = first;
+            while next < atomics.len() && atomics[next] < limit {
+                next += 1;
+            }
             builder.push(f, &atomics[first..next]);
         }
         builder.index.orphans += atomics.len() - next;
@@ -283,6 +322,13 @@ impl Index {
     /// The block, slot and offset of the function containing `pc`.
     #[inline]
     fn find(&self, pc: u64) -> Option<Hit> {
+        self.locate(pc).filter(|hit| hit.inside)
+    }
+
+    /// Like `find`, but also returns the nearest function below `pc` when `pc`
+    /// lies past its end (`inside == false`), so callers can stay branch-free.
+    #[inline]
+    fn locate(&self, pc: u64) -> Option<Hit> {
         let region = match self.regions.len() {
             0 => return None,
             1 => 0,
@@ -296,13 +342,14 @@ impl Index {
         // Direct-mapped first step: the answer is in blocks lo..=hi of the region.
         let bucket = (offset >> r.shift) as usize;
         let buckets = &self.buckets[r.first_bucket as usize..][..r.buckets as usize];
-        let lo = buckets[bucket] as usize;
-        let hi = buckets.get(bucket + 1).map_or(r.blocks as usize - 1, |&b| b as usize);
+        let b = buckets[bucket];
         let region_blocks = &self.blocks[r.first_block as usize..][..r.blocks as usize];
-        let block = if lo == hi {
-            lo
+        let lo = b.block as usize;
+        let block = if b.split != SPLIT_SEARCH {
+            lo + usize::from(offset >= b.split)
         } else {
-            // region_blocks[lo].starts[0] <= offset, so the result is >= lo.
+            // region_blocks[lo].starts[0] <= offset, so the answer is >= lo.
+            let hi = buckets.get(bucket + 1).map_or(r.blocks as usize - 1, |n| n.block as usize);
             lo + region_blocks[lo + 1..=hi].partition_point(|b| b.starts[0] <= offset)
         };
         let starts = &region_blocks[block].starts;
@@ -311,7 +358,7 @@ impl Index {
         let block = r.first_block as usize + block;
         let within = offset - starts[slot];
         let size = self.blobs[(self.blocks[block].info[slot] & BLOB_MASK) as usize];
-        (within < size).then_some(Hit { region, block, slot, offset: within })
+        Some(Hit { region, block, slot, offset: within, inside: within < size })
     }
 
     /// Blob index of the function after (block, slot): bounds this one's atomics.
@@ -327,23 +374,20 @@ impl Index {
     /// What the instruction at `pc` is. Allocation-free, O(log n).
     #[inline]
     pub fn classify(&self, pc: u64) -> Access {
-        let Some(hit) = self.find(pc) else { return Access::Uncovered };
+        let Some(hit) = self.locate(pc) else { return Access::Uncovered };
         let info = self.blocks[hit.block].info[hit.slot];
-        if u64::from(info >> FEATURE_SHIFT) & FEATURE_ATOMICS == 0 {
-            return Access::Uncovered;
-        }
+        let analysed = u64::from(info >> FEATURE_SHIFT) & FEATURE_ATOMICS != 0;
         let blob = (info & BLOB_MASK) as usize;
         let atomics = &self.blobs[blob + 1..self.next_blob(hit.block, hit.slot)];
-        let atomic = if atomics.len() <= BLOCK {
+        // Past the function's end, `offset` exceeds every atomic offset: no false match.
+        let atomic = if atomics.len() <= LINEAR_ATOMICS {
             atomics.iter().fold(false, |found, &a| found | (a == hit.offset))
         } else {
             atomics.binary_search(&hit.offset).is_ok()
         };
-        if atomic {
-            Access::Atomic
-        } else {
-            Access::Plain
-        }
+        // Branch-free verdict: gaps between functions are common probes too.
+        const VERDICT: [Access; 4] = [Access::Uncovered, Access::Uncovered, Access::Plain, Access::Atomic];
+        VERDICT[usize::from(hit.inside && analysed) * 2 + usize::from(atomic)]
     }
 
     /// The covered function containing `pc`. Allocation-free, O(log n).
@@ -379,7 +423,7 @@ impl Index {
         self.regions.capacity() * size_of::<Region>()
             + self.blocks.capacity() * size_of::<Block>()
             + self.blobs.capacity() * size_of::<u32>()
-            + self.buckets.capacity() * size_of::<u32>()
+            + self.buckets.capacity() * size_of::<Bucket>()
     }
 }
 

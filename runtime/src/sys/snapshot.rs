@@ -7,10 +7,15 @@
 //! until the previous epoch's slot drains; only then is the old value freed.
 //! Any reader that can still hold the old pointer counted itself in that slot
 //! before loading it, and writers serialise, so a reader confirmed in an older
-//! epoch kept an earlier writer waiting until it left.
+//! epoch kept an earlier writer waiting until it left. If the old epoch's
+//! readers do not drain within [`DRAIN_TIMEOUT`] (a reader stopped for good, or
+//! counted by a thread that did not survive `fork`), the old value is leaked.
 
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::SeqCst};
 use std::sync::Mutex;
+
+/// How long `replace` waits for the old value's readers before leaking it instead.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// See the module documentation.
 pub struct SnapshotCell<T: 'static> {
@@ -69,7 +74,14 @@ impl<T: Send + Sync + 'static> SnapshotCell<T> {
         let new = Box::into_raw(Box::new(value));
         let old = self.current.swap(new, SeqCst);
         let epoch = self.epoch.fetch_add(1, SeqCst);
+        let deadline = std::time::Instant::now() + DRAIN_TIMEOUT;
         while self.readers[epoch & 1].load(SeqCst) != 0 {
+            if std::time::Instant::now() > deadline {
+                // A reader that never leaves (a thread stopped inside `read`, or
+                // one that vanished at `fork`): leak the old value rather than wait
+                // forever or free it under the reader.
+                return;
+            }
             std::thread::yield_now();
         }
         if !old.is_null() {
@@ -115,5 +127,29 @@ mod tests {
             assert!(r.join().unwrap() > 0);
         }
         assert_eq!(CELL.read(|v| v[63]), 2000);
+    }
+
+    /// A reader that never leaves (as after `fork` in another thread) must not hang the writer.
+    #[test]
+    fn stuck_reader_does_not_block_the_writer() {
+        static CELL: SnapshotCell<[u64; 64]> = SnapshotCell::new(&ZERO);
+        let (entered, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let (entered_tx, entered_rx) = entered;
+        let (release_tx, release_rx) = release;
+        let reader = std::thread::spawn(move || {
+            CELL.read(|v| {
+                entered_tx.send(v[0]).unwrap();
+                release_rx.recv().unwrap();
+                v[0]
+            })
+        });
+        assert_eq!(entered_rx.recv().unwrap(), 0);
+        let started = std::time::Instant::now();
+        CELL.replace([1; 64]);
+        CELL.replace([2; 64]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert_eq!(CELL.read(|v| v[0]), 2);
+        release_tx.send(()).unwrap();
+        assert_eq!(reader.join().unwrap(), 0);
     }
 }

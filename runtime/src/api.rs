@@ -13,6 +13,7 @@ use crate::modules;
 use crate::options;
 use crate::registry::{self, Entries, ModuleId, Registry, TableKey};
 use crate::stats::{self, Counter};
+use crate::{reporter, sampler};
 use racewatch_instrument::format::pcsections::{TableKind, Version};
 use std::ffi::c_char;
 
@@ -60,6 +61,8 @@ extern "C" fn racewatch_init() {
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn racewatch_fini() {
     guarded(|| {
+        sampler::stop();
+        reporter::shutdown();
         if options::get().stats {
             log::write(&stats::render());
         }
@@ -123,8 +126,32 @@ fn init() {
         }
     }
     announce.print();
+    start_detector(opts);
+}
 
-    // detector start: the integrator starts the sampler and the reporter here.
+/// Opens the sampling timer and the watchpoints (before the program starts
+/// threads, so every thread inherits them) and starts the reporter when there
+/// is covered code. Without covered code the detector stays silent and idle:
+/// a program without metadata runs exactly as without racewatch.
+fn start_detector(opts: &options::Options) {
+    let covered = registry::with_index(|i| i.functions() > 0);
+    if covered {
+        reporter::start(opts);
+    }
+    if let Err(err) = sampler::start(opts) {
+        if covered {
+            log::warn(format_args!("{err}; race detection disabled"));
+        }
+    }
+}
+
+/// After the index changed at run time (dlopen, dlclose, JIT code): start the
+/// reporter if covered code appeared, and switch sampling on or off.
+fn index_changed() {
+    if registry::with_index(|i| i.functions() > 0) {
+        reporter::start(options::get());
+    }
+    sampler::refresh();
 }
 
 /// Modules to report with `verbosity=1`, in order, once each.
@@ -254,6 +281,7 @@ fn callback(call: Call) {
             reg.publish();
         }
         announce.print();
+        index_changed();
     });
 }
 

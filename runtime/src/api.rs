@@ -16,6 +16,7 @@ use crate::stats::{self, Counter};
 use crate::{reporter, sampler};
 use racewatch_instrument::format::pcsections::{TableKind, Version};
 use std::ffi::c_char;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How many callback calls before init are remembered (each instrumented
 /// module makes two); the rest are found by the module walk.
@@ -129,28 +130,29 @@ fn init() {
     start_detector(opts);
 }
 
-/// Opens the sampling timer and the watchpoints (before the program starts
-/// threads, so every thread inherits them) and starts the reporter when there
-/// is covered code. Without covered code the detector stays silent and idle:
-/// a program without metadata runs exactly as without racewatch.
+/// Starts the detector once the index holds covered code: the reporter
+/// thread, then the sampling timer and the watchpoints (opened from the
+/// constructor, before the program starts threads, so every thread inherits
+/// them). Without covered code nothing is started — no handler, no perf
+/// events, no thread: a program without metadata runs exactly as without
+/// racewatch. Coverage that first arrives through a run-time callback
+/// (`dlopen`) starts it from that thread; threads that already exist then
+/// are not sampled.
 fn start_detector(opts: &options::Options) {
-    let covered = registry::with_index(|i| i.functions() > 0);
-    if covered {
-        reporter::start(opts);
+    static TRIED: AtomicBool = AtomicBool::new(false);
+    if !registry::with_index(|i| i.functions() > 0) || TRIED.swap(true, Ordering::AcqRel) {
+        return;
     }
+    reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
-        if covered {
-            log::warn(format_args!("{err}; race detection disabled"));
-        }
+        log::warn(format_args!("{err}; race detection disabled"));
     }
 }
 
 /// After the index changed at run time (dlopen, dlclose, JIT code): start the
-/// reporter if covered code appeared, and switch sampling on or off.
+/// detector if covered code appeared, and switch sampling on or off.
 fn index_changed() {
-    if registry::with_index(|i| i.functions() > 0) {
-        reporter::start(options::get());
-    }
+    start_detector(options::get());
     sampler::refresh();
 }
 

@@ -5,6 +5,7 @@
 //! decoded is still printed, the error goes to stderr), 2 when the file
 //! cannot be read as ELF.
 
+use super::Format;
 use racewatch_instrument::coverage::features_label;
 use racewatch_instrument::elf::Module;
 use racewatch_instrument::format::stackmap::{LocationKind, StackMap};
@@ -12,13 +13,6 @@ use serde_json::{json, Value};
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-#[derive(Clone, Copy, Debug, Default, clap::ValueEnum)]
-pub enum Format {
-    #[default]
-    Text,
-    Json,
-}
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -30,12 +24,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let module = match Module::open(&args.file) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("racewatch: {e}");
-            return ExitCode::from(2);
-        }
+    let module = match super::open_module(&args.file, "racewatch") {
+        Ok(module) => module,
+        Err(status) => return status,
     };
     let out = match args.format {
         Format::Text => text(&module),

@@ -3,17 +3,10 @@
 //! Exit status: 0 when the tables agree with the code, 1 with findings, 2 when
 //! the file cannot be read as an x86-64 ELF file.
 
-use racewatch_instrument::elf::Module;
+use super::Format;
 use racewatch_instrument::verify::{self, Report};
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    #[default]
-    Text,
-    Json,
-}
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -29,12 +22,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let module = match Module::open(&args.file) {
+    let module = match super::open_module(&args.file, "racewatch verify") {
         Ok(module) => module,
-        Err(e) => {
-            eprintln!("racewatch verify: {e}");
-            return ExitCode::from(2);
-        }
+        Err(status) => return status,
     };
     let report = verify::verify(&module);
     if module.tables.is_empty() {

@@ -1,0 +1,229 @@
+//! End to end: the demos under racewatch, as a user runs them.
+//!
+//! Every demo in demos/src/bin and demos/c is discovered by name (`racy_*`, `clean_*`), so a new demo
+//! file is tested without touching this file. Racy demos must be reported within 30 s at
+//! `sample_period_us=1000`, and each report must name a `racewatch: racy` line of the demo's source in
+//! the stacks of *both* accesses. Clean demos run 5 s with an active detector (watches armed) and must
+//! not be reported. Demo runs go in parallel, at most one per CPU.
+
+mod common;
+
+use common::{
+    demo, demos, parallel_map, retry_for, run_under, stat, stats_summary, Demo, DemoKind, Run, REPORT_HEADER,
+};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// How long a racy demo may take to be reported.
+const DETECTION_BUDGET: Duration = Duration::from_secs(30);
+/// Seconds per run of a racy demo (runs repeat until a report or the budget is spent).
+const RACY_RUN_SECONDS: &str = "3";
+/// Seconds a clean demo runs.
+const CLEAN_RUN_SECONDS: &str = "5";
+/// One sample per millisecond of thread CPU time: the rate the issue fixes for detection.
+const SAMPLE_PERIOD: &str = "sample_period_us=1000";
+
+fn of_kind(kind: DemoKind) -> Vec<&'static Demo> {
+    demos().iter().filter(|d| d.kind == kind).collect()
+}
+
+/// Exit status 0 and the demo's result on stdout: one or more lines, each `<name>: ...`.
+fn check_exit_and_stdout(demo: &Demo, run: &Run) -> Result<(), String> {
+    if !run.status.success() {
+        return Err(format!("exit status {} (stderr:\n{})", run.status, run.stderr));
+    }
+    let prefix = format!("{}: ", demo.name);
+    if run.stdout.is_empty() || !run.stdout.lines().all(|l| l.starts_with(&prefix)) {
+        return Err(format!("expected stdout lines `{prefix}...`, got:\n{}", run.stdout));
+    }
+    Ok(())
+}
+
+/// The frame of `access` on a racy line of the demo's source, as `file:line`.
+fn racy_frame(access: &Value, demo: &Demo, racy_lines: &[u32]) -> Option<String> {
+    access["stack"].as_array()?.iter().find_map(|frame| {
+        let file = frame["file"].as_str()?;
+        let line = u32::try_from(frame["line"].as_u64()?).ok()?;
+        (file.ends_with(&demo.source_suffix) && racy_lines.contains(&line)).then(|| format!("{file}:{line}"))
+    })
+}
+
+/// Checks one JSON report against the demo: this process, two accesses from different threads, at least
+/// one write, not both atomic, and both stacks reaching a marked racy line.
+fn check_report(demo: &Demo, run: &Run, report: &Value, racy_lines: &[u32]) -> Result<(), String> {
+    let fail = |why: &str| Err(format!("{why} in report {report}"));
+    if report["kind"] != "data_race" {
+        return fail("kind is not data_race");
+    }
+    if report["pid"].as_u64() != Some(u64::from(run.pid)) {
+        return fail(&format!("pid is not {}", run.pid));
+    }
+    let Some([current, previous]) = report["accesses"].as_array().map(Vec::as_slice) else {
+        return fail("expected two accesses");
+    };
+    if current["tid"] == previous["tid"] {
+        return fail("both accesses from one thread");
+    }
+    if current["kind"] != "write" && previous["kind"] != "write" {
+        return fail("no write");
+    }
+    if current["atomic"] == true && previous["atomic"] == true {
+        return fail("both accesses atomic");
+    }
+    for (which, access) in [("current", current), ("previous", previous)] {
+        if racy_frame(access, demo, racy_lines).is_none() {
+            return fail(&format!("the {which} access's stack has no frame at {}:{racy_lines:?}", demo.source_suffix));
+        }
+    }
+    Ok(())
+}
+
+/// Runs a racy demo until it is reported; returns the runs it took and the first report.
+fn detect(demo: &Demo) -> Result<(usize, Duration, Value), String> {
+    let racy_lines = demo.racy_lines();
+    if racy_lines.is_empty() {
+        return Err(format!("{} has no `racewatch: racy` marker", demo.source.display()));
+    }
+    let start = Instant::now();
+    let mut last_stats = String::new();
+    let result = retry_for(DETECTION_BUDGET, || {
+        let run = run_under(&[SAMPLE_PERIOD, "report_format=json", "stats=1"], &demo.bin, &[RACY_RUN_SECONDS]);
+        check_exit_and_stdout(demo, &run)?;
+        last_stats = stats_summary(&run.stderr);
+        if run.stderr.contains(REPORT_HEADER) {
+            return Err(format!("a text report with report_format=json:\n{}", run.stderr));
+        }
+        let mut reports = Vec::new();
+        for line in run.stderr.lines().filter(|l| l.starts_with('{')) {
+            let report: Value =
+                serde_json::from_str(line).map_err(|e| format!("bad JSON report line ({e}): {line}"))?;
+            check_report(demo, &run, &report, &racy_lines)?;
+            reports.push(report);
+        }
+        Ok(reports.into_iter().next())
+    });
+    match result {
+        Ok((report, runs)) => Ok((runs, start.elapsed(), report)),
+        Err(why) => Err(format!("{why}; stats of the last run: {last_stats}")),
+    }
+}
+
+#[test]
+fn every_demo_is_discovered_and_built() {
+    let count = |lang: &str, kind: DemoKind| demos().iter().filter(|d| d.lang == lang && d.kind == kind).count();
+    assert!(count("rust", DemoKind::Racy) >= 4, "Rust racy demos: {:?}", demos());
+    assert!(count("rust", DemoKind::Clean) >= 5, "Rust clean demos: {:?}", demos());
+    if common::clang().is_some() {
+        assert!(count("c", DemoKind::Racy) >= 4, "C racy demos: {:?}", demos());
+        assert!(count("c", DemoKind::Clean) >= 4, "C clean demos: {:?}", demos());
+    }
+    for demo in of_kind(DemoKind::Racy) {
+        assert!(!demo.racy_lines().is_empty(), "{}: no `racewatch: racy` marker", demo.source.display());
+    }
+    for demo in of_kind(DemoKind::Clean) {
+        assert!(demo.racy_lines().is_empty(), "{}: a clean demo with a racy marker", demo.source.display());
+    }
+}
+
+#[test]
+fn every_racy_demo_is_reported_with_the_racing_lines_of_both_accesses() {
+    let racy = of_kind(DemoKind::Racy);
+    let results = parallel_map(&racy, |demo| detect(demo));
+    let mut failures = Vec::new();
+    for (demo, result) in racy.iter().zip(results) {
+        match result {
+            Ok((runs, elapsed, report)) => {
+                let lines: Vec<String> = report["accesses"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|a| racy_frame(a, demo, &demo.racy_lines()))
+                    .collect();
+                eprintln!(
+                    "racy {}: reported after {runs} run(s), {:.1} s: {}",
+                    demo.label(),
+                    elapsed.as_secs_f64(),
+                    lines.join(" vs ")
+                );
+            }
+            Err(why) => failures.push(format!("{}: {why}", demo.label())),
+        }
+    }
+    assert!(failures.is_empty(), "racy demos not reported correctly:\n{}", failures.join("\n"));
+}
+
+/// Runs a clean demo for 5 s with stats; returns its stats line.
+fn run_clean(demo: &Demo) -> Result<String, String> {
+    let run = run_under(&[SAMPLE_PERIOD, "stats=1"], &demo.bin, &[CLEAN_RUN_SECONDS]);
+    check_exit_and_stdout(demo, &run)?;
+    let stats = stats_summary(&run.stderr);
+    let reports = run.stderr.matches(REPORT_HEADER).count();
+    if reports != 0 {
+        return Err(format!("{reports} race report(s):\n{}", run.stderr));
+    }
+    if stat(&run.stderr, "races") != Some(0) {
+        return Err(format!("races counted: {stats}"));
+    }
+    // The detector must have been watching, or "no report" proves nothing.
+    match stat(&run.stderr, "watches armed") {
+        Some(n) if n > 0 => Ok(stats),
+        _ => Err(format!("no watch armed in {CLEAN_RUN_SECONDS} s: {stats}")),
+    }
+}
+
+#[test]
+fn every_clean_demo_runs_without_reports_while_the_detector_watches() {
+    let clean = of_kind(DemoKind::Clean);
+    let results = parallel_map(&clean, |demo| run_clean(demo));
+    let mut failures = Vec::new();
+    for (demo, result) in clean.iter().zip(results) {
+        match result {
+            Ok(stats) => eprintln!("clean {}: no report; {stats}", demo.label()),
+            Err(why) => failures.push(format!("{}: {why}", demo.label())),
+        }
+    }
+    assert!(failures.is_empty(), "clean demos failed:\n{}", failures.join("\n"));
+}
+
+/// The first text report block of `stderr`: the lines between two separators.
+fn first_text_report(stderr: &str) -> Option<Vec<&str>> {
+    let mut lines = stderr.lines().skip_while(|l| *l != "==================");
+    lines.next()?;
+    let block: Vec<&str> = lines.take_while(|l| *l != "==================").collect();
+    (!block.is_empty()).then_some(block)
+}
+
+#[test]
+fn text_report_has_the_contract_shape() {
+    let demo = demo("rust", "racy_counter");
+    let racy_lines = demo.racy_lines();
+    let (run, runs) = retry_for(DETECTION_BUDGET, || {
+        let run = run_under(&[SAMPLE_PERIOD], &demo.bin, &[RACY_RUN_SECONDS]);
+        check_exit_and_stdout(demo, &run)?;
+        Ok(run.stderr.contains(REPORT_HEADER).then_some(run))
+    })
+    .unwrap_or_else(|why| panic!("{}: {why}", demo.label()));
+    eprintln!("text report of {} after {runs} run(s)", demo.label());
+
+    let block = first_text_report(&run.stderr).unwrap_or_else(|| panic!("no report block in:\n{}", run.stderr));
+    let text = block.join("\n");
+    assert_eq!(block[0], format!("{REPORT_HEADER} (pid={})", run.pid), "{text}");
+    // Current access, its frames, the previous access, its frames, the summary.
+    let access_line = |line: &str, previous: bool| {
+        let rest = if previous { line.strip_prefix("  Previous ") } else { line.strip_prefix("  ") };
+        rest.is_some_and(|r| r.contains(" of size ") && r.contains(" by thread T") && r.ends_with("):"))
+    };
+    assert!(access_line(block[1], false) && !block[1].contains("Previous"), "{text}");
+    let previous_at = block.iter().position(|l| access_line(l, true)).unwrap_or_else(|| panic!("no Previous: {text}"));
+    let summary = block.last().unwrap();
+    assert!(summary.starts_with("SUMMARY: racewatch: data race "), "{text}");
+    assert!(summary.contains(&demo.source_suffix), "summary names the source: {text}");
+    for frames in [&block[2..previous_at], &block[previous_at + 1..block.len() - 1]] {
+        assert!(!frames.is_empty(), "{text}");
+        for (i, frame) in frames.iter().enumerate() {
+            assert!(frame.starts_with(&format!("    #{i} ")), "frame {i}: {text}");
+        }
+        let marked = racy_lines.iter().any(|n| frames[0].contains(&format!("{}:{n}:", demo.source_suffix)));
+        assert!(marked, "#0 is not on a racy line {racy_lines:?}: {text}");
+    }
+}

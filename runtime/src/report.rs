@@ -3,8 +3,13 @@
 //! Pure functions over already symbolized data, so they are tested without a
 //! process. The text shape is the DESIGN.md contract (TSan-like); the JSON form
 //! carries the same content, one object per line.
+//!
+//! Stacks are cut like Rust's own short backtraces ([`short_backtrace`]) before
+//! either form is rendered, so both show the same frames. The text form
+//! shortens standard-library paths (`/rustc/<commit>/library/...` to
+//! `library/...`); JSON keeps them whole.
 
-use crate::symbolize::Frame;
+use crate::symbolize::{base_name, Frame};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -70,6 +75,50 @@ impl ThreadNames {
     }
 }
 
+/// Where Rust's standard library sources are said to be (remapped by rustc).
+const STD_SOURCES: &str = "/rustc/";
+/// Rust's marker frames: below `__rust_begin_short_backtrace` is thread or
+/// process start-up, above `__rust_end_short_backtrace` panic machinery.
+const BEGIN_SHORT_BACKTRACE: &str = "__rust_begin_short_backtrace";
+const END_SHORT_BACKTRACE: &str = "__rust_end_short_backtrace";
+
+/// How a report spells file paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Paths {
+    /// As symbolized (JSON).
+    Full,
+    /// Standard-library paths from `library/` on (text).
+    Short,
+}
+
+/// Cuts a Rust stack the way Rust's short backtraces do: the
+/// `__rust_begin_short_backtrace` frame and everything outside it (thread
+/// and `main` start-up) go, and so do the frames from the access out to a
+/// `__rust_end_short_backtrace` frame (panic machinery). The frames of the
+/// accessing PC itself (the first physical frame with its inlined frames)
+/// are always kept. Stacks without the markers (C, C++) are unchanged.
+pub fn short_backtrace(mut frames: Vec<Frame>) -> Vec<Frame> {
+    let is =
+        |marker: &'static str| move |f: &Frame| f.function.as_deref().is_some_and(|name| base_name(name) == marker);
+    // The accessing PC's frames: up to and including the first physical one.
+    let access = frames.iter().position(|f| !f.inlined).map_or(frames.len(), |i| i + 1);
+    if let Some(begin) = frames.iter().position(is(BEGIN_SHORT_BACKTRACE)) {
+        frames.truncate(begin.max(1));
+    }
+    if let Some(end) = frames.get(access..).and_then(|outer| outer.iter().position(is(END_SHORT_BACKTRACE))) {
+        frames.drain(access..=access + end);
+    }
+    frames
+}
+
+/// The frame a summary names: the current access's first frame in the
+/// user's code (not in Rust's standard library, not in the runtime), else
+/// its innermost frame.
+pub fn summary_frame(stack: &[Frame]) -> Option<&Frame> {
+    let in_std = |f: &Frame| f.file.as_deref().is_some_and(|file| file.starts_with(STD_SOURCES));
+    stack.iter().find(|f| !in_std(f) && !f.in_runtime).or(stack.first())
+}
+
 /// The human report, TSan-like, ending with a newline.
 pub fn render_text(report: &RaceReport) -> String {
     let mut out = String::new();
@@ -77,7 +126,7 @@ pub fn render_text(report: &RaceReport) -> String {
     let _ = writeln!(out, "WARNING: racewatch: data race (pid={})", report.pid);
     render_access(&mut out, &report.current, false);
     render_access(&mut out, &report.previous, true);
-    let _ = writeln!(out, "SUMMARY: racewatch: {}", summary(report));
+    let _ = writeln!(out, "SUMMARY: racewatch: {}", summary_with(report, Paths::Short));
     let _ = writeln!(out, "{SEPARATOR}");
     out
 }
@@ -93,10 +142,15 @@ pub fn render_json(report: &RaceReport) -> String {
     format!("{value}\n")
 }
 
-/// `data race <file:line:col> in <function>`, after the current access's innermost frame.
+/// `data race <file:line:col> in <function>`, after the current access's
+/// [`summary_frame`], with full paths.
 pub fn summary(report: &RaceReport) -> String {
-    match report.current.stack.first() {
-        Some(frame) => format!("data race {} in {}", location(frame), function(frame)),
+    summary_with(report, Paths::Full)
+}
+
+fn summary_with(report: &RaceReport, paths: Paths) -> String {
+    match summary_frame(&report.current.stack) {
+        Some(frame) => format!("data race {} in {}", location(frame, paths), function(frame)),
         None => "data race".to_string(),
     }
 }
@@ -120,7 +174,7 @@ fn render_access(out: &mut String, access: &AccessReport, previous: bool) {
     for (i, frame) in access.stack.iter().enumerate() {
         let _ = write!(out, "    #{i} {}", function(frame));
         if frame.file.is_some() {
-            let _ = write!(out, " {}", location(frame));
+            let _ = write!(out, " {}", location(frame, Paths::Short));
         }
         let _ = writeln!(out, " {}", module_offset(frame));
     }
@@ -144,13 +198,26 @@ fn function(frame: &Frame) -> &str {
 }
 
 /// `file:line:col` (shorter when parts are unknown), or `(module+0xoff)` without a file.
-fn location(frame: &Frame) -> String {
-    match (&frame.file, frame.line.filter(|&l| l > 0), frame.column.filter(|&c| c > 0)) {
+fn location(frame: &Frame, paths: Paths) -> String {
+    let file = frame.file.as_deref().map(|file| match paths {
+        Paths::Full => file,
+        Paths::Short => short_path(file),
+    });
+    match (file, frame.line.filter(|&l| l > 0), frame.column.filter(|&c| c > 0)) {
         (Some(file), Some(line), Some(column)) => format!("{file}:{line}:{column}"),
         (Some(file), Some(line), None) => format!("{file}:{line}"),
-        (Some(file), None, _) => file.clone(),
+        (Some(file), None, _) => file.to_string(),
         (None, _, _) => module_offset(frame),
     }
+}
+
+/// `library/...` for a standard-library path `/rustc/<commit>/library/...`; any other path unchanged.
+pub fn short_path(file: &str) -> &str {
+    file.strip_prefix(STD_SOURCES)
+        .and_then(|rest| rest.split_once('/'))
+        .map(|(_commit, rest)| rest)
+        .filter(|rest| rest.starts_with("library/"))
+        .unwrap_or(file)
 }
 
 /// `(module+0xoffset)` with the module's file name, or `(0xpc)` when the module is unknown.
@@ -184,6 +251,7 @@ fn frame_json(frame: &Frame) -> Value {
         "column": frame.column,
         "module": frame.module,
         "offset": format!("{:#x}", frame.offset),
+        "inlined": frame.inlined,
     })
 }
 
@@ -191,17 +259,63 @@ fn frame_json(frame: &Frame) -> Value {
 mod tests {
     use super::*;
 
-    fn frame(function: &str, file: &str, line: u32, column: u32, offset: u64) -> Frame {
+    const STD: &str = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library";
+    const EXE: &str = "/work/demos/target/release/racy_flag";
+    const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+
+    fn frame(function: &str, file: &str, line: u32, column: u32, offset: u64, inlined: bool) -> Frame {
         Frame {
             function: Some(function.to_string()),
             file: Some(file.to_string()),
             line: Some(line),
             column: Some(column),
-            module: Some("/work/demos/target/debug/racy_counter".to_string()),
+            module: Some(EXE.to_string()),
             offset,
+            inlined,
+            in_runtime: false,
         }
     }
 
+    fn libc_frame(function: Option<&str>) -> Frame {
+        Frame { function: function.map(str::to_string), module: Some(LIBC.into()), offset: 0x891f5, ..Frame::default() }
+    }
+
+    /// A Rust thread's stack as the symbolizer returns it (line tables only:
+    /// inlined frames keep bare names), before [`short_backtrace`].
+    fn rust_thread_stack() -> Vec<Frame> {
+        vec![
+            frame("write_volatile<u64>", &format!("{STD}/core/src/ptr/mod.rs"), 2178, 9, 0x1c1cb, true),
+            frame("racy_flag::publish", "demos/src/bin/racy_flag.rs", 15, 9, 0x1c1cb, false),
+            frame("{closure#0}", "demos/src/bin/racy_flag.rs", 40, 17, 0x1b76b, true),
+            frame(
+                "__rust_begin_short_backtrace<racy_flag::main::{closure_env#0}, u64>",
+                &format!("{STD}/std/src/sys/backtrace.rs"),
+                166,
+                18,
+                0x1b76b,
+                false,
+            ),
+            frame(
+                "{closure#0}<racy_flag::main::{closure_env#0}, u64>",
+                &format!("{STD}/std/src/thread/lifecycle.rs"),
+                91,
+                13,
+                0x1ac7f,
+                false,
+            ),
+            frame(
+                "<std::sys::thread::unix::Thread>::new::thread_start",
+                &format!("{STD}/std/src/sys/thread/unix.rs"),
+                118,
+                17,
+                0x4707f,
+                false,
+            ),
+            libc_frame(None),
+        ]
+    }
+
+    /// A race as the reporter builds it: a Rust write against a C-like atomic read.
     fn sample() -> RaceReport {
         RaceReport {
             pid: 1234,
@@ -212,15 +326,7 @@ mod tests {
                 is_atomic: false,
                 size: 8,
                 address: 0x7f12_3456_7890,
-                stack: vec![
-                    frame("racy_counter::bump", "demos/src/bin/racy_counter.rs", 12, 5, 0x1a2b),
-                    frame("racy_counter::main::{closure#0}", "demos/src/bin/racy_counter.rs", 20, 13, 0x1b00),
-                    Frame {
-                        module: Some("/lib/x86_64-linux-gnu/libc.so.6".into()),
-                        offset: 0x9ca94,
-                        ..Frame::default()
-                    },
-                ],
+                stack: short_backtrace(rust_thread_stack()),
             },
             previous: AccessReport {
                 thread: 1,
@@ -229,12 +335,10 @@ mod tests {
                 is_atomic: true,
                 size: 4,
                 address: 0x7f12_3456_7894,
-                stack: vec![Frame {
-                    function: Some("start_thread".into()),
-                    module: Some("/lib/x86_64-linux-gnu/libc.so.6".into()),
-                    offset: 0x9ca94,
-                    ..Frame::default()
-                }],
+                stack: short_backtrace(vec![
+                    Frame { module: Some("/tmp/c_racy".into()), offset: 0x11b4, ..Frame::default() },
+                    libc_frame(Some("start_thread")),
+                ]),
             },
         }
     }
@@ -245,12 +349,13 @@ mod tests {
 ==================
 WARNING: racewatch: data race (pid=1234)
   Write of size 8 at 0x7f1234567890 by thread T2 (tid 5678):
-    #0 racy_counter::bump demos/src/bin/racy_counter.rs:12:5 (racy_counter+0x1a2b)
-    #1 racy_counter::main::{closure#0} demos/src/bin/racy_counter.rs:20:13 (racy_counter+0x1b00)
-    #2 <unknown> (libc.so.6+0x9ca94)
+    #0 write_volatile<u64> library/core/src/ptr/mod.rs:2178:9 (racy_flag+0x1c1cb)
+    #1 racy_flag::publish demos/src/bin/racy_flag.rs:15:9 (racy_flag+0x1c1cb)
+    #2 {closure#0} demos/src/bin/racy_flag.rs:40:17 (racy_flag+0x1b76b)
   Previous atomic read of size 4 at 0x7f1234567894 by thread T1 (tid 5677):
-    #0 start_thread (libc.so.6+0x9ca94)
-SUMMARY: racewatch: data race demos/src/bin/racy_counter.rs:12:5 in racy_counter::bump
+    #0 <unknown> (c_racy+0x11b4)
+    #1 start_thread (libc.so.6+0x891f5)
+SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publish
 ==================
 ";
         assert_eq!(render_text(&sample()), expected);
@@ -273,50 +378,135 @@ SUMMARY: racewatch: data race demos/src/bin/racy_counter.rs:12:5 in racy_counter
     }
 
     #[test]
-    fn summary_without_source_names_the_module() {
-        let mut report = sample();
-        report.current.stack.remove(0);
-        report.current.stack.remove(0);
-        assert_eq!(summary(&report), "data race (libc.so.6+0x9ca94) in <unknown>");
-        report.current.stack[0].module = None;
-        assert_eq!(summary(&report), "data race (0x9ca94) in <unknown>");
+    fn summary_names_the_first_frame_outside_std_and_the_runtime() {
+        let mut stack = rust_thread_stack();
+        assert_eq!(summary_frame(&stack).unwrap().function.as_deref(), Some("racy_flag::publish"));
+        // A runtime frame (an interceptor) is skipped like std.
+        stack[1].in_runtime = true;
+        assert_eq!(summary_frame(&stack).unwrap().function.as_deref(), Some("{closure#0}"));
+        // Only std and runtime frames: the innermost frame.
+        stack.truncate(2);
+        assert_eq!(summary_frame(&stack).unwrap().function.as_deref(), Some("write_volatile<u64>"));
+        // A frame without a file is not known to be std: C code without line tables is named.
+        let c = vec![libc_frame(Some("memcpy")), frame("main", "prog.c", 3, 1, 0x10, false)];
+        assert_eq!(summary_frame(&c).unwrap().function.as_deref(), Some("memcpy"));
+        assert_eq!(summary_frame(&[]), None);
     }
 
     #[test]
-    fn json_report_is_one_line_with_the_same_content() {
-        let line = render_json(&sample());
+    fn summary_keeps_full_paths_in_json_and_short_ones_in_text() {
+        let mut report = sample();
+        report.current.stack.drain(1..);
+        let full = format!("data race {STD}/core/src/ptr/mod.rs:2178:9 in write_volatile<u64>");
+        assert_eq!(summary(&report), full);
+        assert!(render_text(&report)
+            .contains("SUMMARY: racewatch: data race library/core/src/ptr/mod.rs:2178:9 in write_volatile<u64>\n"));
+        let json: Value = serde_json::from_str(&render_json(&report)).unwrap();
+        assert_eq!(json["summary"], full);
+    }
+
+    #[test]
+    fn summary_without_source_names_the_module() {
+        let mut report = sample();
+        report.current.stack = vec![libc_frame(None)];
+        assert_eq!(summary(&report), "data race (libc.so.6+0x891f5) in <unknown>");
+        report.current.stack[0].module = None;
+        assert_eq!(summary(&report), "data race (0x891f5) in <unknown>");
+    }
+
+    fn names(frames: &[Frame]) -> Vec<&str> {
+        frames.iter().map(|f| base_name(f.function.as_deref().unwrap_or("?"))).collect()
+    }
+
+    #[test]
+    fn short_backtrace_drops_thread_start_from_the_begin_marker_on() {
+        assert_eq!(names(&short_backtrace(rust_thread_stack())), ["write_volatile", "publish", "{closure#0}"]);
+        // Qualified (limited debuginfo) spellings of the marker count too.
+        let mut stack = rust_thread_stack();
+        stack[3].function = Some("std::sys::backtrace::__rust_begin_short_backtrace::<fn(), ()>".into());
+        assert_eq!(short_backtrace(stack).len(), 3);
+        // The accessing frame stays even when it is the marker itself.
+        let stack = rust_thread_stack().split_off(3);
+        assert_eq!(names(&short_backtrace(stack)), ["__rust_begin_short_backtrace"]);
+    }
+
+    #[test]
+    fn short_backtrace_drops_panic_machinery_but_never_the_access() {
+        let user = |name: &str, inlined| frame(name, "src/main.rs", 1, 1, 0x10, inlined);
+        let std = |name: &str| frame(name, &format!("{STD}/std/src/panicking.rs"), 1, 1, 0x20, false);
+        // A panic hook writing a static races: the hook is the access.
+        let stack = vec![
+            user("hook_inner", true),
+            user("app::hook", false),
+            std("std::panicking::panic_with_hook"),
+            std("std::sys::backtrace::__rust_end_short_backtrace::<F, !>"),
+            std("core::panicking::panic_fmt"),
+            user("app::compute", false),
+            std("std::sys::backtrace::__rust_begin_short_backtrace::<fn(), ()>"),
+            std("std::rt::lang_start_internal"),
+        ];
+        assert_eq!(names(&short_backtrace(stack)), ["hook_inner", "hook", "panic_fmt", "compute"]);
+        // A marker among the access's own inlined frames is not cut.
+        let stack = vec![user("inner", true), std("__rust_end_short_backtrace<F, !>"), user("outer", false)];
+        assert_eq!(short_backtrace(stack).len(), 3);
+    }
+
+    #[test]
+    fn stacks_without_markers_are_unchanged() {
+        let c = vec![frame("record", "demos/c/racy_struct.c", 9, 10, 0x11b4, false), libc_frame(None)];
+        assert_eq!(short_backtrace(c.clone()), c);
+        assert_eq!(short_backtrace(Vec::new()), Vec::<Frame>::new());
+    }
+
+    #[test]
+    fn only_standard_library_paths_are_shortened() {
+        assert_eq!(short_path(&format!("{STD}/core/src/ptr/mod.rs")), "library/core/src/ptr/mod.rs");
+        assert_eq!(short_path("/rustc/abc/src/tools/x.rs"), "/rustc/abc/src/tools/x.rs");
+        assert_eq!(short_path("/rustc/library/x.rs"), "/rustc/library/x.rs");
+        assert_eq!(short_path("demos/src/bin/racy_flag.rs"), "demos/src/bin/racy_flag.rs");
+        assert_eq!(short_path("/home/u/rustc/abc/library/x.rs"), "/home/u/rustc/abc/library/x.rs");
+    }
+
+    #[test]
+    fn json_report_is_one_line_with_the_same_frames_and_full_paths() {
+        let report = sample();
+        let line = render_json(&report);
         assert!(line.ends_with('\n'));
         assert_eq!(line.matches('\n').count(), 1);
         let value: Value = serde_json::from_str(&line).unwrap();
         let expected = json!({
             "kind": "data_race",
             "pid": 1234,
-            "summary": "data race demos/src/bin/racy_counter.rs:12:5 in racy_counter::bump",
+            "summary": "data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publish",
             "accesses": [
                 {
                     "thread": "T2", "tid": 5678, "kind": "write", "size": 8,
                     "address": "0x7f1234567890", "atomic": false,
                     "stack": [
-                        {"function": "racy_counter::bump", "file": "demos/src/bin/racy_counter.rs", "line": 12,
-                         "column": 5, "module": "/work/demos/target/debug/racy_counter", "offset": "0x1a2b"},
-                        {"function": "racy_counter::main::{closure#0}", "file": "demos/src/bin/racy_counter.rs",
-                         "line": 20, "column": 13, "module": "/work/demos/target/debug/racy_counter",
-                         "offset": "0x1b00"},
-                        {"function": null, "file": null, "line": null, "column": null,
-                         "module": "/lib/x86_64-linux-gnu/libc.so.6", "offset": "0x9ca94"},
+                        {"function": "write_volatile<u64>", "file": format!("{STD}/core/src/ptr/mod.rs"),
+                         "line": 2178, "column": 9, "module": EXE, "offset": "0x1c1cb", "inlined": true},
+                        {"function": "racy_flag::publish", "file": "demos/src/bin/racy_flag.rs", "line": 15,
+                         "column": 9, "module": EXE, "offset": "0x1c1cb", "inlined": false},
+                        {"function": "{closure#0}", "file": "demos/src/bin/racy_flag.rs", "line": 40,
+                         "column": 17, "module": EXE, "offset": "0x1b76b", "inlined": true},
                     ],
                 },
                 {
                     "thread": "T1", "tid": 5677, "kind": "read", "size": 4,
                     "address": "0x7f1234567894", "atomic": true,
                     "stack": [
+                        {"function": null, "file": null, "line": null, "column": null,
+                         "module": "/tmp/c_racy", "offset": "0x11b4", "inlined": false},
                         {"function": "start_thread", "file": null, "line": null, "column": null,
-                         "module": "/lib/x86_64-linux-gnu/libc.so.6", "offset": "0x9ca94"},
+                         "module": LIBC, "offset": "0x891f5", "inlined": false},
                     ],
                 },
             ],
         });
         assert_eq!(value, expected);
+        // The text shows exactly the same frames.
+        let text = render_text(&report);
+        assert_eq!(text.lines().filter(|l| l.starts_with("    #")).count(), 5, "{text}");
     }
 
     #[test]

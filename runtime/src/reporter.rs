@@ -105,7 +105,8 @@ impl Reporter {
     }
 
     /// The rendered report for `event`, or `None` when this unordered pair of
-    /// PCs was already seen or a suppression matches.
+    /// PCs was already seen or a suppression matches (any frame of either
+    /// full stack, before [`report::short_backtrace`] cuts them).
     pub fn render(&mut self, event: &RaceEvent) -> Option<String> {
         let (a, b) = (event.current.pc, event.previous.pc);
         if !self.seen.insert((a.min(b), a.max(b))) {
@@ -156,7 +157,7 @@ impl Reporter {
             is_atomic: record.is_atomic,
             size: record.size,
             address: record.addr,
-            stack,
+            stack: report::short_backtrace(stack),
         }
     }
 

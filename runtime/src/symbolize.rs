@@ -1,20 +1,30 @@
 //! Symbolization with addr2line: functions, file:line:col, inlined frames.
 //!
 //! Runs only on the reporter thread (it allocates, maps files and takes
-//! locks). A runtime PC is first mapped to its module (the main executable or
-//! a shared library, found with `findshlibs`) and to the module's own address
-//! space (`pc - load bias`); the module file is then symbolized with one
-//! cached [`addr2line::Loader`] per module: DWARF when present (with inlined
-//! frames), else the ELF symbol table, else nothing.
+//! locks). A runtime PC is first mapped to its loaded module with
+//! [`crate::modules::containing`] and to the module's own address space
+//! (`pc - load bias`); the module file is then symbolized with one cached
+//! [`addr2line::Loader`] per module (DWARF, with inlined frames) and the
+//! module's ELF function symbols, read and demangled by
+//! [`racewatch_instrument::elf`] and [`racewatch_instrument::symbols`].
+//!
+//! Names: DWARF names a function by its linkage name when the binary has one
+//! (`-Cdebuginfo=limited` or more, `-g`), which demangles to the qualified
+//! path (`racy_counter::bump`); with line tables only it has just the bare
+//! name (`bump`, `{closure#0}`, `write_volatile<u64>`) and no namespace
+//! entries to qualify it with. The physical (outermost) frame of a PC then
+//! takes the symbol table's qualified name; inlined frames have no symbol of
+//! their own and keep the bare DWARF name.
 
 use crate::event::Stack;
-use findshlibs::{Segment, SharedLibrary, TargetSharedLibrary};
+use crate::modules;
+use racewatch_instrument::symbols::{demangle, find_function, Function};
 use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// One symbolized frame. A PC inside inlined code yields several frames,
-/// innermost first.
+/// innermost first; all but the last of them are `inlined`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Frame {
     /// Demangled function name (Rust without the hash), if known.
@@ -29,21 +39,18 @@ pub struct Frame {
     pub module: Option<String>,
     /// The PC in the module's own address space (`pc - load bias`), or the raw PC when the module is unknown.
     pub offset: u64,
-}
-
-/// A loaded module: where its code lives in this process.
-#[derive(Clone, Debug)]
-struct Module {
-    path: PathBuf,
-    bias: u64,
-    ranges: Vec<(u64, u64)>,
+    /// Inlined into the next frame (same PC).
+    pub inlined: bool,
+    /// In racewatch's own shared library (never the user's code).
+    pub in_runtime: bool,
 }
 
 /// Maps runtime PCs to frames. Build and use it on one ordinary thread.
 pub struct Symbolizer {
-    modules: Vec<Module>,
     files: HashMap<PathBuf, ModuleFile>,
     cwd: Option<PathBuf>,
+    /// The runtime's module when it is a library of its own (preloaded), not linked into the executable.
+    runtime_module: Option<String>,
 }
 
 impl Default for Symbolizer {
@@ -53,9 +60,9 @@ impl Default for Symbolizer {
 }
 
 impl Symbolizer {
-    /// A symbolizer for the current process (modules are scanned lazily).
+    /// A symbolizer for the current process (module files are read lazily).
     pub fn new() -> Symbolizer {
-        Symbolizer { modules: Vec::new(), files: HashMap::new(), cwd: std::env::current_dir().ok() }
+        Symbolizer { files: HashMap::new(), cwd: std::env::current_dir().ok(), runtime_module: runtime_library() }
     }
 
     /// Symbolizes every frame of a captured stack: `pcs[0]` is looked up as
@@ -66,13 +73,15 @@ impl Symbolizer {
 
     /// Symbolizes one runtime PC of this process; never empty.
     pub fn symbolize_pc(&mut self, pc: u64, is_return_address: bool) -> Vec<Frame> {
-        match self.module_of(pc) {
-            Some(module) => {
-                let offset = pc.wrapping_sub(module.bias);
-                self.symbolize_in_module(&module.path, offset, is_return_address)
-            }
-            None => vec![Frame { offset: pc, ..Frame::default() }],
+        let Some(module) = modules::containing(pc).filter(|m| !m.path.is_empty()) else {
+            return vec![Frame { offset: pc, ..Frame::default() }];
+        };
+        let offset = pc.wrapping_sub(module.bias);
+        let mut frames = self.symbolize_in_module(Path::new(&module.path), offset, is_return_address);
+        if self.runtime_module.as_deref() == Some(module.path.as_str()) {
+            frames.iter_mut().for_each(|f| f.in_runtime = true);
         }
+        frames
     }
 
     /// Symbolizes `offset` (an address in the module file's own address space)
@@ -82,52 +91,120 @@ impl Symbolizer {
         let module = Some(path.to_string_lossy().into_owned());
         let cwd = self.cwd.clone();
         let file = self.files.entry(path.to_path_buf()).or_insert_with(|| ModuleFile::open(path));
+        // DWARF names as found (mangled or bare), innermost first.
+        let mut dwarf_names = Vec::new();
         let mut frames = Vec::new();
         if let Some(Ok(mut iter)) = file.loader.as_ref().map(|loader| loader.find_frames(probe)) {
             while let Ok(Some(found)) = iter.next() {
-                let function = found.function.as_ref().and_then(|f| f.raw_name().ok()).map(|name| demangle(&name));
+                dwarf_names.push(found.function.as_ref().and_then(|f| f.raw_name().ok()).map(|n| n.into_owned()));
                 let (file, line, column) = match found.location {
                     Some(loc) => (loc.file.map(|f| display_path(f, cwd.as_deref())), loc.line, loc.column),
                     None => (None, None, None),
                 };
-                frames.push(Frame { function, file, line, column, module: module.clone(), offset });
+                frames.push(Frame {
+                    file,
+                    line,
+                    column,
+                    module: module.clone(),
+                    offset,
+                    inlined: true,
+                    ..Frame::default()
+                });
             }
         }
-        match frames.last_mut() {
-            // DWARF without a name for the outermost function: take the symbol table's.
-            Some(outer) if outer.function.is_none() => outer.function = file.function_at(probe),
-            Some(_) => {}
-            None => frames.push(Frame { function: file.function_at(probe), module, offset, ..Frame::default() }),
+        let symbol = file.function_at(probe).map(|f| f.name.as_str());
+        if frames.is_empty() {
+            frames.push(Frame { module, offset, ..Frame::default() });
+            dwarf_names.push(None);
         }
+        let outer = frames.len() - 1;
+        for (i, (frame, raw)) in frames.iter_mut().zip(dwarf_names).enumerate() {
+            frame.function = if i == outer { physical_name(raw.as_deref(), symbol) } else { raw.map(|n| demangle(&n)) };
+        }
+        frames[outer].inlined = false;
         frames
     }
+}
 
-    /// The module whose code contains `pc`, rescanning once on a miss (dlopen).
-    fn module_of(&mut self, pc: u64) -> Option<Module> {
-        let find = |modules: &[Module]| {
-            modules.iter().find(|m| m.ranges.iter().any(|&(start, end)| (start..end).contains(&pc))).cloned()
-        };
-        if let Some(module) = find(&self.modules) {
-            return Some(module);
-        }
-        self.modules = scan_modules();
-        find(&self.modules)
+/// The name of a physical (not inlined) function: DWARF's linkage name
+/// demangled; else the symbol table's qualified name when it names the same
+/// function as DWARF's bare name (or DWARF has none); else the bare name.
+fn physical_name(dwarf: Option<&str>, symbol: Option<&str>) -> Option<String> {
+    match (dwarf, symbol) {
+        (Some(raw), _) if demangle(raw) != raw => Some(demangle(raw)),
+        (Some(bare), Some(symbol)) if same_base_name(bare, symbol) => Some(symbol.to_string()),
+        (Some(bare), _) => Some(bare.to_string()),
+        (None, symbol) => symbol.map(str::to_string),
     }
+}
+
+/// Whether two spellings of a function name end in the same item, ignoring
+/// paths, generic arguments, parameters, and the closure spelling
+/// (`{closure#0}` in DWARF and v0 symbols, `{{closure}}` in legacy ones).
+fn same_base_name(a: &str, b: &str) -> bool {
+    let key = |name| {
+        let base = base_name(name);
+        if base.starts_with("{closure") || base.starts_with("{{closure") {
+            "{closure}"
+        } else {
+            base
+        }
+    };
+    key(a) == key(b)
+}
+
+/// The last path segment of a demangled name without its generic arguments
+/// or parameter list: `__rust_begin_short_backtrace` for
+/// `std::sys::backtrace::__rust_begin_short_backtrace::<F, T>`, `bar` for
+/// `foo::bar(int)`, `baz` for `<S as T>::baz<u8>`.
+pub fn base_name(name: &str) -> &str {
+    /// A segment without its generic arguments or parameters (`<`, `(`) and trailing qualifiers (` const`).
+    fn item(segment: &str) -> &str {
+        &segment[..segment.find(['<', '(', ' ']).unwrap_or(segment.len())]
+    }
+    let bytes = name.as_bytes();
+    let (mut depth, mut start, mut base) = (0usize, 0, "");
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'<' | b'(' | b'[' => depth += 1,
+            // `->` in a fn type closes nothing.
+            b'>' if i > 0 && bytes[i - 1] == b'-' => {}
+            b'>' | b')' | b']' => depth = depth.saturating_sub(1),
+            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
+                let part = item(&name[start..i]);
+                if !part.is_empty() {
+                    base = part;
+                }
+                start = i + 2;
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    match item(&name[start..]) {
+        "" => base,
+        last => last,
+    }
+}
+
+/// The runtime's own module when it is a shared library (the preloaded
+/// `libracewatch.so`); `None` when the runtime is linked into the executable
+/// (its unit tests), where its module is the user's too.
+fn runtime_library() -> Option<String> {
+    let here = runtime_library as fn() -> Option<String> as usize as u64;
+    let module = modules::containing(here)?;
+    let exe = std::env::current_exe().ok()?;
+    (Path::new(&module.path) != exe).then_some(module.path)
 }
 
 /// What one module file can tell: DWARF (through addr2line) and ELF function symbols.
 struct ModuleFile {
     path: PathBuf,
     loader: Option<addr2line::Loader>,
-    /// Read on first need: most lookups are answered by DWARF.
-    functions: OnceCell<Vec<FunctionSymbol>>,
-}
-
-/// A defined function of the ELF symbol table, `[start, end)`.
-struct FunctionSymbol {
-    start: u64,
-    end: u64,
-    name: String,
+    /// Read on first need.
+    functions: OnceCell<Vec<Function>>,
 }
 
 impl ModuleFile {
@@ -136,72 +213,13 @@ impl ModuleFile {
         ModuleFile { path: path.to_path_buf(), loader: addr2line::Loader::new(path).ok(), functions: OnceCell::new() }
     }
 
-    /// The demangled name of the function symbol containing `addr` (sizes respected).
-    fn function_at(&self, addr: u64) -> Option<String> {
-        let functions = self
-            .functions
-            .get_or_init(|| std::fs::read(&self.path).map(|bytes| function_symbols(&bytes)).unwrap_or_default());
-        let end = functions.partition_point(|f| f.start <= addr);
-        // A few steps back in case a large symbol encloses smaller neighbours.
-        functions[..end].iter().rev().take(4).find(|f| addr < f.end).map(|f| demangle(&f.name))
+    /// The symbol-table function containing `addr` (demangled); none for unreadable or non-ELF files.
+    fn function_at(&self, addr: u64) -> Option<&Function> {
+        let functions = self.functions.get_or_init(|| {
+            racewatch_instrument::elf::Module::open(&self.path).map(|m| m.functions).unwrap_or_default()
+        });
+        find_function(functions, addr)
     }
-}
-
-/// Defined `STT_FUNC`/`STT_GNU_IFUNC` symbols of `.symtab` (or `.dynsym` when
-/// stripped), sorted by address; empty for anything that is not ELF.
-fn function_symbols(bytes: &[u8]) -> Vec<FunctionSymbol> {
-    const STT_GNU_IFUNC: u8 = 10;
-    let Ok(elf) = goblin::elf::Elf::parse(bytes) else {
-        return Vec::new();
-    };
-    let (syms, strtab) = if elf.syms.is_empty() { (&elf.dynsyms, &elf.dynstrtab) } else { (&elf.syms, &elf.strtab) };
-    let mut functions: Vec<FunctionSymbol> = syms
-        .iter()
-        .filter(|s| (s.is_function() || s.st_type() == STT_GNU_IFUNC) && s.st_shndx != 0 && s.st_value != 0)
-        .filter_map(|s| {
-            let name = strtab.get_at(s.st_name).filter(|n| !n.is_empty())?;
-            Some(FunctionSymbol { start: s.st_value, end: s.st_value + s.st_size.max(1), name: name.to_string() })
-        })
-        .collect();
-    functions.sort_by_key(|f| (f.start, std::cmp::Reverse(f.end)));
-    functions
-}
-
-/// The modules loaded in this process with their executable ranges.
-fn scan_modules() -> Vec<Module> {
-    let mut modules = Vec::new();
-    TargetSharedLibrary::each(|lib| {
-        let bias = lib.virtual_memory_bias().0 as u64;
-        let ranges: Vec<(u64, u64)> = lib
-            .segments()
-            .filter(|seg| seg.is_code())
-            .map(|seg| {
-                let start = seg.actual_virtual_memory_address(lib).0 as u64;
-                (start, start + seg.len() as u64)
-            })
-            .collect();
-        let path = PathBuf::from(lib.name());
-        if !ranges.is_empty() && !path.as_os_str().is_empty() {
-            modules.push(Module { path, bias, ranges });
-        }
-    });
-    modules
-}
-
-/// Demangles a Rust (legacy or v0, printed without the hash) or C++ symbol;
-/// anything else is returned as is.
-pub fn demangle(name: &str) -> String {
-    if let Ok(rust) = rustc_demangle::try_demangle(name) {
-        return format!("{rust:#}");
-    }
-    if name.starts_with("_Z") {
-        if let Ok(symbol) = cpp_demangle::Symbol::new(name) {
-            if let Ok(text) = symbol.demangle(&cpp_demangle::DemangleOptions::default()) {
-                return text;
-            }
-        }
-    }
-    name.to_string()
 }
 
 /// `path` relative to `cwd` when it lies under it, else unchanged.
@@ -217,21 +235,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn demangles_rust_without_hash_and_cpp() {
-        assert_eq!(demangle("_ZN12racy_counter4bump17h0123456789abcdefE"), "racy_counter::bump");
-        assert_eq!(demangle("_RNvCs1234_7mycrate4bump"), "mycrate::bump");
-        assert_eq!(demangle("_ZN3foo3barEi"), "foo::bar(int)");
-        assert_eq!(demangle("bump"), "bump");
-        assert_eq!(demangle("_Z"), "_Z");
-    }
-
-    #[test]
     fn paths_become_relative_only_under_cwd() {
         let cwd = Path::new("/work/proj");
         assert_eq!(display_path("/work/proj/src/a.rs", Some(cwd)), "src/a.rs");
         assert_eq!(display_path("/work/project/a.rs", Some(cwd)), "/work/project/a.rs");
         assert_eq!(display_path("/rustc/abc/library/std/src/rt.rs", Some(cwd)), "/rustc/abc/library/std/src/rt.rs");
         assert_eq!(display_path("src/a.rs", None), "src/a.rs");
+    }
+
+    #[test]
+    fn base_names_drop_paths_generics_and_parameters() {
+        assert_eq!(
+            base_name("std::sys::backtrace::__rust_begin_short_backtrace::<racy_flag::main::{closure#0}, u64>"),
+            "__rust_begin_short_backtrace"
+        );
+        assert_eq!(base_name("__rust_begin_short_backtrace<fn(), ()>"), "__rust_begin_short_backtrace");
+        assert_eq!(base_name("call_once<fn() -> u64, ()>"), "call_once");
+        assert_eq!(base_name("<alloc::boxed::Box<dyn Fn() -> u8> as core::ops::FnOnce<()>>::call_once"), "call_once");
+        assert_eq!(base_name("foo::bar(int, std::vector<int>)"), "bar");
+        assert_eq!(base_name("racy_flag::main::{closure#1}"), "{closure#1}");
+        assert_eq!(base_name("write_volatile<u64>"), "write_volatile");
+        assert_eq!(base_name("bump"), "bump");
+        assert_eq!(base_name(""), "");
+    }
+
+    #[test]
+    fn physical_frames_prefer_linkage_names_then_matching_symbols() {
+        let qualified = Some("racy_counter::bump");
+        // A linkage name in DWARF wins (and is demangled).
+        assert_eq!(physical_name(Some("_ZN1t5outer17hc32217f5853214efE"), qualified).as_deref(), Some("t::outer"));
+        // Line tables only: the bare name is qualified by the symbol table.
+        assert_eq!(physical_name(Some("bump"), qualified).as_deref(), Some("racy_counter::bump"));
+        assert_eq!(
+            physical_name(Some("{closure#0}"), Some("m::main::{{closure}}")).as_deref(),
+            Some("m::main::{{closure}}")
+        );
+        assert_eq!(physical_name(Some("known_function"), Some("known_function")).as_deref(), Some("known_function"));
+        // A symbol of another name (folded code, aliases) is not trusted.
+        assert_eq!(physical_name(Some("consume"), qualified).as_deref(), Some("consume"));
+        assert_eq!(physical_name(None, qualified).as_deref(), Some("racy_counter::bump"));
+        assert_eq!(physical_name(None, None), None);
     }
 
     #[inline(never)]
@@ -247,6 +290,7 @@ mod tests {
         let outer = frames.last().unwrap();
         assert_eq!(outer.function.as_deref(), Some("racewatch::symbolize::tests::known_function"));
         assert_eq!(outer.file.as_deref(), Some("src/symbolize.rs"));
+        assert!(!outer.inlined && !outer.in_runtime, "linked into the test executable: {outer:?}");
         let exe = std::env::current_exe().unwrap();
         assert_eq!(outer.module.as_deref(), Some(exe.to_str().unwrap()));
     }

@@ -25,6 +25,9 @@ counters! {
     Traps: "watchpoint traps",
     Races: "races",
     ReportsDropped: "reports dropped",
+    SampleNs: "ns in sample handlers (with windows)",
+    WatchNs: "ns in armed watch windows",
+    ArmNs: "ns arming and disarming watchpoints",
 }
 
 const COUNT: usize = LABELS.len();
@@ -45,13 +48,29 @@ pub fn get(counter: Counter) -> u64 {
     VALUES[counter as usize].load(Ordering::Relaxed)
 }
 
-/// The `stats=1` block printed at exit, one `racewatch: stats: <label>: <n>` line each.
+/// The `stats=1` block printed at exit, one `racewatch: stats: <label>: <n>` line each, then the mean cost
+/// of one sample (handler time outside watch windows) and of one armed watch window, in ns.
 pub fn render() -> String {
-    LABELS
+    let mut out: String = LABELS
         .iter()
         .zip(VALUES.iter())
         .map(|(label, value)| format!("racewatch: stats: {label}: {}\n", value.load(Ordering::Relaxed)))
-        .collect()
+        .collect();
+    let (per_sample, per_watch) = mean_costs();
+    out.push_str(&format!("racewatch: stats: mean ns per sample: {per_sample}\n"));
+    out.push_str(&format!("racewatch: stats: mean ns per armed watch: {per_watch}\n"));
+    out
+}
+
+/// Mean ns per kept sample spent in the handler outside watch windows, and mean ns per armed watch window
+/// (arm, stall, disarm, judge); 0 when nothing was counted.
+pub fn mean_costs() -> (u64, u64) {
+    means(get(Counter::Samples), get(Counter::SampleNs), get(Counter::WatchesArmed), get(Counter::WatchNs))
+}
+
+fn means(samples: u64, sample_ns: u64, watches: u64, watch_ns: u64) -> (u64, u64) {
+    let per_sample = sample_ns.saturating_sub(watch_ns).checked_div(samples).unwrap_or(0);
+    (per_sample, watch_ns.checked_div(watches).unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -64,5 +83,14 @@ mod tests {
         bump(Counter::Traps);
         assert!(get(Counter::Traps) >= 4);
         assert!(render().contains("racewatch: stats: watchpoint traps: "));
+    }
+
+    #[test]
+    fn mean_costs_exclude_windows_from_the_sample_cost() {
+        // 1000 samples at 1.5 us each, 10 of which armed a 200 us window.
+        assert_eq!(means(1000, 1000 * 1_500 + 10 * 200_000, 10, 10 * 200_000), (1_500, 200_000));
+        assert_eq!(means(0, 0, 0, 0), (0, 0));
+        assert_eq!(means(5, 10, 0, 0), (2, 0));
+        assert!(render().contains("racewatch: stats: mean ns per armed watch: "));
     }
 }

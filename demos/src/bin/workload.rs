@@ -1,7 +1,8 @@
 //! Overhead workload (clean): a fixed amount of multi-threaded,
 //! memory-heavy work — each thread streams over its own 8 MiB buffer,
 //! hashes into a shared read-only table and sums under a mutex now and then.
-//! Usage: workload [rounds] (default 40). Prints a checksum.
+//! Usage: workload [rounds] (default 1500: about 2-3 s of wall time on two
+//! idle cores; bench/overhead.sh times it). Prints a checksum.
 
 use std::sync::Mutex;
 
@@ -22,7 +23,7 @@ fn stream(buf: &mut [u64], table: &[u64], round: u64) -> u64 {
 }
 
 fn main() {
-    let rounds: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(40);
+    let rounds: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1500);
     let table: Vec<u64> = (0..4096u64).map(|i| i.wrapping_mul(0x9e3779b97f4a7c15)).collect();
     std::thread::scope(|s| {
         for id in 0..THREADS {

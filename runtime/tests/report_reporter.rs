@@ -1,11 +1,13 @@
 //! The reporter from race event to printed report: symbolization of real PCs
 //! of this test binary, thread naming, deduplication of PC pairs,
-//! suppressions, JSON, and (in child processes) the reporter thread with
-//! `halt_on_error` and the exit-time drain.
+//! suppressions, JSON, Rust stacks cut at std's short-backtrace marker, and
+//! (in child processes) the reporter thread with `halt_on_error` and the
+//! exit-time drain.
 
 use racewatch::event::{AccessRecord, RaceEvent, Stack};
 use racewatch::options::{Options, ReportFormat};
 use racewatch::reporter::{self, Config, Reporter};
+use racewatch::symbolize::Symbolizer;
 use racewatch::{queue, report};
 use std::process::Command;
 
@@ -127,6 +129,39 @@ fn json_report_is_one_parseable_line() {
     assert_eq!(accesses[1]["stack"][0]["line"], READER_LINE);
     assert_eq!(accesses[1]["stack"][0]["file"], "tests/report_reporter.rs");
     assert_eq!(accesses[0]["address"], "0x7f0000001000");
+}
+
+/// The run-time address of the first function of this test binary whose
+/// demangled name contains `needle` (from its symbol table).
+fn function_address(needle: &str) -> u64 {
+    let exe = racewatch_instrument::elf::Module::open(&std::env::current_exe().unwrap()).unwrap();
+    let anchor = exe.functions.iter().find(|f| f.name == "report_reporter::writer_side").expect("writer_side");
+    let bias = pc_of(writer_side) - anchor.address;
+    let function = exe.functions.iter().find(|f| f.name.contains(needle) && f.size > 8);
+    function.unwrap_or_else(|| panic!("no function {needle}")).address + bias
+}
+
+#[test]
+fn rust_stacks_stop_before_the_short_backtrace_marker_in_text_and_json() {
+    let begin = function_address("__rust_begin_short_backtrace");
+    let lang_start = function_address("std::rt::lang_start_internal");
+    let mut race = event(10, 11);
+    // The access, its caller, then thread or main start-up (return addresses).
+    race.current.stack = Stack::from_pcs(&[pc_of(writer_side), pc_of(reader_side) + 4, begin + 4, lang_start + 4]);
+    let full = Symbolizer::new().symbolize_stack(&race.current.stack);
+    assert!(full.iter().any(|f| f.function.as_deref().is_some_and(|n| n.contains("__rust_begin_short_backtrace"))));
+
+    let text = Reporter::new(config(ReportFormat::Text, &[]), 1).render(&race).unwrap();
+    let current: Vec<&str> =
+        text.lines().skip(3).take_while(|l| l.starts_with("    #")).map(|l| l.split(' ').nth(5).unwrap()).collect();
+    assert_eq!(current, ["report_reporter::writer_side", "report_reporter::reader_side"], "{text}");
+    assert!(!text.contains("short_backtrace") && !text.contains("lang_start"), "{text}");
+
+    let line = Reporter::new(config(ReportFormat::Json, &[]), 1).render(&race).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let stack = json["accesses"][0]["stack"].as_array().unwrap();
+    let functions: Vec<&str> = stack.iter().map(|f| f["function"].as_str().unwrap()).collect();
+    assert_eq!(functions, ["report_reporter::writer_side", "report_reporter::reader_side"], "{line}");
 }
 
 /// Runs one `child_*` test of this binary in a fresh process.

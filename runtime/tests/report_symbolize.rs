@@ -1,10 +1,13 @@
 //! The symbolizer on real ELF files built here with clang-19: a known
 //! function's address, a PC inside an always-inlined function (two frames,
 //! innermost first), a return address looked up at pc-1, and the fallbacks
-//! for binaries without DWARF and without any symbols.
+//! for binaries without DWARF and without any symbols. And on optimized
+//! rustc binaries: names of inlined and physical frames with line tables only
+//! and with limited debuginfo, and the summary frame of a store inlined from std.
 
 use goblin::elf::Elf;
-use iced_x86::{Decoder, DecoderOptions, FlowControl};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic, OpKind};
+use racewatch::report::summary_frame;
 use racewatch::symbolize::{Frame, Symbolizer};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -160,4 +163,102 @@ fn shared_library_pc_of_this_process_maps_to_libc() {
     assert!(module.contains("libc.so"), "{frames:?}");
     assert!(frame.function.as_deref().is_some_and(|f| f.contains("getpid")), "{frames:?}");
     assert!(frame.offset < pc, "offset is relative to the library's load bias");
+}
+
+const RUST_PROGRAM: &str = r#"
+mod inner {
+    #[inline(always)]
+    pub fn store(p: *mut u64, v: u64) {
+        unsafe { std::ptr::write_volatile(p, v) }
+    }
+}
+static mut MARKER: u64 = 0;
+#[inline(never)]
+fn outer(v: u64) {
+    inner::store(&raw mut MARKER, v);
+}
+fn main() {
+    outer(std::hint::black_box(7));
+}
+"#;
+
+/// Builds RUST_PROGRAM with rustc -O and `-Cdebuginfo=<debuginfo>`; `None` prints a visible skip.
+fn build_rust(debuginfo: &str) -> Option<PathBuf> {
+    let rustc = std::env::var_os("RUSTC").map(PathBuf::from).unwrap_or_else(|| "rustc".into());
+    if !Command::new(&rustc).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIP: {} not found; symbolizer tests on Rust binaries skipped", rustc.display());
+        return None;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report_symbolize").join(format!("rust-{debuginfo}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("prog.rs");
+    std::fs::write(&src, RUST_PROGRAM).unwrap();
+    let out = dir.join("prog");
+    let status = Command::new(rustc)
+        .args(["--edition", "2021", "-O", "-Cforce-frame-pointers=yes", "--crate-name", "prog"])
+        .arg(format!("-Cdebuginfo={debuginfo}"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "rustc failed: {}", String::from_utf8_lossy(&status.stderr));
+    Some(out)
+}
+
+/// Frames of the store to MARKER inside `prog::outer` (its only store), innermost first.
+fn store_frames(binary: &Path) -> Vec<Frame> {
+    let bytes = std::fs::read(binary).unwrap();
+    let elf = Elf::parse(&bytes).unwrap();
+    let outer = elf
+        .syms
+        .iter()
+        .filter_map(|s| Some((elf.strtab.get_at(s.st_name)?, s)))
+        .find(|(name, s)| s.is_function() && racewatch_instrument::symbols::demangle(name) == "prog::outer")
+        .map(|(name, _)| name.to_string())
+        .expect("prog::outer in the symbol table");
+    let (store, _) =
+        find_instruction(binary, &outer, |i| i.mnemonic() == Mnemonic::Mov && i.op0_kind() == OpKind::Memory);
+    Symbolizer::new().symbolize_in_module(binary, store, false)
+}
+
+fn names_and_files(frames: &[Frame]) -> Vec<(Option<&str>, Option<&str>, bool)> {
+    frames.iter().map(|f| (f.function.as_deref(), file_name(f), f.inlined)).collect()
+}
+
+#[test]
+fn rust_line_tables_only_qualifies_the_physical_frame_from_the_symbol_table() {
+    let Some(binary) = build_rust("line-tables-only") else { return };
+    let frames = store_frames(&binary);
+    // Line tables only: inlined frames have just DWARF's bare names.
+    assert_eq!(
+        names_and_files(&frames),
+        vec![
+            (Some("write_volatile<u64>"), Some("mod.rs"), true),
+            (Some("store"), Some("prog.rs"), true),
+            (Some("prog::outer"), Some("prog.rs"), false),
+        ],
+        "{frames:#?}"
+    );
+    assert!(frames[0].file.as_deref().is_some_and(|f| f.starts_with("/rustc/")), "{frames:#?}");
+    // The summary skips the std frame and names the first frame in the program.
+    assert_eq!(summary_frame(&frames).and_then(|f| f.function.as_deref()), Some("store"));
+    assert_eq!(summary_frame(&frames).and_then(|f| f.line), Some(5));
+}
+
+#[test]
+fn rust_limited_debuginfo_qualifies_inlined_frames_too() {
+    let Some(binary) = build_rust("limited") else { return };
+    let frames = store_frames(&binary);
+    // Linkage names (legacy mangling here: no generic arguments) demangled.
+    assert_eq!(
+        names_and_files(&frames),
+        vec![
+            (Some("core::ptr::write_volatile"), Some("mod.rs"), true),
+            (Some("prog::inner::store"), Some("prog.rs"), true),
+            (Some("prog::outer"), Some("prog.rs"), false),
+        ],
+        "{frames:#?}"
+    );
 }

@@ -123,7 +123,14 @@ fn on_sample(config: &Config, regs: &Regs) {
     if random % THINNING != 0 {
         return;
     }
+    let start = thread::monotonic_ns();
     stats::bump(Counter::Samples);
+    sample(config, regs, tid, random);
+    stats::add(Counter::SampleNs, thread::monotonic_ns().saturating_sub(start));
+}
+
+/// A kept sample of thread `tid`: find its access and watch it.
+fn sample(config: &Config, regs: &Regs, tid: i32, random: u64) {
     if thread::is_runtime_thread(tid) {
         return;
     }

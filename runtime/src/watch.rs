@@ -178,6 +178,7 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
         return Outcome::Busy;
     };
     let slot = &SLOTS[index];
+    let opened_ns = thread::monotonic_ns();
     let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed) & GENERATION_MASK;
     let access = request.access;
     slot.owner.store(access.tid, Ordering::Relaxed);
@@ -186,14 +187,18 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
 
     let (start, len) = window(access.addr, access.size);
     let kind = if access.is_write { WatchKind::ReadWrite } else { WatchKind::Write };
-    if wps[index].arm(start, len, kind, sig_data(generation, index)).is_err() {
+    let armed = wps[index].arm(start, len, kind, sig_data(generation, index));
+    let arm_ns = thread::monotonic_ns();
+    if armed.is_err() {
         close(slot);
         slot.busy.store(false, Ordering::Release);
         return Outcome::ArmFailed;
     }
     stats::bump(stats::Counter::WatchesArmed);
     thread::sleep_us(request.delay_us);
+    let slept_ns = thread::monotonic_ns();
     let _ = wps[index].disarm();
+    stats::add(stats::Counter::ArmNs, arm_ns - opened_ns + thread::monotonic_ns() - slept_ns);
     close(slot);
 
     let traps = slot.count.load(Ordering::Acquire);
@@ -219,6 +224,7 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
             }
         }
     }
+    stats::add(stats::Counter::WatchNs, thread::monotonic_ns().saturating_sub(opened_ns));
     slot.busy.store(false, Ordering::Release);
     Outcome::Watched { traps, races }
 }

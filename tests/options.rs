@@ -93,7 +93,7 @@ fn check_json_report(report: &Value, pid: u32) -> Result<(), String> {
     }
     for access in accesses {
         let thread = access["thread"].as_str().ok_or("thread")?;
-        if !thread.strip_prefix('T').is_some_and(|n| n.parse::<u32>().is_ok()) {
+        if thread.strip_prefix('T').is_none_or(|n| n.parse::<u32>().is_err()) {
             return Err(format!("thread {thread}"));
         }
         if access["tid"].as_i64().is_none_or(|tid| tid <= 0) {

@@ -111,11 +111,15 @@ pub fn short_backtrace(mut frames: Vec<Frame>) -> Vec<Frame> {
     frames
 }
 
+/// Whether the frame's source is Rust's standard library.
+fn in_std(frame: &Frame) -> bool {
+    frame.file.as_deref().is_some_and(|file| file.starts_with(STD_SOURCES))
+}
+
 /// The frame a summary names: the current access's first frame in the
 /// user's code (not in Rust's standard library, not in the runtime), else
 /// its innermost frame.
 pub fn summary_frame(stack: &[Frame]) -> Option<&Frame> {
-    let in_std = |f: &Frame| f.file.as_deref().is_some_and(|file| file.starts_with(STD_SOURCES));
     stack.iter().find(|f| !in_std(f) && !f.in_runtime).or(stack.first())
 }
 

@@ -227,38 +227,27 @@ fn names_and_files(frames: &[Frame]) -> Vec<(Option<&str>, Option<&str>, bool)> 
     frames.iter().map(|f| (f.function.as_deref(), file_name(f), f.inlined)).collect()
 }
 
+/// Line tables only: inlined frames keep DWARF's bare names, the physical
+/// frame takes the symbol table's qualified one. Limited debuginfo: linkage
+/// names (legacy mangling here, so without generic arguments) qualify all.
+/// Either way the summary skips the frame inlined from std.
 #[test]
-fn rust_line_tables_only_qualifies_the_physical_frame_from_the_symbol_table() {
-    let Some(binary) = build_rust("line-tables-only") else { return };
-    let frames = store_frames(&binary);
-    // Line tables only: inlined frames have just DWARF's bare names.
-    assert_eq!(
-        names_and_files(&frames),
-        vec![
-            (Some("write_volatile<u64>"), Some("mod.rs"), true),
-            (Some("store"), Some("prog.rs"), true),
-            (Some("prog::outer"), Some("prog.rs"), false),
-        ],
-        "{frames:#?}"
-    );
-    assert!(frames[0].file.as_deref().is_some_and(|f| f.starts_with("/rustc/")), "{frames:#?}");
-    // The summary skips the std frame and names the first frame in the program.
-    assert_eq!(summary_frame(&frames).and_then(|f| f.function.as_deref()), Some("store"));
-    assert_eq!(summary_frame(&frames).and_then(|f| f.line), Some(5));
-}
-
-#[test]
-fn rust_limited_debuginfo_qualifies_inlined_frames_too() {
-    let Some(binary) = build_rust("limited") else { return };
-    let frames = store_frames(&binary);
-    // Linkage names (legacy mangling here: no generic arguments) demangled.
-    assert_eq!(
-        names_and_files(&frames),
-        vec![
-            (Some("core::ptr::write_volatile"), Some("mod.rs"), true),
-            (Some("prog::inner::store"), Some("prog.rs"), true),
-            (Some("prog::outer"), Some("prog.rs"), false),
-        ],
-        "{frames:#?}"
-    );
+fn rust_frame_names_by_debuginfo_level() {
+    let cases = [
+        ("line-tables-only", ["write_volatile<u64>", "store", "prog::outer"]),
+        ("limited", ["core::ptr::write_volatile", "prog::inner::store", "prog::outer"]),
+    ];
+    for (debuginfo, [std_fn, inlined_fn, physical_fn]) in cases {
+        let Some(binary) = build_rust(debuginfo) else { return };
+        let frames = store_frames(&binary);
+        let expected = vec![
+            (Some(std_fn), Some("mod.rs"), true),
+            (Some(inlined_fn), Some("prog.rs"), true),
+            (Some(physical_fn), Some("prog.rs"), false),
+        ];
+        assert_eq!(names_and_files(&frames), expected, "{debuginfo}: {frames:#?}");
+        assert!(frames[0].file.as_deref().is_some_and(|f| f.starts_with("/rustc/")), "{frames:#?}");
+        let summary = summary_frame(&frames).unwrap();
+        assert_eq!((summary.function.as_deref(), summary.line), (Some(inlined_fn), Some(5)), "{debuginfo}");
+    }
 }

@@ -17,3 +17,5 @@ pub mod elf;
 pub mod symbols;
 #[cfg(feature = "tools")]
 pub mod verify;
+#[cfg(feature = "tools")]
+pub mod x86;

@@ -26,8 +26,10 @@
 //! from a wrong table.
 
 use crate::format::pcsections::CoveredEntry;
+pub use crate::x86::is_atomic_rmw;
+use crate::x86::{is_memory_operand, memory_operand};
 use iced_x86::{
-    Decoder, DecoderOptions, Formatter, Instruction, InstructionInfoFactory, IntelFormatter, Mnemonic, OpAccess, OpKind,
+    Decoder, DecoderOptions, Formatter, Instruction, InstructionInfoFactory, IntelFormatter, Mnemonic, OpAccess,
 };
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -404,30 +406,10 @@ fn decode(bytes: &[u8], ip: u64) -> Vec<Instruction> {
     code
 }
 
-fn is_memory_operand(kind: OpKind) -> bool {
-    matches!(
-        kind,
-        OpKind::Memory
-            | OpKind::MemorySegSI
-            | OpKind::MemorySegESI
-            | OpKind::MemorySegRSI
-            | OpKind::MemorySegDI
-            | OpKind::MemorySegEDI
-            | OpKind::MemorySegRDI
-            | OpKind::MemoryESDI
-            | OpKind::MemoryESEDI
-            | OpKind::MemoryESRDI
-    )
-}
-
-fn has_memory_operand(insn: &Instruction) -> bool {
-    (0..insn.op_count()).any(|i| is_memory_operand(insn.op_kind(i)))
-}
-
 /// True when an operand of `insn` reads or writes memory (`lea` and
 /// multi-byte `nop` have memory operands that do not).
 pub fn accesses_memory(insn: &Instruction) -> bool {
-    if insn.is_invalid() || !has_memory_operand(insn) {
+    if insn.is_invalid() || memory_operand(insn).is_none() {
         return false;
     }
     let mut factory = InstructionInfoFactory::new();
@@ -439,11 +421,6 @@ pub fn accesses_memory(insn: &Instruction) -> bool {
 
 fn is_fence(insn: &Instruction) -> bool {
     matches!(insn.mnemonic(), Mnemonic::Mfence | Mnemonic::Lfence | Mnemonic::Sfence)
-}
-
-/// LOCK-prefixed, or XCHG with a memory operand (implicitly locked).
-pub fn is_atomic_rmw(insn: &Instruction) -> bool {
-    !insn.is_invalid() && (insn.has_lock_prefix() || (insn.mnemonic() == Mnemonic::Xchg && has_memory_operand(insn)))
 }
 
 /// Intel-syntax text of one instruction, absolute addresses for RIP-relative

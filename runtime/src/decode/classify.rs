@@ -3,6 +3,7 @@
 
 use super::Regs;
 use iced_x86::{FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
+use racewatch_instrument::x86;
 
 /// Bit `i` stands for `Regs::gpr[i]` (RAX, RCX, RDX, RBX, RSP, RBP, RSI, RDI, R8..R15).
 pub(super) type GprMask = u16;
@@ -47,7 +48,7 @@ pub(super) fn classify(factory: &mut InstructionInfoFactory, insn: &Instruction)
             written |= gpr_bit(used.register());
         }
     }
-    let Some(operand) = (0..insn.op_count()).find(|&i| is_memory_kind(insn.op_kind(i))) else {
+    let Some(operand) = x86::memory_operand(insn) else {
         return (Class::NoMem, written);
     };
     let (is_read, is_write) = match info.op_access(operand) {
@@ -65,28 +66,12 @@ pub(super) fn classify(factory: &mut InstructionInfoFactory, insn: &Instruction)
         Ok(0) | Err(_) => return (Class::Skip, written),
         Ok(size) => size,
     };
-    let locked = insn.has_lock_prefix() || insn.mnemonic() == Mnemonic::Xchg;
+    let locked = x86::is_atomic_rmw(insn);
     (Class::Access(Candidate { operand, size, is_read, is_write, locked }), written)
 }
 
 fn writes(access: OpAccess) -> bool {
     matches!(access, OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite)
-}
-
-fn is_memory_kind(kind: OpKind) -> bool {
-    matches!(
-        kind,
-        OpKind::Memory
-            | OpKind::MemorySegSI
-            | OpKind::MemorySegESI
-            | OpKind::MemorySegRSI
-            | OpKind::MemorySegDI
-            | OpKind::MemorySegEDI
-            | OpKind::MemorySegRDI
-            | OpKind::MemoryESDI
-            | OpKind::MemoryESEDI
-            | OpKind::MemoryESRDI
-    )
 }
 
 /// Index into `Regs::gpr` of the 64-bit register containing `reg` (AL, AX, EAX, RAX → 0), if a GPR.

@@ -8,12 +8,14 @@
 //! median lookup <= 25 ns,
 //! memory <= 5 bytes per atomic PC + 16 bytes per function.
 
-use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use racewatch::index::Index;
 use racewatch::registry::{Entries, ModuleId, Registry, TableKey};
+use racewatch::sys::cputime::thread_cpu_ns;
 use racewatch_instrument::format::pcsections::{
     encode_atomics, encode_covered, CoveredEntry, TableKind, Version, FEATURE_ATOMICS,
 };
+use std::time::Duration;
 
 const FUNCTIONS: usize = 100_000;
 const ATOMICS_PER_FUNCTION: usize = 10;
@@ -22,6 +24,7 @@ const COVERED_AT: u64 = 0x5555_6000_0000;
 const ATOMICS_AT: u64 = 0x5555_6100_0000;
 
 struct Module {
+    functions: Vec<CoveredEntry>,
     covered: Vec<u8>,
     atomics: Vec<u8>,
     /// Every atomic PC, then one plain PC and one gap PC per function.
@@ -50,6 +53,7 @@ fn synthetic_module() -> Module {
     probes.extend_from_slice(&pcs);
     rng.shuffle(&mut probes);
     Module {
+        functions: functions.clone(),
         covered: encode_covered(&functions, COVERED_AT, Version::V2).expect("encode covered"),
         atomics: encode_atomics(&pcs, ATOMICS_AT, Version::V2).expect("encode atomics"),
         probes,
@@ -88,31 +92,98 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(entries));
     group.sample_size(20);
     group.bench_function("build 1.1M entries (decode + register + build)", |b| {
-        b.iter_batched(|| (), |()| index_module(black_box(&m)), BatchSize::PerIteration)
+        b.iter_custom(|iters| {
+            let mut spent = 0;
+            for _ in 0..iters {
+                let start = thread_cpu_ns();
+                let built = index_module(black_box(&m));
+                spent += thread_cpu_ns() - start;
+                drop(black_box(built));
+            }
+            Duration::from_nanos(spent)
+        })
     });
     group.finish();
 
-    // A sampled program's PCs concentrate in its hot code. Hot: 1024 distinct
-    // random probes (the index lines they touch stay in L1/L2); warm: 16384
-    // (about 1 MiB of index lines, this machine's L2); cold: uniform over all
-    // 1.2 M probes, nearly every lookup a cache miss (memory-latency bound).
+    // Query distributions (each a fixed, pre-drawn list of PCs, walked in order):
+    // - uniform: PCs drawn uniformly over the covered code (first function's start
+    //   to last function's end, gaps included). The harshest: every lookup lands on
+    //   a random part of the index, so nearly all of them miss the caches.
+    // - profile: a sampled program's PCs. Functions drawn with Zipf weights
+    //   (s = 1, the function ranks shuffled over the text), a PC uniform inside the function.
+    //   Hot functions take most samples, the tail still spreads over the whole index.
+    // - atomics mix: every atomic PC, one plain and one gap PC per function, shuffled
+    //   (uniform over the index's entries rather than over the code).
+    // - hot: 1024 distinct PCs of the atomics mix (the index lines they touch stay in L1/L2).
+    // Times are the benchmark thread's CPU time (the machine is shared: time spent
+    // descheduled is not the index's). Each is measured two ways: "throughput" (independent lookups, which the CPU
+    // may overlap) and "latency" (each lookup's address depends on the previous
+    // result, as one lookup per sample in a signal handler: no overlap).
+    let draws = 1 << 20;
+    let mut rng = fastrand::Rng::with_seed(0xd15);
+    let (lo, hi) = (m.functions[0].pc, m.functions.last().map(|f| f.pc + f.size).expect("functions"));
+    let uniform: Vec<u64> = (0..draws).map(|_| rng.u64(lo..hi)).collect();
+    let profile = zipf_profile(&m.functions, draws, &mut rng);
+    let sets: [(&str, &[u64]); 4] = [
+        ("uniform over code", &uniform),
+        ("profile, Zipf over functions", &profile),
+        ("atomics mix, 1.2M PCs", &m.probes),
+        ("hot, 1024 PCs", &m.probes[..1024]),
+    ];
     let mut group = c.benchmark_group("index");
     group.throughput(Throughput::Elements(1));
-    let sets = [("hot, 1024 PCs", 1024), ("warm, 16384 PCs", 16384), ("cold, 1.2M PCs", m.probes.len())];
-    for (name, n) in sets {
-        let probes = &m.probes[..n];
-        let mut i = 0usize;
-        group.bench_function(format!("classify ({name})"), |b| {
-            b.iter(|| {
-                i += 1;
-                if i == probes.len() {
-                    i = 0;
+    group.warm_up_time(std::time::Duration::from_millis(500));
+    group.measurement_time(std::time::Duration::from_secs(2));
+    for (name, probes) in sets {
+        group.bench_function(format!("classify throughput ({name})"), |b| {
+            b.iter_custom(|iters| {
+                let start = thread_cpu_ns();
+                let mut i = 0;
+                for _ in 0..iters {
+                    black_box(index.classify(black_box(probes[i])));
+                    i = if i + 1 == probes.len() { 0 } else { i + 1 };
                 }
-                index.classify(black_box(probes[i]))
+                Duration::from_nanos(thread_cpu_ns() - start)
+            })
+        });
+        group.bench_function(format!("classify latency ({name})"), |b| {
+            b.iter_custom(|iters| {
+                // `zero` is 0 but opaque: the next index waits for this lookup's result.
+                let zero = black_box(0usize);
+                let start = thread_cpu_ns();
+                let mut i = 0;
+                for _ in 0..iters {
+                    let r = index.classify(probes[i]);
+                    i += 1 + (r as usize) * zero;
+                    if i >= probes.len() {
+                        i = 0;
+                    }
+                }
+                Duration::from_nanos(thread_cpu_ns() - start)
             })
         });
     }
     group.finish();
+}
+
+/// `n` PCs of a sampled program: function ranks shuffled over the text, rank `r`
+/// drawn with weight `1 / r` (Zipf, s = 1), the PC uniform inside the function.
+fn zipf_profile(functions: &[CoveredEntry], n: usize, rng: &mut fastrand::Rng) -> Vec<u64> {
+    let mut order: Vec<usize> = (0..functions.len()).collect();
+    rng.shuffle(&mut order);
+    let mut cumulative = Vec::with_capacity(order.len());
+    let mut total = 0.0f64;
+    for rank in 1..=order.len() {
+        total += 1.0 / rank as f64;
+        cumulative.push(total);
+    }
+    (0..n)
+        .map(|_| {
+            let rank = cumulative.partition_point(|&c| c < rng.f64() * total).min(order.len() - 1);
+            let f = &functions[order[rank]];
+            f.pc + rng.u64(0..f.size)
+        })
+        .collect()
 }
 
 criterion_group!(benches, bench);

@@ -4,30 +4,38 @@
 //! `dlclose`) and then only read, from signal handlers among others: every
 //! query is allocation-free, lock-free and O(log n).
 //!
-//! Layout (memory: 4 bytes per atomic PC + about 14 bytes per function,
-//! plus at most one partly used 64-byte block per region):
-//! - functions sorted by start, split into *regions* whose functions all lie
-//!   within 4 GiB of the region's first function, so a start is stored as a
-//!   `u32` offset from its region's base;
-//! - functions grouped in 64-byte [`Block`]s of [`BLOCK`]: one cache line
-//!   with their starts and their blob indices (with the feature bits);
-//! - per function a *blob*: its size, then its atomic PCs as sorted `u32`
-//!   offsets from its start (the next function's blob index bounds them);
-//! - per region a direct-mapped bucket table (one 8-byte [`Bucket`] per 4–8
-//!   functions) that names the PC's block, or the two blocks and the
-//!   offset that splits them, so the block is chosen without a branch.
+//! Functions are sorted by start and split into *regions* whose functions all
+//! lie within 4 GiB of the region's first function, so region offsets are `u32`.
+//! Two structures per region:
 //!
-//! A lookup touches one bucket, one block and one blob: three dependent
-//! cache lines, no unpredictable branches in the common case; worst case (a
-//! bucket holding more than two blocks) a binary search over the blocks of
-//! one bucket, so O(log n).
+//! - for [`Index::classify`], the region's code is cut into equal *windows*
+//!   (`2^shift` bytes, sized so there are about a third as many windows as
+//!   atomic PCs, function starts and ends). Each window has one 8-byte *slot*
+//!   ([`Slot`]): whether the window starts inside covered code, then the
+//!   offsets (within the window) where coverage toggles and the offsets of its
+//!   atomic PCs — inline in the slot when they fit (up to 7 one-byte offsets for
+//!   windows of at most 256 bytes), else in an overflow record of `pool`. A
+//!   lookup of a dense region reads one slot: one cache line, so uniformly
+//!   random PCs cost one cache miss, not three dependent ones;
+//! - for [`Index::function_containing`], the functions grouped in 64-byte
+//!   [`Block`]s of [`BLOCK`] (starts and sizes) and a direct-mapped bucket
+//!   table (one 8-byte [`Bucket`] per 8 functions) naming the PC's block, or
+//!   the two blocks and the offset that splits them.
 //!
+//! Memory (100,000 functions, 1,000,000 atomic PCs): about 2.7 bytes per atomic
+//! PC + 10 bytes per function. The window size grows (and overflow records get
+//! used) for sparse code; a region whose windows would exceed its share of the
+//! budget (5 bytes per atomic PC + 5 per function) gets larger windows.
+//!
+//! Coverage follows "the last function starting at or before the PC": a
+//! function nested in another ends the outer one's coverage at its start.
 //! Atomic PCs outside every covered function are counted ([`Index::orphan_atomics`])
 //! and not stored: `classify` treats them as `Uncovered`. A covered function
 //! whose atomics were not analysed (no [`FEATURE_ATOMICS`] bit) is also
 //! `Uncovered`: without its atomic PCs a plain access cannot be told from an
 //! atomic one.
 
+use crate::sys::hugepage::HugeSlice;
 use racewatch_instrument::format::pcsections::{self, DecodeError, Version, FEATURE_ATOMICS};
 
 /// What the instruction at a PC is, as far as the metadata knows.
@@ -56,32 +64,27 @@ impl FunctionInfo {
     }
 }
 
-/// Functions per search block: starts and blob indices fill one cache line.
+/// Functions per search block: starts and sizes fill one cache line.
 pub const BLOCK: usize = 8;
 /// Start of an unused block slot: never `<=` a PC offset (offsets stay below `u32::MAX`).
 const PAD: u32 = u32::MAX;
-const FEATURE_SHIFT: u32 = 28;
-const BLOB_MASK: u32 = (1 << FEATURE_SHIFT) - 1;
-/// Most words the per-function data may take (28-bit blob index): about 268 M
-/// functions plus atomic PCs. Beyond it, functions are not indexed and atomic PCs become orphans.
-pub const MAX_BLOB_WORDS: usize = BLOB_MASK as usize;
 /// Target functions per bucket of the direct-mapped first search step.
-const FUNCTIONS_PER_BUCKET: usize = 4;
-/// Up to this many atomic PCs in a function are compared all at once (SIMD);
-/// more are binary-searched.
-const LINEAR_ATOMICS: usize = 32;
+const FUNCTIONS_PER_BUCKET: usize = 8;
 /// `Bucket::split` of a bucket spanning more than two blocks (never a real split:
 /// every block after a region's first starts above offset 0).
 const SPLIT_SEARCH: u32 = 0;
+/// Target entries (toggles + atomic PCs) per classify window.
+const ITEMS_PER_WINDOW: u64 = 3;
+/// Overflow records hold at most this many entries of one kind before a binary search.
+const LINEAR_ITEMS: usize = 16;
 
 /// Eight functions: their starts (offsets from the region base; [`PAD`] when
-/// unused) and, per function, the index of its blob in `Index::blobs` (low 28
-/// bits) with its feature bits above. One cache line.
+/// unused) and sizes. One cache line.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Block {
     starts: [u32; BLOCK],
-    info: [u32; BLOCK],
+    sizes: [u32; BLOCK],
 }
 
 /// Offsets `k << shift .. (k + 1) << shift` of a region fall in block `block`
@@ -93,7 +96,20 @@ struct Bucket {
     split: u32,
 }
 
-/// Functions within 4 GiB of `base`, stored in whole blocks.
+/// One classify window, as a `u64`:
+/// - bit 7: the entries are inline; bit 6: the window's first byte is covered;
+/// - inline: bits 0–2 the number of toggles `t`, bits 3–5 the number of atomic
+///   PCs `a`, then from byte 1 up `t` toggle offsets and `a` atomic offsets,
+///   each `width` bytes, sorted (offsets within the window, toggles never 0);
+/// - overflow: bits 8.. the record's index in `Index::pool`: `t` and `a` as
+///   `u32`, then the offsets as inline.
+///
+/// A PC is covered when the first byte is, XOR an odd number of toggles lie at or below it.
+type Slot = u64;
+const INLINE: u64 = 0x80;
+const COVERED: u64 = 0x40;
+
+/// Functions within 4 GiB of `base`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Region {
     /// Start of its first function.
@@ -106,6 +122,11 @@ struct Region {
     buckets: u32,
     /// Bucket `k` covers offsets `k << shift .. (k + 1) << shift`.
     shift: u32,
+    /// Window `k` covers offsets `k << window_shift ..`; its slot is `first_slot + k`.
+    first_slot: usize,
+    window_shift: u32,
+    /// Bytes per stored offset: 1 (windows up to 256 bytes), 2 or 4.
+    width: u32,
 }
 
 /// The PC index. See the module documentation for the layout.
@@ -113,24 +134,26 @@ struct Region {
 pub struct Index {
     regions: Vec<Region>,
     blocks: Vec<Block>,
-    /// Per function: its size, then its atomic PCs as sorted offsets from its start.
-    blobs: Vec<u32>,
+    /// Feature bits per block slot (`block * BLOCK + slot`).
+    features: Vec<u8>,
     /// Per region bucket: the (region-relative) block holding the last function
     /// starting at or before the bucket's first offset.
     buckets: Vec<Bucket>,
+    /// Window slots, on huge pages when they fill one (uniform lookups then miss the TLB less).
+    slots: HugeSlice,
+    pool: Vec<u8>,
     functions: usize,
     atomics: usize,
     orphans: usize,
 }
 
-/// Where `find` landed: block, slot, offset of the PC from the function start.
+/// Where `locate` landed: block, slot, offset of the PC from the function start.
 #[derive(Clone, Copy)]
 struct Hit {
     region: usize,
     block: usize,
     slot: usize,
-    offset: u32,
-    /// `offset` is below the function's size.
+    /// The PC lies below the function's end.
     inside: bool,
 }
 
@@ -139,17 +162,22 @@ struct Builder {
     index: Index,
     /// Starts of the current region's functions (for its buckets).
     region_starts: Vec<u32>,
+    /// Current region: offsets where coverage toggles (sorted, distinct).
+    toggles: Vec<u32>,
+    /// Current region: atomic PCs of analysed functions, as sorted offsets.
+    atomic_offsets: Vec<u32>,
+    /// Current region: atomic PCs kept (for its memory share).
+    region_atomics: usize,
+    /// Every region's window slots so far.
+    slots: Vec<Slot>,
 }
 
 impl Builder {
-    fn push(&mut self, f: &FunctionInfo, atomics: &[u64]) {
-        let ix = &mut self.index;
-        if ix.blobs.len() + 1 > MAX_BLOB_WORDS {
-            ix.orphans += atomics.len();
-            return;
-        }
+    /// Adds `f`, covering up to `limit` (its end, or the next function's start
+    /// when that comes first), with its atomic PCs (sorted, below `limit`).
+    fn push(&mut self, f: &FunctionInfo, limit: u64, atomics: &[u64]) {
         let fits = |r: &Region| f.end() - r.base <= u64::from(u32::MAX);
-        if !ix.regions.last().is_some_and(fits) {
+        if !self.index.regions.last().is_some_and(fits) {
             self.close_region();
             let ix = &mut self.index;
             ix.regions.push(Region {
@@ -160,6 +188,9 @@ impl Builder {
                 first_bucket: 0,
                 buckets: 0,
                 shift: 0,
+                first_slot: 0,
+                window_shift: 0,
+                width: 1,
             });
         }
         let ix = &mut self.index;
@@ -167,33 +198,37 @@ impl Builder {
         region.end = region.end.max(f.end());
         let slot = self.region_starts.len() % BLOCK;
         if slot == 0 {
-            ix.blocks.push(Block { starts: [PAD; BLOCK], info: [0; BLOCK] });
+            ix.blocks.push(Block { starts: [PAD; BLOCK], sizes: [0; BLOCK] });
+            ix.features.extend_from_slice(&[0; BLOCK]);
             region.blocks += 1;
         }
-        let offset = (f.start - region.base) as u32;
+        let base = region.base;
+        let offset = (f.start - base) as u32;
         let block = ix.blocks.last_mut().expect("a block is open");
         block.starts[slot] = offset;
-        block.info[slot] = ix.blobs.len() as u32 | ((f.features & 0xf) << FEATURE_SHIFT);
+        block.sizes[slot] = f.size;
+        let at = ix.features.len() - BLOCK + slot;
+        ix.features[at] = (f.features & 0xf) as u8;
         self.region_starts.push(offset);
-        ix.blobs.push(f.size);
-        let room = MAX_BLOB_WORDS - ix.blobs.len();
-        let kept = atomics.len().min(room);
-        ix.blobs.extend(atomics[..kept].iter().map(|&pc| (pc - f.start) as u32));
-        ix.atomics += kept;
-        ix.orphans += atomics.len() - kept;
+        ix.atomics += atomics.len();
         ix.functions += 1;
+        self.region_atomics += atomics.len();
+        if u64::from(f.features) & FEATURE_ATOMICS != 0 && limit > f.start {
+            // Covered [offset, end): extend a covered run ending exactly here, else open one.
+            let end = (limit - base) as u32;
+            if self.toggles.last() == Some(&offset) {
+                *self.toggles.last_mut().expect("a run is open") = end;
+            } else {
+                self.toggles.extend_from_slice(&[offset, end]);
+            }
+            self.atomic_offsets.extend(atomics.iter().map(|&pc| (pc - base) as u32));
+        }
     }
 
-    /// Pads the current region's last block and builds its buckets.
+    /// Pads the current region's last block and builds its buckets and windows.
     fn close_region(&mut self) {
         let ix = &mut self.index;
         let Some(region) = ix.regions.last_mut() else { return };
-        // Unused slots point at the next blob, so "next slot's blob" bounds every function's atomics.
-        let next_blob = ix.blobs.len() as u32;
-        let used = self.region_starts.len() % BLOCK;
-        if let (Some(block), true) = (ix.blocks.last_mut(), used != 0) {
-            block.info[used..].fill(next_blob);
-        }
         let span = region.end - region.base;
         let target = (self.region_starts.len() / FUNCTIONS_PER_BUCKET).max(1) as u64;
         let mut shift = 0;
@@ -226,13 +261,198 @@ impl Builder {
                 _ => SPLIT_SEARCH,
             };
         }
+        self.close_windows(span);
         self.region_starts.clear();
+        self.toggles.clear();
+        self.atomic_offsets.clear();
+        self.region_atomics = 0;
+    }
+
+    /// Builds the current region's windows: the smallest size giving about
+    /// [`ITEMS_PER_WINDOW`] entries per window whose memory stays within the
+    /// region's share of the budget.
+    fn close_windows(&mut self, span: u64) {
+        let items = (self.toggles.len() + self.atomic_offsets.len()) as u64;
+        let target = (items / ITEMS_PER_WINDOW).max(1);
+        let mut shift = 0;
+        while (span >> shift) >= target {
+            shift += 1;
+        }
+        let share = 5 * (self.region_atomics + self.region_starts.len()) + 64;
+        let (first_slot, pool_len) = (self.slots.len(), self.index.pool.len());
+        loop {
+            let width = match shift {
+                0..=8 => 1,
+                9..=16 => 2,
+                _ => 4,
+            };
+            self.slots.truncate(first_slot);
+            self.index.pool.truncate(pool_len);
+            let pool = &mut self.index.pool;
+            write_windows(&mut self.slots, pool, &self.toggles, &self.atomic_offsets, span, shift, width);
+            let used = (self.slots.len() - first_slot) * 8 + self.index.pool.len() - pool_len;
+            if used <= share || shift >= 32 {
+                let region = self.index.regions.last_mut().expect("a region is open");
+                region.first_slot = first_slot;
+                region.window_shift = shift;
+                region.width = width;
+                return;
+            }
+            shift += 1;
+        }
     }
 
     fn finish(mut self) -> Index {
         self.close_region();
+        self.index.slots = HugeSlice::from_slice(&self.slots);
+        self.index.pool.shrink_to_fit();
         self.index
     }
+}
+
+/// Where each window's entries begin in a sorted list: `first[k]` counts the
+/// entries below window `k` (one pass, no data-dependent branches).
+fn window_starts(values: &[u32], shift: u32, windows: usize, first: &mut Vec<u32>) {
+    first.clear();
+    first.resize(windows + 2, 0);
+    for &v in values {
+        first[((u64::from(v) >> shift) as usize).min(windows) + 1] += 1;
+    }
+    for k in 1..first.len() {
+        first[k] += first[k - 1];
+    }
+}
+
+/// Appends the slots (and overflow records) of one region's windows.
+fn write_windows(
+    slots: &mut Vec<Slot>,
+    pool: &mut Vec<u8>,
+    toggles: &[u32],
+    atomics: &[u32],
+    span: u64,
+    shift: u32,
+    width: u32,
+) {
+    let windows = (((span.max(1) - 1) >> shift) + 1) as usize;
+    let (mut first_toggle, mut first_atomic) = (Vec::new(), Vec::new());
+    window_starts(toggles, shift, windows, &mut first_toggle);
+    window_starts(atomics, shift, windows, &mut first_atomic);
+    let capacity = 7 / width as usize;
+    slots.reserve(windows);
+    for k in 0..windows {
+        let start = (k as u64) << shift;
+        let mut t0 = first_toggle[k] as usize;
+        let t1 = first_toggle[k + 1] as usize;
+        // A toggle at the window's first byte only sets its initial state.
+        t0 += usize::from(t0 < t1 && u64::from(toggles[t0]) == start);
+        let covered = t0 % 2 == 1;
+        let (ts, ats) = (&toggles[t0..t1], &atomics[first_atomic[k] as usize..first_atomic[k + 1] as usize]);
+        let rel = |v: &u32| u64::from(*v) - start;
+        let mut slot = if covered { COVERED } else { 0 };
+        if ts.len() + ats.len() <= capacity {
+            slot |= INLINE | ts.len() as u64 | (ats.len() as u64) << 3;
+            for (i, v) in ts.iter().chain(ats).enumerate() {
+                slot |= rel(v) << (8 + 8 * width as usize * i);
+            }
+        } else {
+            slot |= (pool.len() as u64) << 8;
+            pool.extend_from_slice(&(ts.len() as u32).to_le_bytes());
+            pool.extend_from_slice(&(ats.len() as u32).to_le_bytes());
+            for v in ts.iter().chain(ats) {
+                pool.extend_from_slice(&rel(v).to_le_bytes()[..width as usize]);
+            }
+        }
+        slots.push(slot);
+    }
+}
+
+/// Inline entries of a slot with one-byte offsets, all compared at once (SWAR):
+/// (toggles at or below `rel`, `rel` is atomic).
+#[inline(always)]
+fn probe_inline_bytes(slot: Slot, rel: u64) -> (u64, bool) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let t = slot & 7;
+    let a = (slot >> 3) & 7;
+    // Bytes 1..=t hold toggles, bytes t+1..=t+a atomic PCs (t + a <= 7).
+    let toggles = ((1u64 << (8 * t)) - 1) << 8;
+    let atomics = (((1u64 << (8 * (t + a))) - 1) << 8) & !toggles;
+    let r = rel * ONES;
+    // Per byte v <= r: the high bits decide unless equal, then the low 7 bits do
+    // ((r | 0x80) - (v & 0x7f) never borrows across bytes).
+    let low = (r | HIGH) - (slot & !HIGH);
+    let below = ((r & !slot) | (!(r ^ slot) & low)) & HIGH & toggles;
+    // Exact zero-byte test of slot ^ r.
+    let x = slot ^ r;
+    let zero = !(((x & !HIGH) + !HIGH) | x | !HIGH);
+    (u64::from(below.count_ones()), zero & atomics != 0)
+}
+
+/// Inline entries of a slot with `W`-byte offsets: (toggles at or below `rel`, `rel` is atomic).
+#[inline]
+fn probe_inline<const W: usize>(slot: Slot, rel: u64) -> (u64, bool) {
+    let t = (slot & 7) as usize;
+    let a = ((slot >> 3) & 7) as usize;
+    let mask = (1u64 << (8 * W)) - 1;
+    let (mut below, mut atomic) = (0u64, false);
+    for i in 0..7 / W {
+        let v = (slot >> (8 + 8 * W * i)) & mask;
+        let is_toggle = i < t;
+        let is_atomic = !is_toggle & (i < t + a);
+        below += u64::from(is_toggle & (v <= rel));
+        atomic |= is_atomic & (v == rel);
+    }
+    (below, atomic)
+}
+
+/// Reads the `i`-th `width`-byte offset of `bytes`.
+#[inline]
+fn offset_at(bytes: &[u8], width: usize, i: usize) -> u64 {
+    let mut le = [0u8; 8];
+    le[..width].copy_from_slice(&bytes[i * width..][..width]);
+    u64::from_le_bytes(le)
+}
+
+/// How many of the `n` sorted `width`-byte offsets of `bytes` are `<= rel`.
+fn count_at_or_below(bytes: &[u8], width: usize, n: usize, rel: u64) -> usize {
+    if n <= LINEAR_ITEMS {
+        return (0..n).map(|i| usize::from(offset_at(bytes, width, i) <= rel)).sum();
+    }
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if offset_at(bytes, width, mid) <= rel {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// An overflow record's entries: (toggles at or below `rel`, `rel` is atomic).
+#[inline]
+fn probe_pool(pool: &[u8], at: usize, width: usize, rel: u64) -> (u64, bool) {
+    let word = |i: usize| u32::from_le_bytes(pool[at + 4 * i..][..4].try_into().expect("4 bytes")) as usize;
+    let (t, a) = (word(0), word(1));
+    if width == 1 && t.max(a) <= 4 * LINEAR_ITEMS {
+        // Windows of at most 256 bytes: compare every byte (vectorised, no branches per entry).
+        let (toggles, atomics) = pool[at + 8..][..t + a].split_at(t);
+        let rel = rel as u8;
+        let below = toggles.iter().fold(0u64, |n, &v| n + u64::from(v <= rel));
+        let atomic = atomics.iter().fold(false, |found, &v| found | (v == rel));
+        return (below, atomic);
+    }
+    let toggles = &pool[at + 8..][..t * width];
+    let atomics = &pool[at + 8 + t * width..][..a * width];
+    let below = count_at_or_below(toggles, width, t, rel);
+    let atomic = below_or_equal_match(atomics, width, a, rel);
+    (below as u64, atomic)
+}
+
+fn below_or_equal_match(atomics: &[u8], width: usize, n: usize, rel: u64) -> bool {
+    let k = count_at_or_below(atomics, width, n, rel);
+    k > 0 && offset_at(atomics, width, k - 1) == rel
 }
 
 /// Decodes a covered table whose first byte is at `addr` into functions.
@@ -262,8 +482,10 @@ impl Index {
         Index {
             regions: Vec::new(),
             blocks: Vec::new(),
-            blobs: Vec::new(),
+            features: Vec::new(),
             buckets: Vec::new(),
+            slots: HugeSlice::empty(),
+            pool: Vec::new(),
             functions: 0,
             atomics: 0,
             orphans: 0,
@@ -288,14 +510,19 @@ impl Index {
         sort_if_needed(&mut atomics);
         atomics.dedup();
 
+        let windows = (functions.len() * 2 + atomics.len()) / ITEMS_PER_WINDOW as usize + 2;
         let mut builder = Builder {
             index: Index {
                 blocks: Vec::with_capacity(functions.len() / BLOCK + 2),
-                blobs: Vec::with_capacity(functions.len() + atomics.len()),
+                features: Vec::with_capacity(functions.len() + 2 * BLOCK),
                 buckets: Vec::with_capacity(functions.len() / FUNCTIONS_PER_BUCKET + 2),
                 ..Index::empty()
             },
-            region_starts: Vec::new(),
+            slots: Vec::with_capacity(windows),
+            region_starts: Vec::with_capacity(functions.len()),
+            toggles: Vec::with_capacity(2 * functions.len()),
+            atomic_offsets: Vec::with_capacity(atomics.len()),
+            region_atomics: 0,
         };
         let mut next = 0;
         for (i, f) in functions.iter().enumerate() {
@@ -313,22 +540,15 @@ impl Index {
             while next < atomics.len() && atomics[next] < limit {
                 next += 1;
             }
-            builder.push(f, &atomics[first..next]);
+            builder.push(f, limit, &atomics[first..next]);
         }
         builder.index.orphans += atomics.len() - next;
         builder.finish()
     }
 
-    /// The block, slot and offset of the function containing `pc`.
+    /// The region containing `pc`, if any, and `pc`'s offset in it.
     #[inline]
-    fn find(&self, pc: u64) -> Option<Hit> {
-        self.locate(pc).filter(|hit| hit.inside)
-    }
-
-    /// Like `find`, but also returns the nearest function below `pc` when `pc`
-    /// lies past its end (`inside == false`), so callers can stay branch-free.
-    #[inline]
-    fn locate(&self, pc: u64) -> Option<Hit> {
+    fn region(&self, pc: u64) -> Option<(usize, u32)> {
         let region = match self.regions.len() {
             0 => return None,
             1 => 0,
@@ -338,7 +558,13 @@ impl Index {
         if pc < r.base || pc >= r.end {
             return None;
         }
-        let offset = (pc - r.base) as u32;
+        Some((region, (pc - r.base) as u32))
+    }
+
+    /// The block and slot of the last function starting at or before `pc`.
+    fn locate(&self, pc: u64) -> Option<Hit> {
+        let (region, offset) = self.region(pc)?;
+        let r = &self.regions[region];
         // Direct-mapped first step: the answer is in blocks lo..=hi of the region.
         let bucket = (offset >> r.shift) as usize;
         let buckets = &self.buckets[r.first_bucket as usize..][..r.buckets as usize];
@@ -352,53 +578,45 @@ impl Index {
             let hi = buckets.get(bucket + 1).map_or(r.blocks as usize - 1, |n| n.block as usize);
             lo + region_blocks[lo + 1..=hi].partition_point(|b| b.starts[0] <= offset)
         };
-        let starts = &region_blocks[block].starts;
+        let found = &region_blocks[block];
         // How many starts are <= offset: one cache line, branch-free; at least one.
-        let slot = starts.iter().map(|&s| usize::from(s <= offset)).sum::<usize>() - 1;
-        let block = r.first_block as usize + block;
-        let within = offset - starts[slot];
-        let size = self.blobs[(self.blocks[block].info[slot] & BLOB_MASK) as usize];
-        Some(Hit { region, block, slot, offset: within, inside: within < size })
+        let slot = found.starts.iter().map(|&s| usize::from(s <= offset)).sum::<usize>() - 1;
+        let inside = offset - found.starts[slot] < found.sizes[slot];
+        Some(Hit { region, block: r.first_block as usize + block, slot, inside })
     }
 
-    /// Blob index of the function after (block, slot): bounds this one's atomics.
-    #[inline]
-    fn next_blob(&self, block: usize, slot: usize) -> usize {
-        if slot + 1 < BLOCK {
-            (self.blocks[block].info[slot + 1] & BLOB_MASK) as usize
-        } else {
-            self.blocks.get(block + 1).map_or(self.blobs.len(), |b| (b.info[0] & BLOB_MASK) as usize)
-        }
-    }
-
-    /// What the instruction at `pc` is. Allocation-free, O(log n).
+    /// What the instruction at `pc` is. Allocation-free, O(log n); one slot read
+    /// (one cache line) for windows whose entries fit inline.
     #[inline]
     pub fn classify(&self, pc: u64) -> Access {
-        let Some(hit) = self.locate(pc) else { return Access::Uncovered };
-        let info = self.blocks[hit.block].info[hit.slot];
-        let analysed = u64::from(info >> FEATURE_SHIFT) & FEATURE_ATOMICS != 0;
-        let blob = (info & BLOB_MASK) as usize;
-        let atomics = &self.blobs[blob + 1..self.next_blob(hit.block, hit.slot)];
-        // Past the function's end, `offset` exceeds every atomic offset: no false match.
-        let atomic = if atomics.len() <= LINEAR_ATOMICS {
-            atomics.iter().fold(false, |found, &a| found | (a == hit.offset))
+        let Some((region, offset)) = self.region(pc) else { return Access::Uncovered };
+        let r = &self.regions[region];
+        let offset = u64::from(offset);
+        let slot = self.slots[r.first_slot + (offset >> r.window_shift) as usize];
+        let rel = offset & ((1u64 << r.window_shift) - 1);
+        let (below, atomic) = if slot & INLINE != 0 {
+            match r.width {
+                1 => probe_inline_bytes(slot, rel),
+                2 => probe_inline::<2>(slot, rel),
+                _ => probe_inline::<4>(slot, rel),
+            }
         } else {
-            atomics.binary_search(&hit.offset).is_ok()
+            probe_pool(&self.pool, (slot >> 8) as usize, r.width as usize, rel)
         };
-        // Branch-free verdict: gaps between functions are common probes too.
+        let covered = ((slot >> 6) ^ below) & 1 == 1;
+        // Branch-free verdict: atomic offsets lie in covered code only.
         const VERDICT: [Access; 4] = [Access::Uncovered, Access::Uncovered, Access::Plain, Access::Atomic];
-        VERDICT[usize::from(hit.inside && analysed) * 2 + usize::from(atomic)]
+        VERDICT[usize::from(covered) * 2 + usize::from(atomic)]
     }
 
     /// The covered function containing `pc`. Allocation-free, O(log n).
     pub fn function_containing(&self, pc: u64) -> Option<FunctionInfo> {
-        let hit = self.find(pc)?;
+        let hit = self.locate(pc).filter(|hit| hit.inside)?;
         let block = &self.blocks[hit.block];
-        let info = block.info[hit.slot];
         Some(FunctionInfo {
             start: self.regions[hit.region].base + u64::from(block.starts[hit.slot]),
-            size: self.blobs[(info & BLOB_MASK) as usize],
-            features: info >> FEATURE_SHIFT,
+            size: block.sizes[hit.slot],
+            features: u32::from(self.features[hit.block * BLOCK + hit.slot]),
         })
     }
 
@@ -422,8 +640,10 @@ impl Index {
         use std::mem::size_of;
         self.regions.capacity() * size_of::<Region>()
             + self.blocks.capacity() * size_of::<Block>()
-            + self.blobs.capacity() * size_of::<u32>()
+            + self.features.capacity()
             + self.buckets.capacity() * size_of::<Bucket>()
+            + self.slots.memory_bytes()
+            + self.pool.capacity()
     }
 }
 
@@ -528,6 +748,7 @@ mod tests {
             let func = at.checked_sub(1).map(|i| funcs[i]).filter(|f| pc < f.end());
             let want = match func {
                 None => Access::Uncovered,
+                Some(f) if u64::from(f.features) & FEATURE_ATOMICS == 0 => Access::Uncovered,
                 Some(_) if atomic_set.contains(&pc) => Access::Atomic,
                 Some(_) => Access::Plain,
             };
@@ -581,6 +802,55 @@ mod tests {
         assert_eq!(index.classify(base + 0x305), Access::Plain);
         assert_eq!(index.classify(base + 0x380), Access::Uncovered);
         assert!(decode_covered(&covered[..covered.len() - 1], 0x90_0000, Version::V2).is_err());
+    }
+
+    /// Window edge cases: adjacent functions (merged coverage), a nested function,
+    /// an unanalysed one, atomic-dense code (overflow records), toggles on window
+    /// edges, and sparse code whose windows need 2- and 4-byte offsets.
+    #[test]
+    fn agrees_with_brute_force_window_layouts() {
+        let mut rng = fastrand::Rng::with_seed(23);
+        let mut funcs = vec![f(0x1000, 0x40), f(0x1040, 0x40), f(0x1080, 0x100), f(0x10a0, 0x10)];
+        funcs.push(FunctionInfo { start: 0x1200, size: 0x80, features: 0 });
+        funcs.push(f(0x1280, 0x200));
+        let mut atomics: Vec<u64> = (0x1280..0x1480).step_by(3).collect();
+        atomics.extend([0x1000, 0x103f, 0x1040, 0x10a4, 0x10c0, 0x1204]);
+        // Sparse: big functions with few atomics, then far-apart small ones.
+        let mut at = 0x10_0000u64;
+        for _ in 0..200 {
+            let size = rng.u32(0x800..0x4000);
+            funcs.push(f(at, size));
+            atomics.push(at + rng.u64(0..u64::from(size)));
+            at += u64::from(size) + rng.u64(0..0x1000);
+        }
+        for i in 0..50u64 {
+            let start = 0x2_0000_0000 + i * 0x100_0000;
+            funcs.push(f(start, 0x100));
+            atomics.extend([start, start + 0xff]);
+        }
+        funcs.sort_by_key(|f| f.start);
+        atomics.sort_unstable();
+        atomics.dedup();
+        let index = Index::build(funcs.clone(), atomics.clone());
+        let widths: Vec<u32> = index.regions.iter().map(|r| r.width).collect();
+        assert!(widths.len() == 2 && widths[0] < widths[1], "{widths:?}");
+        assert!(!index.pool.is_empty(), "some windows overflow");
+        let mut probes: Vec<u64> = (0xff0..0x1500).chain(0x10_0000 - 4..at + 4).collect();
+        probes.extend(atomics.iter().flat_map(|&a| [a - 1, a, a + 1]));
+        probes.extend(funcs.iter().flat_map(|f| [f.start - 1, f.start, f.end() - 1, f.end()]));
+        probes.extend((0..100_000).map(|_| rng.u64(0..0x2_4000_0000)));
+        check_against_brute_force(&funcs, &atomics, probes.into_iter());
+        assert_eq!(index.classify(0x1204), Access::Uncovered, "unanalysed function, width {widths:?}");
+    }
+
+    #[test]
+    fn memory_within_budget_without_atomics() {
+        // A C program without atomics: coverage alone must fit 16 bytes per function.
+        let funcs: Vec<FunctionInfo> = (0..1000).map(|i| f(0x1000 + i * 400, 380)).collect();
+        let index = Index::build(funcs, vec![]);
+        assert!(index.memory_bytes() <= 16 * 1000, "{} bytes", index.memory_bytes());
+        assert_eq!(index.classify(0x1000 + 5 * 400 + 379), Access::Plain);
+        assert_eq!(index.classify(0x1000 + 5 * 400 + 380), Access::Uncovered);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The thin FFI layer: every `unsafe` block of the runtime lives below here,
 //! each behind a safe wrapper with a `// SAFETY:` comment.
 
+pub mod cputime;
 pub mod fd;
+pub mod hugepage;
 pub mod mem;
 pub mod perf;
 pub mod process;

@@ -1,0 +1,131 @@
+//! Read-mostly arrays backed by their own anonymous mapping, aligned to 2 MiB
+//! and advised `MADV_HUGEPAGE`, so random reads across a few MiB miss the TLB
+//! far less. The tail beyond the last whole huge page stays on 4 KiB pages, so
+//! the mapping wastes less than one 4 KiB page. Reads are plain slice reads
+//! (async-signal-safe); creating and dropping one is not for signal handlers.
+
+use std::ops::Deref;
+
+const HUGE: usize = 2 << 20;
+const PAGE: usize = 4096;
+
+/// An immutable `[u64]` in its own mapping (a plain `Vec` when small or when mapping fails).
+#[derive(Debug)]
+pub struct HugeSlice {
+    ptr: *mut u64,
+    len: usize,
+    /// Bytes mapped (0: `fallback` holds the data).
+    mapped: usize,
+    fallback: Vec<u64>,
+}
+
+// SAFETY: the mapping is owned, written only in `from_slice` before the value is
+// shared, then only read; it is unmapped once, in `drop`.
+unsafe impl Send for HugeSlice {}
+// SAFETY: as above: shared access is read-only.
+unsafe impl Sync for HugeSlice {}
+
+impl HugeSlice {
+    /// An empty slice (no mapping).
+    pub const fn empty() -> HugeSlice {
+        HugeSlice { ptr: std::ptr::null_mut(), len: 0, mapped: 0, fallback: Vec::new() }
+    }
+
+    /// Copies `data` into a huge-page mapping when it spans at least one huge page.
+    pub fn from_slice(data: &[u64]) -> HugeSlice {
+        let bytes = std::mem::size_of_val(data);
+        if bytes < HUGE {
+            return HugeSlice { fallback: data.to_vec(), ..HugeSlice::empty() };
+        }
+        let mapped = bytes.div_ceil(PAGE) * PAGE;
+        // Reserve one huge page more, keep the 2 MiB-aligned part, unmap the rest.
+        let reserve = mapped + HUGE;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserve,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return HugeSlice { fallback: data.to_vec(), ..HugeSlice::empty() };
+        }
+        let start = raw as usize;
+        let aligned = start.next_multiple_of(HUGE);
+        let (head, tail) = (aligned - start, start + reserve - (aligned + mapped));
+        // SAFETY: both ranges lie inside the mapping just made and outside the kept part.
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + mapped) as *mut libc::c_void, tail);
+            }
+            // Advice only: failure (THP disabled) leaves ordinary pages.
+            libc::madvise(aligned as *mut libc::c_void, mapped, libc::MADV_HUGEPAGE);
+        }
+        let ptr = aligned as *mut u64;
+        // SAFETY: `ptr` is page-aligned, writable, `mapped >= bytes` long and owned here.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len()) };
+        HugeSlice { ptr, len: data.len(), mapped, fallback: Vec::new() }
+    }
+
+    /// Bytes held (the mapping, or the fallback's capacity).
+    pub fn memory_bytes(&self) -> usize {
+        if self.mapped > 0 {
+            self.mapped
+        } else {
+            self.fallback.capacity() * std::mem::size_of::<u64>()
+        }
+    }
+}
+
+impl Default for HugeSlice {
+    fn default() -> HugeSlice {
+        HugeSlice::empty()
+    }
+}
+
+impl Deref for HugeSlice {
+    type Target = [u64];
+
+    fn deref(&self) -> &[u64] {
+        if self.mapped == 0 {
+            return &self.fallback;
+        }
+        // SAFETY: `ptr` holds `len` initialised u64s for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for HugeSlice {
+    fn drop(&mut self) {
+        if self.mapped > 0 {
+            // SAFETY: the mapping is ours and no borrow of it outlives `self`.
+            unsafe { libc::munmap(self.ptr.cast(), self.mapped) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_and_large_hold_their_data() {
+        for n in [0, 10, HUGE / 8 - 1, HUGE / 8 + 12345] {
+            let data: Vec<u64> = (0..n as u64).map(|i| i * 3 + 1).collect();
+            let huge = HugeSlice::from_slice(&data);
+            assert_eq!(&huge[..], &data[..]);
+            assert!(huge.memory_bytes() >= n * 8 && huge.memory_bytes() < n * 8 + PAGE + 1024, "{n}");
+            if n * 8 >= HUGE {
+                assert_eq!(huge.as_ptr() as usize % HUGE, 0);
+            }
+        }
+        assert!(HugeSlice::empty().is_empty());
+    }
+}

@@ -134,10 +134,10 @@ fn sample(config: &Config, regs: &Regs, tid: i32, random: u64) {
     if thread::is_runtime_thread(tid) {
         return;
     }
-    if registry::with_index(|idx| idx.classify(regs.rip)) == Access::Uncovered {
+    let Some(function) = registry::with_index(|idx| idx.function_containing(regs.rip)) else {
         stats::bump(Counter::SamplesUncovered);
         return;
-    }
+    };
     if !watch::any_free() {
         stats::bump(Counter::SamplesBusy);
         return;
@@ -148,7 +148,7 @@ fn sample(config: &Config, regs: &Regs, tid: i32, random: u64) {
     };
     let class = registry::with_index(|idx| idx.classify(found.pc));
     let mut pcs = [0u64; MAX_FRAMES];
-    let walk = stack::walk(regs.rbp(), found.pc, &mut pcs);
+    let walk = stack::walk_interrupted(regs, Some(function.start), found.pc, &mut pcs);
     if class == Access::Uncovered || !found.addr_known || on_own_stack(found.addr, regs, walk.top) {
         stats::bump(Counter::SamplesNoAccess);
         return;

@@ -6,6 +6,7 @@
 //! it, unreadable, or whose return address is 0. Async-signal-safe.
 
 use crate::sys::mem;
+use crate::sys::signal::Regs;
 
 /// Largest distance between two consecutive frames we accept (a frame larger than
 /// this is more likely garbage than a real frame).
@@ -30,14 +31,53 @@ pub fn capture(rbp: u64, pc: u64, out: &mut [u64]) -> usize {
 
 /// [`capture`], also reporting how far up the stack the walk got.
 pub fn walk(rbp: u64, pc: u64, out: &mut [u64]) -> Walk {
-    let mut result = Walk::default();
-    if out.is_empty() {
-        return result;
+    let Some(first) = out.first_mut() else { return Walk::default() };
+    *first = pc;
+    follow(rbp, out, 1)
+}
+
+/// Like [`walk`] for a thread interrupted at `regs.rip` in the function that
+/// starts at `func_start`, with `pc` (the access) as frame 0. At the
+/// function's first instruction, right after its `push rbp`, and at its
+/// `ret`, RBP still (or again) belongs to the caller, so the chain alone would
+/// skip the caller: its return address is read from the stack top instead.
+pub fn walk_interrupted(regs: &Regs, func_start: Option<u64>, pc: u64, out: &mut [u64]) -> Walk {
+    let Some(first) = out.first_mut() else { return Walk::default() };
+    *first = pc;
+    let mut frames = 1;
+    if let Some(ret) = pending_return_slot(regs.rip, regs.rsp(), func_start).and_then(mem::read_u64) {
+        if ret != 0 && frames < out.len() {
+            out[frames] = ret;
+            frames += 1;
+        }
     }
-    out[0] = pc;
-    result.frames = 1;
+    follow(regs.rbp(), out, frames)
+}
+
+/// Where the return address into the caller is while the frame of the
+/// function at `rip` is not set up, if that is the case.
+fn pending_return_slot(rip: u64, rsp: u64, func_start: Option<u64>) -> Option<u64> {
+    const PUSH_RBP: u8 = 0x55;
+    const RET: u8 = 0xc3;
+    let byte_at = |addr: u64| {
+        let mut byte = [0u8; 1];
+        (mem::read_into(addr, &mut byte) == 1).then_some(byte[0])
+    };
+    if func_start == Some(rip) || byte_at(rip) == Some(RET) {
+        Some(rsp)
+    } else if func_start == Some(rip.wrapping_sub(1)) && byte_at(rip.wrapping_sub(1)) == Some(PUSH_RBP) {
+        Some(rsp.wrapping_add(8))
+    } else {
+        None
+    }
+}
+
+/// Follows the frame-pointer chain from `rbp`, appending return addresses to
+/// `out` after the first `frames` entries.
+fn follow(rbp: u64, out: &mut [u64], mut frames: usize) -> Walk {
+    let mut result = Walk { frames, top: 0 };
     let mut fp = rbp;
-    while result.frames < out.len() {
+    while frames < out.len() {
         if fp == 0 || fp % 8 != 0 {
             break;
         }
@@ -52,8 +92,9 @@ pub fn walk(rbp: u64, pc: u64, out: &mut [u64]) -> Walk {
         if ret == 0 {
             break;
         }
-        out[result.frames] = ret;
-        result.frames += 1;
+        out[frames] = ret;
+        frames += 1;
+        result.frames = frames;
         if next <= fp || next - fp > MAX_FRAME_SIZE {
             break;
         }
@@ -65,6 +106,31 @@ pub fn walk(rbp: u64, pc: u64, out: &mut [u64]) -> Walk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A function `push rbp; mov rbp, rsp; ret` and a stack whose top holds
+    /// `return_address`, interrupted at `offset` into the function.
+    fn interrupted_at(offset: u64, code: &[u8; 5], stack: &[u64; 4]) -> Vec<u64> {
+        let start = code.as_ptr() as u64;
+        let mut regs = Regs::default();
+        regs.rip = start + offset;
+        regs.gpr[Regs::RSP] = stack.as_ptr() as u64;
+        regs.gpr[Regs::RBP] = 0; // the caller's chain ends here
+        let mut out = [0u64; 8];
+        let walk = walk_interrupted(&regs, Some(start), 0xabc, &mut out);
+        out[..walk.frames].to_vec()
+    }
+
+    #[test]
+    fn finds_the_caller_while_the_frame_is_not_set_up() {
+        let code = [0x55, 0x48, 0x89, 0xe5, 0xc3]; // push rbp; mov rbp, rsp; ret
+                                                   // At the first instruction and at `ret` the return address is on top;
+                                                   // right after `push rbp` it is one word up.
+        assert_eq!(interrupted_at(0, &code, &[0x1111, 0, 0, 0]), vec![0xabc, 0x1111]);
+        assert_eq!(interrupted_at(4, &code, &[0x3333, 0, 0, 0]), vec![0xabc, 0x3333]);
+        assert_eq!(interrupted_at(1, &code, &[0x7fff_0000, 0x2222, 0, 0]), vec![0xabc, 0x2222]);
+        // Once `mov rbp, rsp` ran, the frame chain is right: nothing is read from the top.
+        assert_eq!(interrupted_at(1 + 3, &[0x55, 0x48, 0x89, 0xe5, 0x90], &[0x4444, 0, 0, 0]), vec![0xabc]);
+    }
 
     /// Builds a fake stack in a buffer: frames at 16-byte steps linking upward.
     fn fake_stack(links: &[(usize, u64, u64)]) -> Vec<u64> {

@@ -285,7 +285,7 @@ fn trapped_access(signal: &PerfSignal, tid: i32) -> Option<(AccessRecord, bool)>
     };
     let class = registry::with_index(|idx| idx.classify(found.pc));
     let mut pcs = [0u64; MAX_FRAMES];
-    let frames = stack::capture(signal.regs.rbp(), found.pc, &mut pcs);
+    let frames = stack::walk_interrupted(&signal.regs, Some(function.start), found.pc, &mut pcs).frames;
     let access = AccessRecord {
         tid,
         pc: found.pc,

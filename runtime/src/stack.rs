@@ -111,10 +111,9 @@ mod tests {
     /// `return_address`, interrupted at `offset` into the function.
     fn interrupted_at(offset: u64, code: &[u8; 5], stack: &[u64; 4]) -> Vec<u64> {
         let start = code.as_ptr() as u64;
-        let mut regs = Regs::default();
-        regs.rip = start + offset;
-        regs.gpr[Regs::RSP] = stack.as_ptr() as u64;
-        regs.gpr[Regs::RBP] = 0; // the caller's chain ends here
+        let mut gpr = [0u64; 16];
+        gpr[Regs::RSP] = stack.as_ptr() as u64; // RBP stays 0: the caller's chain ends here
+        let regs = Regs { gpr, rip: start + offset, rflags: 0 };
         let mut out = [0u64; 8];
         let walk = walk_interrupted(&regs, Some(start), 0xabc, &mut out);
         out[..walk.frames].to_vec()

@@ -37,6 +37,7 @@
 
 use crate::sys::hugepage::HugeSlice;
 use racewatch_instrument::format::pcsections::{self, DecodeError, Version, FEATURE_ATOMICS};
+use std::borrow::Cow;
 
 /// What the instruction at a PC is, as far as the metadata knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -273,12 +274,15 @@ impl Builder {
     /// region's share of the budget.
     fn close_windows(&mut self, span: u64) {
         let items = (self.toggles.len() + self.atomic_offsets.len()) as u64;
+        // (Counted before the padding below.)
         let target = (items / ITEMS_PER_WINDOW).max(1);
         let mut shift = 0;
         while (span >> shift) >= target {
             shift += 1;
         }
         let share = 5 * (self.region_atomics + self.region_starts.len()) + 64;
+        self.toggles.extend_from_slice(&[PAD; LANES]);
+        self.atomic_offsets.extend_from_slice(&[PAD; LANES]);
         let (first_slot, pool_len) = (self.slots.len(), self.index.pool.len());
         loop {
             let width = match shift {
@@ -310,20 +314,12 @@ impl Builder {
     }
 }
 
-/// Where each window's entries begin in a sorted list: `first[k]` counts the
-/// entries below window `k` (one pass, no data-dependent branches).
-fn window_starts(values: &[u32], shift: u32, windows: usize, first: &mut Vec<u32>) {
-    first.clear();
-    first.resize(windows + 2, 0);
-    for &v in values {
-        first[((u64::from(v) >> shift) as usize).min(windows) + 1] += 1;
-    }
-    for k in 1..first.len() {
-        first[k] += first[k - 1];
-    }
-}
+/// Entries of one kind a window reads at once; lists passed to [`write_windows`]
+/// end with this many [`PAD`] entries so the reads never need a bounds check.
+const LANES: usize = 8;
 
 /// Appends the slots (and overflow records) of one region's windows.
+/// `toggles` and `atomics` are sorted region offsets followed by [`LANES`] [`PAD`]s.
 fn write_windows(
     slots: &mut Vec<Slot>,
     pool: &mut Vec<u8>,
@@ -333,37 +329,101 @@ fn write_windows(
     shift: u32,
     width: u32,
 ) {
-    let windows = (((span.max(1) - 1) >> shift) + 1) as usize;
-    let (mut first_toggle, mut first_atomic) = (Vec::new(), Vec::new());
-    window_starts(toggles, shift, windows, &mut first_toggle);
-    window_starts(atomics, shift, windows, &mut first_atomic);
-    let capacity = 7 / width as usize;
-    slots.reserve(windows);
-    for k in 0..windows {
-        let start = (k as u64) << shift;
-        let mut t0 = first_toggle[k] as usize;
-        let t1 = first_toggle[k + 1] as usize;
-        // A toggle at the window's first byte only sets its initial state.
-        t0 += usize::from(t0 < t1 && u64::from(toggles[t0]) == start);
-        let covered = t0 % 2 == 1;
-        let (ts, ats) = (&toggles[t0..t1], &atomics[first_atomic[k] as usize..first_atomic[k + 1] as usize]);
-        let rel = |v: &u32| u64::from(*v) - start;
-        let mut slot = if covered { COVERED } else { 0 };
-        if ts.len() + ats.len() <= capacity {
-            slot |= INLINE | ts.len() as u64 | (ats.len() as u64) << 3;
-            for (i, v) in ts.iter().chain(ats).enumerate() {
-                slot |= rel(v) << (8 + 8 * width as usize * i);
-            }
-        } else {
-            slot |= (pool.len() as u64) << 8;
-            pool.extend_from_slice(&(ts.len() as u32).to_le_bytes());
-            pool.extend_from_slice(&(ats.len() as u32).to_le_bytes());
-            for v in ts.iter().chain(ats) {
-                pool.extend_from_slice(&rel(v).to_le_bytes()[..width as usize]);
-            }
-        }
-        slots.push(slot);
+    match width {
+        1 => write_windows_of::<1>(slots, pool, toggles, atomics, span, shift),
+        2 => write_windows_of::<2>(slots, pool, toggles, atomics, span, shift),
+        _ => write_windows_of::<4>(slots, pool, toggles, atomics, span, shift),
     }
+}
+
+/// A sorted list padded with [`LANES`] [`PAD`]s, walked window by window.
+struct Cursor<'a> {
+    values: &'a [u32],
+    /// Entries before the padding.
+    len: usize,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(padded: &'a [u32]) -> Self {
+        debug_assert!(padded.len() >= LANES && padded[padded.len() - LANES..].iter().all(|&v| v == PAD));
+        Cursor { values: padded, len: padded.len() - LANES, at: 0 }
+    }
+
+    /// The next [`LANES`] values (padding past the end).
+    #[inline(always)]
+    fn peek(&self) -> [u32; LANES] {
+        self.values[self.at.min(self.len)..][..LANES].try_into().expect("padded")
+    }
+
+    /// How many of the remaining values lie at or below `last`: branch-free
+    /// (`u32` compares) when fewer than [`LANES`], else linear in the count.
+    #[inline(always)]
+    fn count_to(&self, next: &[u32; LANES], last: u32) -> usize {
+        let n = next.iter().fold(0u32, |n, &v| n + u32::from(v <= last)) as usize;
+        let n = n.min(self.len - self.at);
+        if n < LANES {
+            return n;
+        }
+        // Dense window: scan on (each value is scanned by one window only).
+        let rest = &self.values[self.at + LANES..self.len];
+        LANES + rest.iter().position(|&v| v > last).unwrap_or(rest.len())
+    }
+}
+
+/// [`write_windows`] with `W`-byte offsets: one pass over the windows and both lists.
+fn write_windows_of<const W: usize>(
+    slots: &mut Vec<Slot>,
+    pool: &mut Vec<u8>,
+    toggles: &[u32],
+    atomics: &[u32],
+    span: u64,
+    shift: u32,
+) {
+    let windows = ((span.max(1) - 1) >> shift) + 1;
+    let (mut t, mut a) = (Cursor::new(toggles), Cursor::new(atomics));
+    slots.reserve(windows as usize);
+    for k in 0..windows {
+        // Window starts lie below the span, itself below 2^32.
+        // Its last byte: only the region's last window may reach u32::MAX (then
+        // every value counts, and the padding is cut off by the list's length).
+        let (start, last) = ((k << shift) as u32, ((k + 1) << shift).min(1 << 32) - 1);
+        let last = last as u32;
+        // A toggle at the window's first byte only sets its initial state.
+        t.at += usize::from(t.values[t.at.min(t.len)] == start);
+        let covered = if t.at % 2 == 1 { COVERED } else { 0 };
+        let (tv, av) = (t.peek(), a.peek());
+        let (nt, na) = (t.count_to(&tv, last), a.count_to(&av, last));
+        let slot = if nt + na <= 7 / W {
+            // W * (nt + na) <= 7 bytes: the masks' shifts stay below 64.
+            let mask = |n: usize| (1u64 << (8 * W * n)) - 1;
+            let offsets = (lanes::<W>(&tv, start) & mask(nt)) | (lanes::<W>(&av, start) & mask(na)) << (8 * W * nt);
+            covered | INLINE | nt as u64 | (na as u64) << 3 | offsets << 8
+        } else {
+            let at = pool.len() as u64;
+            pool.extend_from_slice(&(nt as u32).to_le_bytes());
+            pool.extend_from_slice(&(na as u32).to_le_bytes());
+            for &v in t.values[t.at..][..nt].iter().chain(&a.values[a.at..][..na]) {
+                pool.extend_from_slice(&(v - start).to_le_bytes()[..W]);
+            }
+            covered | at << 8
+        };
+        slots.push(slot);
+        t.at += nt;
+        a.at += na;
+    }
+}
+
+/// The first `8 / W` of `values` less `start`, in `W`-byte lanes from the lowest
+/// (offsets beyond the window wrap: the caller masks the lanes it keeps).
+#[inline(always)]
+fn lanes<const W: usize>(values: &[u32; LANES], start: u32) -> u64 {
+    let lane = u64::MAX >> (64 - 8 * W);
+    let mut packed = 0;
+    for (i, &v) in values.iter().enumerate().take(8 / W) {
+        packed |= (u64::from(v.wrapping_sub(start)) & lane) << (8 * W * i);
+    }
+    packed
 }
 
 /// Inline entries of a slot with one-byte offsets, all compared at once (SWAR):
@@ -470,12 +530,6 @@ pub fn decode_atomics(bytes: &[u8], addr: u64, version: Version) -> Result<Vec<u
     pcsections::decode_atomics(bytes, addr, version)
 }
 
-fn sort_if_needed<T: Copy + Ord>(v: &mut [T]) {
-    if !v.is_sorted() {
-        v.sort_unstable();
-    }
-}
-
 impl Index {
     /// An index with nothing in it: every PC is `Uncovered`.
     pub const fn empty() -> Index {
@@ -495,20 +549,35 @@ impl Index {
     /// Builds the index from functions and atomic PCs in any order (already
     /// sorted input, the usual case, skips the sort). Duplicate functions
     /// (same start) keep the largest size; duplicate atomic PCs count once.
-    pub fn build(mut functions: Vec<FunctionInfo>, mut atomics: Vec<u64>) -> Index {
-        if !functions.is_sorted_by_key(|f| f.start) {
-            functions.sort_unstable_by_key(|f| f.start);
-        }
-        functions.dedup_by(|later, kept| {
-            let same = later.start == kept.start;
-            if same {
-                kept.size = kept.size.max(later.size);
-                kept.features |= later.features;
+    pub fn build(functions: Vec<FunctionInfo>, atomics: Vec<u64>) -> Index {
+        Index::build_from(Cow::Owned(functions), Cow::Owned(atomics))
+    }
+
+    /// [`Index::build`] on borrowed or owned lists: lists already sorted and
+    /// free of duplicates (the usual case) are read in place, never copied.
+    pub fn build_from(mut functions: Cow<'_, [FunctionInfo]>, mut atomics: Cow<'_, [u64]>) -> Index {
+        if !functions.windows(2).all(|w| w[0].start < w[1].start) {
+            let functions = functions.to_mut();
+            if !functions.is_sorted_by_key(|f| f.start) {
+                functions.sort_unstable_by_key(|f| f.start);
             }
-            same
-        });
-        sort_if_needed(&mut atomics);
-        atomics.dedup();
+            functions.dedup_by(|later, kept| {
+                let same = later.start == kept.start;
+                if same {
+                    kept.size = kept.size.max(later.size);
+                    kept.features |= later.features;
+                }
+                same
+            });
+        }
+        if !atomics.windows(2).all(|w| w[0] < w[1]) {
+            let atomics = atomics.to_mut();
+            if !atomics.is_sorted() {
+                atomics.sort_unstable();
+            }
+            atomics.dedup();
+        }
+        let (functions, atomics) = (&*functions, &*atomics);
 
         let windows = (functions.len() * 2 + atomics.len()) / ITEMS_PER_WINDOW as usize + 2;
         let mut builder = Builder {
@@ -520,8 +589,8 @@ impl Index {
             },
             slots: Vec::with_capacity(windows),
             region_starts: Vec::with_capacity(functions.len()),
-            toggles: Vec::with_capacity(2 * functions.len()),
-            atomic_offsets: Vec::with_capacity(atomics.len()),
+            toggles: Vec::with_capacity(2 * functions.len() + LANES),
+            atomic_offsets: Vec::with_capacity(atomics.len() + LANES),
             region_atomics: 0,
         };
         let mut next = 0;

@@ -10,6 +10,7 @@
 use crate::index::{self, FunctionInfo, Index};
 use crate::sys::snapshot::SnapshotCell;
 use racewatch_instrument::format::pcsections::{DecodeError, TableKind, Version};
+use std::borrow::Cow;
 use std::sync::Mutex;
 
 static EMPTY: Index = Index::empty();
@@ -153,16 +154,25 @@ impl Registry {
         let (mut functions, mut atomics) = (Vec::new(), Vec::new());
         for t in order {
             match &t.entries {
-                Entries::Covered(v) => functions.extend_from_slice(v),
-                Entries::Atomics(v) => atomics.extend_from_slice(v),
+                Entries::Covered(v) => functions.push(v.as_slice()),
+                Entries::Atomics(v) => atomics.push(v.as_slice()),
             }
         }
-        Index::build(functions, atomics)
+        Index::build_from(joined(&functions), joined(&atomics))
     }
 
     /// Builds and publishes the index of every registered table.
     pub fn publish(&self) {
         publish(self.build());
+    }
+}
+
+/// The tables' entries in order: borrowed when there is one table, else one copy.
+fn joined<'a, T: Clone>(tables: &[&'a [T]]) -> Cow<'a, [T]> {
+    match tables {
+        [] => Cow::Borrowed(&[]),
+        [one] => Cow::Borrowed(one),
+        many => Cow::Owned(many.concat()),
     }
 }
 

@@ -212,11 +212,7 @@ impl<'a> Reader<'a> {
         let size = self.id.version.offset_size();
         let rest = &self.data[self.pos..];
         if rest.len() < size {
-            return if rest.iter().all(|&b| b == 0) {
-                Ok(None)
-            } else {
-                Err(self.error(self.pos, ErrorKind::Truncated("relative PC")))
-            };
+            return self.end_of_table(rest).map(|()| None);
         }
         let offset = if size == 8 {
             i64::from_le_bytes(rest[..8].try_into().expect("8 bytes"))
@@ -226,15 +222,55 @@ impl<'a> Reader<'a> {
         if offset == 0 {
             return Ok(None);
         }
-        let entry = self.addr.wrapping_add(self.pos as u64);
-        let pc = entry.checked_add_signed(offset).ok_or_else(|| self.error(self.pos, ErrorKind::PcOutOfRange))?;
+        let pc = self.relative_pc(offset)?;
         self.pos += size;
         Ok(Some(pc))
+    }
+
+    /// `&entry + offset` for the entry at `pos`.
+    #[inline]
+    fn relative_pc(&self, offset: i64) -> Result<u64, DecodeError> {
+        let entry = self.addr.wrapping_add(self.pos as u64);
+        entry.checked_add_signed(offset).ok_or_else(|| self.error(self.pos, ErrorKind::PcOutOfRange))
+    }
+
+    /// Bytes `rest` at `pos`, too few for a relative PC: fine when they are zero padding.
+    fn end_of_table(&self, rest: &[u8]) -> Result<(), DecodeError> {
+        if rest.iter().all(|&b| b == 0) {
+            Ok(())
+        } else {
+            Err(self.error(self.pos, ErrorKind::Truncated("relative PC")))
+        }
+    }
+
+    /// Every remaining entry of an atomics table, `N`-byte offsets read by
+    /// `offset`: one pass over whole entries, then the tail.
+    #[inline]
+    fn atomics<const N: usize>(
+        &mut self,
+        offset: impl Fn([u8; N]) -> i64,
+        mut f: impl FnMut(u64),
+    ) -> Result<(), DecodeError> {
+        let mut entries = self.data[self.pos..].chunks_exact(N);
+        for entry in &mut entries {
+            let offset = offset(entry.try_into().expect("N bytes"));
+            if offset == 0 {
+                return Ok(());
+            }
+            f(self.relative_pc(offset)?);
+            self.pos += N;
+        }
+        self.end_of_table(entries.remainder())
     }
 
     /// A constant: fixed `u32` in version 1, ULEB128 in version 2.
     fn constant(&mut self, field: &'static str) -> Result<u64, DecodeError> {
         let rest = &self.data[self.pos..];
+        if let Some(&byte) = rest.first().filter(|&&b| b < 0x80 && self.id.version.base() == 2) {
+            // One-byte ULEB128: the usual case for sizes below 128 and feature bits.
+            self.pos += 1;
+            return Ok(u64::from(byte));
+        }
         if self.id.version.base() == 1 {
             let bytes: [u8; 4] = rest
                 .get(..4)
@@ -295,14 +331,15 @@ pub fn for_each_covered(
 }
 
 /// Calls `f` with each PC of an atomics table, in table order.
-pub fn for_each_atomic(data: &[u8], addr: u64, version: Version, mut f: impl FnMut(u64)) -> Result<(), DecodeError> {
+pub fn for_each_atomic(data: &[u8], addr: u64, version: Version, f: impl FnMut(u64)) -> Result<(), DecodeError> {
     let id = SectionId { kind: TableKind::Atomics, version };
     check_version(id)?;
     let mut reader = Reader::new(data, addr, id);
-    while let Some(pc) = reader.pc()? {
-        f(pc);
+    if version.wide() {
+        reader.atomics(i64::from_le_bytes, f)
+    } else {
+        reader.atomics(|b: [u8; 4]| i64::from(i32::from_le_bytes(b)), f)
     }
-    Ok(())
 }
 
 /// Decodes a whole covered table.

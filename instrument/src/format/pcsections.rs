@@ -266,10 +266,19 @@ impl<'a> Reader<'a> {
     /// A constant: fixed `u32` in version 1, ULEB128 in version 2.
     fn constant(&mut self, field: &'static str) -> Result<u64, DecodeError> {
         let rest = &self.data[self.pos..];
-        if let Some(&byte) = rest.first().filter(|&&b| b < 0x80 && self.id.version.base() == 2) {
-            // One-byte ULEB128: the usual case for sizes below 128 and feature bits.
-            self.pos += 1;
-            return Ok(u64::from(byte));
+        if self.id.version.base() == 2 {
+            // One- and two-byte ULEB128: the usual sizes and feature bits.
+            match *rest {
+                [low, ..] if low < 0x80 => {
+                    self.pos += 1;
+                    return Ok(u64::from(low));
+                }
+                [low, high, ..] if high < 0x80 => {
+                    self.pos += 2;
+                    return Ok(u64::from(low & 0x7f) | u64::from(high) << 7);
+                }
+                _ => {}
+            }
         }
         if self.id.version.base() == 1 {
             let bytes: [u8; 4] = rest

@@ -13,6 +13,7 @@
 //! and no allocation; the static instance lives in `.bss`.
 
 use crate::event::{AccessRecord, RaceEvent, Stack, MAX_FRAMES};
+use crate::sys::wake;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Slots of the process-wide queue.
@@ -114,7 +115,16 @@ static QUEUE: Queue<CAPACITY> = Queue::new();
 /// Enqueues a race for the reporter; false when full (the caller counts `ReportsDropped`).
 /// Async-signal-safe.
 pub fn push(event: &RaceEvent) -> bool {
-    QUEUE.push(event)
+    let pushed = QUEUE.push(event);
+    if pushed {
+        wake::notify();
+    }
+    pushed
+}
+
+/// Blocks the consumer until something was pushed or `timeout_ms` passed.
+pub fn wait(timeout_ms: i32) {
+    wake::wait(timeout_ms);
 }
 
 /// Takes the oldest pending race (reporter thread and exit path).

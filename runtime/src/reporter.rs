@@ -14,12 +14,12 @@ use crate::{log, queue, stats, sys};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
 
 /// Name of the reporter thread.
 pub const THREAD_NAME: &str = "racewatch-reporter";
-/// Pause between two polls of the queue.
-const POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// Longest sleep of the reporter between two looks at the queue: pushes wake
+/// it at once (eventfd); this is only the safety net.
+const MAX_WAIT_MS: i32 = 1000;
 
 /// What the reporter needs from the options.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -193,12 +193,15 @@ pub fn start(options: &Options) {
         return;
     }
     *state() = Some(Reporter::new(Config::from_options(options), std::process::id()));
+    if let Err(err) = sys::wake::init() {
+        log::warn(format_args!("cannot create the reporter's eventfd: {err}; polling every {MAX_WAIT_MS} ms"));
+    }
     let spawned = std::thread::Builder::new().name(THREAD_NAME.to_string()).spawn(|| {
         REPORTER_TID.store(sys::thread::gettid(), Ordering::Release);
         sys::thread::mark_runtime_thread();
         loop {
             drain();
-            std::thread::sleep(POLL_INTERVAL);
+            queue::wait(MAX_WAIT_MS);
         }
     });
     if let Err(err) = spawned {

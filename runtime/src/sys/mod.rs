@@ -10,3 +10,4 @@ pub mod process;
 pub mod signal;
 pub mod snapshot;
 pub mod thread;
+pub mod wake;

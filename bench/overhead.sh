@@ -3,8 +3,9 @@
 # (demos/src/bin/workload.rs: 2 threads streaming over 8 MiB each, fixed work).
 #
 # Builds racewatch and the demos (release), then runs the workload without the
-# runtime, with it at the default sampling rate and with it at the debug rate
-# (sample_period_us=1000), interleaved: every round runs all three, in a
+# runtime, with it but sampling off (a control for the noise floor), at the
+# default sampling rate and at the debug rate (sample_period_us=1000),
+# interleaved: every round runs all four, in a
 # rotating order, so drifting machine load hits every configuration alike.
 # Prints the median wall time per configuration, its ratio to the baseline and
 # min/max, and the cost of one sample and one armed watch measured by the
@@ -41,11 +42,15 @@ WORKLOAD="$ROOT/demos/target/release/workload"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-CONFIGS=(baseline default debug)
+CONFIGS=(baseline control default debug)
+# The control preloads racewatch with sampling effectively off: what it costs
+# over the baseline is the noise floor of this machine, not sampling.
+CONTROL_PERIOD_US=60000000
 # Runtime options of a configuration, one KEY=VALUE per word.
 opts_for() {
     local opts="stats=1"
     [ "$1" = debug ] && opts="$opts sample_period_us=$DEBUG_PERIOD_US"
+    [ "$1" = control ] && opts="$opts sample_period_us=$CONTROL_PERIOD_US"
     echo "$opts ${EXTRA_OPTS//:/ }"
 }
 
@@ -105,6 +110,7 @@ printf '|%s|%s|%s|%s|%s|%s|\n' ------------------------------------ ---------- -
 for config in "${CONFIGS[@]}"; do
     case $config in
         baseline) label="without racewatch" ;;
+        control) label="racewatch, sampling off (control)" ;;
         default) label="racewatch, default options" ;;
         debug) label="racewatch, sample_period_us=$DEBUG_PERIOD_US" ;;
     esac

@@ -177,14 +177,14 @@ fn stdout_stderr_and_exit_status_are_the_programs_own() {
 #[test]
 fn bad_options_warn_once_each_and_the_program_runs() {
     let demo = demo("rust", "clean_mutex");
-    let run = run_under(&["sample_period_us=abc", "nosuchkey=1", "stats=1"], &demo.bin, &["1"]);
+    let run = run_under(&["sample_period_us=1000", "delay_us=abc", "nosuchkey=1", "stats=1"], &demo.bin, &["1"]);
     assert!(run.status.success(), "{}", run.stderr);
     assert!(run.stdout.starts_with("clean_mutex: "), "{}", run.stdout);
     let warned = warnings(&run.stderr);
     assert_eq!(warned.len(), 2, "{}", run.stderr);
-    assert_eq!(warned.iter().filter(|w| w.contains("'sample_period_us'") && w.contains("'abc'")).count(), 1);
+    assert_eq!(warned.iter().filter(|w| w.contains("'delay_us'") && w.contains("'abc'")).count(), 1);
     assert_eq!(warned.iter().filter(|w| w.contains("'nosuchkey'")).count(), 1);
-    // The detector still runs, at the default period.
+    // The detector still runs (with the default window).
     assert!(stat(&run.stderr, "samples").is_some_and(|n| n > 0), "{}", stats_summary(&run.stderr));
 }
 

@@ -501,13 +501,7 @@ mod tests {
             &[0x5d],                                        // 0x1026 pop rbp
             &[0xc3],                                        // 0x1027 ret
         ];
-        let mut bytes = Vec::new();
-        let mut starts = Vec::new();
-        for p in parts {
-            starts.push(BASE + bytes.len() as u64);
-            bytes.extend_from_slice(p);
-        }
-        (Blob { base: BASE, bytes }, starts)
+        assemble(parts)
     }
 
     fn size(blob: &Blob) -> u64 {

@@ -12,6 +12,8 @@ const PAGE: usize = 4096;
 /// An immutable `[u64]` in its own mapping (a plain `Vec` when small or when mapping fails).
 #[derive(Debug)]
 pub struct HugeSlice {
+    /// The data: the mapping, or `fallback`'s buffer (dangling when empty), so a
+    /// read is one pointer away whichever holds it.
     ptr: *mut u64,
     len: usize,
     /// Bytes mapped (0: `fallback` holds the data).
@@ -28,14 +30,21 @@ unsafe impl Sync for HugeSlice {}
 impl HugeSlice {
     /// An empty slice (no mapping).
     pub const fn empty() -> HugeSlice {
-        HugeSlice { ptr: std::ptr::null_mut(), len: 0, mapped: 0, fallback: Vec::new() }
+        HugeSlice { ptr: std::ptr::NonNull::dangling().as_ptr(), len: 0, mapped: 0, fallback: Vec::new() }
+    }
+
+    /// `data` in an ordinary heap buffer.
+    fn on_heap(data: &[u64]) -> HugeSlice {
+        let mut fallback = data.to_vec();
+        // The buffer stays put when the `Vec` (and `self`) moves.
+        HugeSlice { ptr: fallback.as_mut_ptr(), len: fallback.len(), mapped: 0, fallback }
     }
 
     /// Copies `data` into a huge-page mapping when it spans at least one huge page.
     pub fn from_slice(data: &[u64]) -> HugeSlice {
         let bytes = std::mem::size_of_val(data);
         if bytes < HUGE {
-            return HugeSlice { fallback: data.to_vec(), ..HugeSlice::empty() };
+            return HugeSlice::on_heap(data);
         }
         let mapped = bytes.div_ceil(PAGE) * PAGE;
         // Reserve one huge page more, keep the 2 MiB-aligned part, unmap the rest.
@@ -52,7 +61,7 @@ impl HugeSlice {
             )
         };
         if raw == libc::MAP_FAILED {
-            return HugeSlice { fallback: data.to_vec(), ..HugeSlice::empty() };
+            return HugeSlice::on_heap(data);
         }
         let start = raw as usize;
         let aligned = start.next_multiple_of(HUGE);
@@ -94,10 +103,8 @@ impl Deref for HugeSlice {
     type Target = [u64];
 
     fn deref(&self) -> &[u64] {
-        if self.mapped == 0 {
-            return &self.fallback;
-        }
-        // SAFETY: `ptr` holds `len` initialised u64s for as long as `self` lives.
+        // SAFETY: `ptr` (the mapping or `fallback`'s buffer, never reallocated;
+        // dangling only for `len == 0`) holds `len` initialised u64s for as long as `self` lives.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }

@@ -121,7 +121,7 @@ fn bench(c: &mut Criterion) {
     // descheduled is not the index's). Each is measured two ways: "throughput" (independent lookups, which the CPU
     // may overlap) and "latency" (each lookup's address depends on the previous
     // result, as one lookup per sample in a signal handler: no overlap).
-    let draws = 1 << 16;
+    let draws = PROBES;
     let mut rng = fastrand::Rng::with_seed(0xd15);
     let (lo, hi) = (m.functions[0].pc, m.functions.last().map(|f| f.pc + f.size).expect("functions"));
     let uniform: Vec<u64> = (0..draws).map(|_| rng.u64(lo..hi)).collect();
@@ -148,6 +148,9 @@ fn bench(c: &mut Criterion) {
     group.finish();
     print_medians(&index, &sets);
 }
+
+/// PCs per pre-drawn query list, and lookups per batch of [`print_medians`].
+const PROBES: usize = 1 << 16;
 
 /// CPU time of `iters` independent lookups, walking `probes` in order.
 fn throughput_ns(index: &Index, probes: &[u64], iters: u64) -> u64 {
@@ -183,14 +186,14 @@ fn print_medians(index: &Index, sets: &[(&str, &[u64])]) {
     const BATCHES: usize = 201;
     const TARGET_NS: f64 = 25.0;
     let median = |f: &dyn Fn() -> u64| {
-        let mut ns: Vec<f64> = (0..BATCHES).map(|_| f() as f64 / 65_536.0).collect();
+        let mut ns: Vec<f64> = (0..BATCHES).map(|_| f() as f64 / PROBES as f64).collect();
         ns.sort_by(f64::total_cmp);
         ns[BATCHES / 2]
     };
-    println!("classify, median ns per lookup over {BATCHES} batches of 65,536 (target <= {TARGET_NS} ns):");
+    println!("classify, median ns per lookup over {BATCHES} batches of {PROBES} (target <= {TARGET_NS} ns):");
     for &(name, probes) in sets {
-        let throughput = median(&|| throughput_ns(index, probes, 65_536));
-        let latency = median(&|| latency_ns(index, probes, 65_536));
+        let throughput = median(&|| throughput_ns(index, probes, PROBES as u64));
+        let latency = median(&|| latency_ns(index, probes, PROBES as u64));
         let verdict = if throughput <= TARGET_NS { "within" } else { "OVER" };
         println!("  {name:30} throughput {throughput:5.1} ns ({verdict})   latency {latency:5.1} ns");
     }

@@ -44,14 +44,13 @@ use std::borrow::Cow;
 
 /// What the instruction at a PC is, as far as the metadata knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
 pub enum Access {
     /// Not in a covered function (or in one whose atomics were not analysed).
-    Uncovered = 0,
+    Uncovered,
     /// In a covered function and not tagged atomic.
-    Plain = 1,
+    Plain,
     /// A tagged atomic instruction.
-    Atomic = 2,
+    Atomic,
 }
 
 /// One covered function at run-time addresses.
@@ -126,7 +125,7 @@ const USED: u64 = 0x1f;
 /// Lanes of a wide record.
 const WIDE_LANES: usize = 16;
 
-/// Functions within 4 GiB of `base`.
+/// Functions within 2 GiB ([`MAX_SPAN`]) of `base`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Region {
     /// Start of its first function.
@@ -555,7 +554,7 @@ fn count_at_or_below(bytes: &[u8], width: usize, n: usize, rel: u64) -> usize {
 }
 
 /// An overflow record's entries: (toggles at or below `rel`, `rel` is atomic).
-/// Out of line: dense code keeps its entries inline, and the lookup stays small enough to inline.
+/// Out of line: few windows need it, and `classify` stays small enough to inline.
 #[inline(never)]
 fn probe_pool(pool: &[u8], at: usize, width: usize, rel: u64) -> (u64, bool) {
     let word = |i: usize| u32::from_le_bytes(pool[at + 4 * i..][..4].try_into().expect("4 bytes")) as usize;
@@ -742,7 +741,7 @@ impl Index {
             probe_pool(&self.pool, (slot >> 8) as usize, r.width as usize, rel)
         };
         let covered = ((slot >> 6) ^ below) & 1 == 1;
-        // (Compiled to selects, not branches.)
+        // A predicted branch: cheaper on average than a table load on every lookup.
         if !covered {
             Access::Uncovered
         } else if atomic {

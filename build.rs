@@ -70,6 +70,8 @@ fn main() {
         .arg("--package")
         .arg(RUNTIME_PACKAGE)
         .arg("--lib")
+        .arg("--features")
+        .arg("preload")
         .arg("--manifest-path")
         .arg(root.join("Cargo.toml"))
         .arg("--target-dir")

@@ -1,5 +1,9 @@
 //! Exported C symbols: the constructor, the exit hook and the
-//! `__sanitizer_metadata_{covered,atomics}_{add,del}` callbacks.
+//! `__sanitizer_metadata_{covered,atomics}_{add,del}` callbacks (the libc
+//! functions racewatch interposes are in [`crate::intercept`]).
+//!
+//! The constructor only indexes: the detector itself starts at the program's
+//! second thread ([`crate::detector`]).
 //!
 //! Instrumented modules call the callbacks from their constructors, which can
 //! run before ours (dependencies are initialised first). Until our constructor
@@ -13,10 +17,9 @@ use crate::modules;
 use crate::options;
 use crate::registry::{self, Entries, ModuleId, Registry, TableKey};
 use crate::stats::{self, Counter};
-use crate::{reporter, sampler};
+use crate::{detector, sys};
 use racewatch_instrument::format::pcsections::{TableKind, Version};
 use std::ffi::c_char;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How many callback calls before init are remembered (each instrumented
 /// module makes two); the rest are found by the module walk.
@@ -61,13 +64,7 @@ extern "C" fn racewatch_init() {
 
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn racewatch_fini() {
-    guarded(|| {
-        sampler::stop();
-        reporter::shutdown();
-        if options::get().stats {
-            log::write(&stats::render());
-        }
-    });
+    guarded(detector::at_exit);
 }
 
 /// Runs `f`, never letting a panic unwind into C.
@@ -79,6 +76,10 @@ fn guarded(f: impl FnOnce()) {
 
 #[cfg_attr(test, allow(dead_code))]
 fn init() {
+    sys::real::resolve_all();
+    detector::note_original_process();
+    detector::init_fork_handling();
+    log::check_stderr();
     let text = std::env::var("RACEWATCH_OPTIONS").unwrap_or_default();
     let (parsed, warnings) = options::parse(&text);
     for w in &warnings {
@@ -127,33 +128,6 @@ fn init() {
         }
     }
     announce.print();
-    start_detector(opts);
-}
-
-/// Starts the detector once the index holds covered code: the reporter
-/// thread, then the sampling timer and the watchpoints (opened from the
-/// constructor, before the program starts threads, so every thread inherits
-/// them). Without covered code nothing is started — no handler, no perf
-/// events, no thread: a program without metadata runs exactly as without
-/// racewatch. Coverage that first arrives through a run-time callback
-/// (`dlopen`) starts it from that thread; threads that already exist then
-/// are not sampled.
-fn start_detector(opts: &options::Options) {
-    static TRIED: AtomicBool = AtomicBool::new(false);
-    if !registry::with_index(|i| i.functions() > 0) || TRIED.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    reporter::start(opts);
-    if let Err(err) = sampler::start(opts) {
-        log::warn(format_args!("{err}; race detection disabled"));
-    }
-}
-
-/// After the index changed at run time (dlopen, dlclose, JIT code): start the
-/// detector if covered code appeared, and switch sampling on or off.
-fn index_changed() {
-    start_detector(options::get());
-    sampler::refresh();
 }
 
 /// Modules to report with `verbosity=1`, in order, once each.
@@ -283,7 +257,8 @@ fn callback(call: Call) {
             reg.publish();
         }
         announce.print();
-        index_changed();
+        // Start the detector if covered code appeared while threads run; switch sampling on or off.
+        detector::covered_code_arrived();
     });
 }
 

@@ -2,13 +2,17 @@
 //!
 //! Start-up: [`api`] (constructor and the exported `__sanitizer_metadata_*`
 //! callbacks) → [`options`] → [`modules`] walk → [`registry`] → [`index`].
+//! Host contract: [`intercept`] (interposed libc functions) → [`detector`]
+//! (started at the second thread, off in sandboxes, reset in forked children).
 //! Run time: [`sampler`] → [`decode`] → [`watch`] → [`judge`] → [`queue`] →
 //! [`reporter`] ([`symbolize`], [`report`]). All `unsafe` FFI lives in [`sys`].
 
 pub mod api;
 pub mod decode;
+pub mod detector;
 pub mod event;
 pub mod index;
+pub mod intercept;
 pub mod judge;
 pub mod log;
 pub mod modules;

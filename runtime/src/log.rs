@@ -1,28 +1,82 @@
 //! Where the runtime's text goes: stderr, or `<log_path>.<pid>`.
 //!
-//! Each call writes its text with one `write(2)` where possible, so lines
-//! from different threads do not interleave. Formatting allocates: call
-//! these from ordinary threads (constructor, reporter, exit), never from a
+//! The log file is created only when there is something to write, with
+//! `O_CREAT | O_EXCL | O_NOFOLLOW`: racewatch never appends to a file it did
+//! not create, and never follows a symlink. It is opened for each write and
+//! closed again, so the runtime holds no descriptor the program could close
+//! and reuse; a reopen that finds another file there falls back to stderr. A
+//! forked child writes to its own `<log_path>.<child pid>`.
+//!
+//! stderr is the program's descriptor 2: once the program closes it, the
+//! runtime stops writing there (the number may now be the program's data
+//! file) until the program puts something at 2 again with `dup2`/`dup3`.
+//!
+//! Writes never raise `SIGPIPE` and wait for a slow reader only briefly
+//! ([`fd::write_all`]); what could not be written is counted in `stats`.
+//! Formatting allocates: call these from ordinary threads, never from a
 //! signal handler.
 
-use crate::sys::fd;
+use crate::stats::{self, Counter};
+use crate::sys::{fd, thread};
 use std::fmt;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
 
-static FD: AtomicI32 = AtomicI32::new(2);
+/// How long one chunk of output may wait for room in a pipe.
+const WAIT_MS: i32 = 200;
 
-/// Sends all further output to `<path>.<pid>`; on failure, warns on stderr and keeps stderr.
+static STDERR_OK: AtomicBool = AtomicBool::new(true);
+static LOG_PATH: OnceLock<String> = OnceLock::new();
+
+const FILE_NONE: u8 = 0;
+const FILE_CREATING: u8 = 1;
+const FILE_CREATED: u8 = 2;
+const FILE_REFUSED: u8 = 3;
+
+/// The log file of process `FILE_PID`: its state and identity.
+static FILE_STATE: AtomicU8 = AtomicU8::new(FILE_NONE);
+static FILE_PID: AtomicI32 = AtomicI32::new(0);
+static FILE_DEV: AtomicU64 = AtomicU64::new(0);
+static FILE_INO: AtomicU64 = AtomicU64::new(0);
+
+/// Sends all further output to `<path>.<pid>` (created on the first write).
 pub fn set_log_path(path: &str) {
-    let full = format!("{path}.{}", std::process::id());
-    match fd::open_append(&full) {
-        Ok(new_fd) => FD.store(new_fd, Ordering::Relaxed),
-        Err(err) => warn(format_args!("cannot open log_path {full}: {err}; logging to stderr")),
+    let _ = LOG_PATH.set(path.to_string());
+}
+
+/// Notes whether descriptor 2 is open now (call at start-up).
+pub fn check_stderr() {
+    STDERR_OK.store(fd::is_open(2), Ordering::Release);
+}
+
+/// The program closed descriptor 2 (or is about to): stop writing there.
+pub fn stderr_closed() {
+    STDERR_OK.store(false, Ordering::Release);
+}
+
+/// The program put a descriptor at 2 on purpose (`dup2`/`dup3`): that is its stderr now.
+pub fn stderr_replaced() {
+    STDERR_OK.store(true, Ordering::Release);
+}
+
+/// Writes `text` as is; counts it in `stats` when it could not be written.
+pub fn write(text: &str) {
+    if let Some(base) = LOG_PATH.get() {
+        if let Some(file) = log_file(base) {
+            let ok = fd::write_all(file, text.as_bytes(), WAIT_MS);
+            fd::close(file);
+            if ok {
+                return;
+            }
+        }
+    }
+    if !write_stderr(text) {
+        stats::bump(Counter::OutputDropped);
     }
 }
 
-/// Writes `text` as is.
-pub fn write(text: &str) {
-    fd::write_all(FD.load(Ordering::Relaxed), text.as_bytes());
+fn write_stderr(text: &str) -> bool {
+    STDERR_OK.load(Ordering::Acquire) && fd::write_all(2, text.as_bytes(), WAIT_MS)
 }
 
 /// Writes `racewatch: <message>\n`.
@@ -33,4 +87,58 @@ pub fn line(message: fmt::Arguments<'_>) {
 /// Writes `racewatch: warning: <message>\n`.
 pub fn warn(message: fmt::Arguments<'_>) {
     write(&format!("racewatch: warning: {message}\n"));
+}
+
+/// A fresh descriptor of this process's log file, or `None` (then stderr is used).
+fn log_file(base: &str) -> Option<i32> {
+    let pid = thread::getpid();
+    let path = format!("{base}.{pid}");
+    if FILE_PID.load(Ordering::Acquire) != pid {
+        // First write of this process (or of a forked child): create its own file.
+        FILE_STATE.store(FILE_NONE, Ordering::Release);
+        FILE_PID.store(pid, Ordering::Release);
+    }
+    loop {
+        match FILE_STATE.compare_exchange(FILE_NONE, FILE_CREATING, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return create(&path),
+            Err(FILE_CREATED) => return reopen(&path),
+            Err(FILE_CREATING) => std::thread::yield_now(),
+            Err(_) => return None,
+        }
+    }
+}
+
+fn create(path: &str) -> Option<i32> {
+    match fd::create_new(path) {
+        Ok(file) => {
+            let (dev, ino) = fd::identity(file).unwrap_or((0, 0));
+            FILE_DEV.store(dev, Ordering::Release);
+            FILE_INO.store(ino, Ordering::Release);
+            FILE_STATE.store(FILE_CREATED, Ordering::Release);
+            Some(file)
+        }
+        Err(err) => refuse(path, &err.to_string()),
+    }
+}
+
+fn reopen(path: &str) -> Option<i32> {
+    let file = match fd::reopen(path) {
+        Ok(file) => file,
+        Err(err) => return refuse(path, &err.to_string()),
+    };
+    let ours = (FILE_DEV.load(Ordering::Acquire), FILE_INO.load(Ordering::Acquire));
+    if fd::identity(file) == Some(ours) {
+        return Some(file);
+    }
+    fd::close(file);
+    refuse(path, "replaced by another file")
+}
+
+fn refuse(path: &str, why: &str) -> Option<i32> {
+    FILE_STATE.store(FILE_REFUSED, Ordering::Release);
+    write_stderr(&format!(
+        "racewatch: warning: log_path: cannot use {path} ({why}; racewatch only writes to a file it \
+         created); logging to stderr\n"
+    ));
+    None
 }

@@ -79,6 +79,15 @@ impl<const N: usize> Queue<N> {
         }
     }
 
+    /// Back to empty. Only while no other thread uses the queue.
+    pub fn reset(&self) {
+        for (i, slot) in self.slots.iter().enumerate() {
+            slot.seq.store(i, Ordering::Release);
+        }
+        self.head.store(0, Ordering::Release);
+        self.tail.store(0, Ordering::Release);
+    }
+
     /// Dequeues the oldest published event, if any.
     pub fn pop(&self) -> Option<RaceEvent> {
         let mut pos = self.head.load(Ordering::Relaxed);
@@ -122,9 +131,10 @@ pub fn push(event: &RaceEvent) -> bool {
     pushed
 }
 
-/// Blocks the consumer until something was pushed or `timeout_ms` passed.
-pub fn wait(timeout_ms: i32) {
-    wake::wait(timeout_ms);
+/// Empties the queue, slots half-written by threads that no longer exist included. Only while a single
+/// thread runs (a forked child).
+pub fn reset_after_fork() {
+    QUEUE.reset();
 }
 
 /// Takes the oldest pending race (reporter thread and exit path).

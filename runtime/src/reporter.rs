@@ -2,7 +2,7 @@
 //!
 //! Signal handlers only push fixed-size [`RaceEvent`]s into [`crate::queue`];
 //! everything that allocates or locks happens here, on the thread named
-//! `racewatch-reporter`, which polls the queue every few milliseconds. The
+//! `racewatch-reporter`, which sleeps on a futex that pushes wake. The
 //! per-report work is in [`Reporter`] (no globals, so it is testable);
 //! [`start`] and [`shutdown`] are the process-wide glue.
 
@@ -12,14 +12,14 @@ use crate::report::{self, AccessReport, RaceReport, ThreadNames};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::{log, queue, stats, sys};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Name of the reporter thread.
 pub const THREAD_NAME: &str = "racewatch-reporter";
 /// Longest sleep of the reporter between two looks at the queue: pushes wake
-/// it at once (eventfd); this is only the safety net.
-const MAX_WAIT_MS: i32 = 1000;
+/// it at once (futex); this is only the safety net.
+const MAX_WAIT_MS: u32 = 1000;
 
 /// What the reporter needs from the options.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -170,42 +170,58 @@ impl Reporter {
     }
 }
 
-static STATE: Mutex<Option<Reporter>> = Mutex::new(None);
-static STARTED: AtomicBool = AtomicBool::new(false);
+/// The reporter's state, behind a lock that only the reporter thread (and exit) takes. A forked child
+/// abandons its copy (the parent's reporter may have held the lock at fork time) and starts a new one.
+static STATE: AtomicPtr<Mutex<Option<Reporter>>> = AtomicPtr::new(std::ptr::null_mut());
+static THREAD: AtomicU64 = AtomicU64::new(0);
 static REPORTER_TID: AtomicI32 = AtomicI32::new(0);
+/// Set to make the reporter thread drain the queue once more and end.
+static STOP: AtomicBool = AtomicBool::new(false);
 
-fn state() -> MutexGuard<'static, Option<Reporter>> {
-    STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// How long exit, and a sandbox entry, wait for the reporter to print what is queued.
+const DRAIN_MS: u64 = 1000;
+
+fn state() -> Option<MutexGuard<'static, Option<Reporter>>> {
+    let mutex = sys::ptr::leaked_ref(STATE.load(Ordering::Acquire))?;
+    Some(mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
 }
 
 /// Handles everything queued so far.
 fn drain() {
-    let mut guard = state();
+    let Some(mut guard) = state() else { return };
     let Some(reporter) = guard.as_mut() else { return };
     while let Some(event) = queue::pop() {
         reporter.handle(&event);
     }
 }
 
-/// Starts the reporter thread (once per process; later calls do nothing).
+extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
+    REPORTER_TID.store(sys::thread::gettid(), Ordering::Release);
+    sys::thread::mark_runtime_thread();
+    sys::thread::set_name(c"racewatch-repor");
+    let _ = std::panic::catch_unwind(|| loop {
+        let token = sys::wake::token();
+        drain();
+        if STOP.load(Ordering::Acquire) {
+            break;
+        }
+        sys::wake::wait(token, MAX_WAIT_MS);
+    });
+    std::ptr::null_mut()
+}
+
+/// Starts the reporter thread (once per process; later calls do nothing). The thread has every signal
+/// blocked for its whole life.
 pub fn start(options: &Options) {
-    if STARTED.swap(true, Ordering::AcqRel) {
+    if THREAD.load(Ordering::Acquire) != 0 {
         return;
     }
-    *state() = Some(Reporter::new(Config::from_options(options), std::process::id()));
-    if let Err(err) = sys::wake::init() {
-        log::warn(format_args!("cannot create the reporter's eventfd: {err}; polling every {MAX_WAIT_MS} ms"));
-    }
-    let spawned = std::thread::Builder::new().name(THREAD_NAME.to_string()).spawn(|| {
-        REPORTER_TID.store(sys::thread::gettid(), Ordering::Release);
-        sys::thread::mark_runtime_thread();
-        loop {
-            drain();
-            queue::wait(MAX_WAIT_MS);
-        }
-    });
-    if let Err(err) = spawned {
-        log::warn(format_args!("cannot start the reporter thread: {err}; reports are printed at exit"));
+    let reporter = Mutex::new(Some(Reporter::new(Config::from_options(options), std::process::id())));
+    STATE.store(Box::leak(Box::new(reporter)), Ordering::Release);
+    STOP.store(false, Ordering::Release);
+    match sys::thread::spawn_runtime_thread(reporter_main) {
+        Some(thread) => THREAD.store(thread, Ordering::Release),
+        None => log::warn(format_args!("cannot start the reporter thread; reports are printed at exit")),
     }
 }
 
@@ -214,9 +230,33 @@ pub fn is_reporter_thread(tid: i32) -> bool {
     tid != 0 && REPORTER_TID.load(Ordering::Acquire) == tid
 }
 
-/// Prints every race still queued (call at exit). Does nothing before [`start`].
+/// Prints what is still queued and ends the reporter thread, waiting for it at most about a second
+/// (a reader that does not empty stderr cannot hold the program's exit). What is left in the queue is
+/// counted as dropped. Without a reporter thread, drains here. Call at exit and before a sandbox.
 pub fn shutdown() {
-    drain();
+    let thread = THREAD.swap(0, Ordering::AcqRel);
+    if thread == 0 {
+        drain();
+    } else {
+        STOP.store(true, Ordering::Release);
+        sys::wake::notify();
+        if !sys::thread::join_for(thread, DRAIN_MS) {
+            // Still writing (a full pipe): leave it; the process is about to exit or be sandboxed.
+            REPORTER_TID.store(0, Ordering::Release);
+        }
+    }
+    while queue::pop().is_some() {
+        stats::bump(stats::Counter::ReportsDropped);
+    }
+}
+
+/// In a forked child: the parent's reporter thread does not exist here; abandon its state (its lock
+/// may be held) so that the child's own detector starts a fresh reporter.
+pub fn forget_after_fork() {
+    STATE.store(std::ptr::null_mut(), Ordering::Release);
+    THREAD.store(0, Ordering::Release);
+    REPORTER_TID.store(0, Ordering::Release);
+    STOP.store(false, Ordering::Release);
 }
 
 #[cfg(test)]

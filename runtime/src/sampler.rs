@@ -16,50 +16,51 @@ use crate::event::{AccessRecord, Stack, MAX_FRAMES};
 use crate::index::Access;
 use crate::options::Options;
 use crate::stats::{self, Counter};
-use crate::sys::perf::{SampleTimer, SAMPLE_SIG_DATA};
+use crate::sys::perf::{PerfFd, SampleTimer, SAMPLE_SIG_DATA};
 use crate::sys::signal::{self, PerfSignal, Regs};
 use crate::sys::thread;
 use crate::watch::{self, OwnMemory, Watch};
 use crate::{decode, registry, stack};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 /// Timer signals per kept sample.
 pub const THINNING: u64 = 4;
 /// The x86-64 red zone below RSP that leaf code may use.
 const RED_ZONE: u64 = 128;
 
-struct Config {
-    timer: SampleTimer,
-    delay_us: u64,
-    report_atomic_races: bool,
-    seed: u64,
-}
-
-static CONFIG: OnceLock<Config> = OnceLock::new();
+/// The sampling timer's descriptor (-1: not open in this process).
+static TIMER: AtomicI32 = AtomicI32::new(-1);
 static ENABLED: AtomicBool = AtomicBool::new(false);
+static DELAY_US: AtomicU64 = AtomicU64::new(0);
+static REPORT_ATOMIC_RACES: AtomicBool = AtomicBool::new(true);
+static SEED: AtomicU64 = AtomicU64::new(0);
+
+fn timer() -> Option<SampleTimer> {
+    let fd = TIMER.load(Ordering::Acquire);
+    (fd >= 0).then(|| SampleTimer::from_fd(PerfFd::from_raw(fd)))
+}
 
 /// Starts the detector: opens the sampler and `options.watchpoints` watchpoints for the calling thread and
 /// every thread it creates later, warms up the decoder, installs the `SIGTRAP` handler, and enables sampling
-/// if the index already holds covered code (see [`refresh`]). Call once, from the constructor, before the
-/// program starts threads. Errors (perf_event_open denied, no debug register) leave the program untouched.
+/// if the index already holds covered code (see [`refresh`]). Call once, before the threads to be sampled
+/// are created. Errors (perf_event_open denied, no debug register) leave the program untouched.
 pub fn start(options: &Options) -> Result<(), String> {
-    if CONFIG.get().is_some() {
+    if TIMER.load(Ordering::Acquire) >= 0 {
         return Ok(());
     }
+    DELAY_US.store(options.delay_us, Ordering::Relaxed);
+    REPORT_ATOMIC_RACES.store(options.report_atomic_races, Ordering::Relaxed);
+    SEED.store(options.seed.unwrap_or(0x9e37_79b9_7f4a_7c15), Ordering::Relaxed);
     let period_ns = options.sample_period_us.saturating_mul(1000) / THINNING;
     let timer = SampleTimer::open(period_ns.max(1))
         .map_err(|e| format!("cannot open the sampling timer (perf_event_open: {e})"))?;
-    watch::init(options.watchpoints)?;
+    if let Err(err) = watch::init(options.watchpoints) {
+        timer.fd().close();
+        return Err(err);
+    }
     decode::warm_up();
-    let config = Config {
-        timer,
-        delay_us: options.delay_us,
-        report_atomic_races: options.report_atomic_races,
-        seed: options.seed.unwrap_or(0x9e37_79b9_7f4a_7c15),
-    };
-    let _ = CONFIG.set(config);
-    signal::install(on_perf).map_err(|e| format!("cannot install the SIGTRAP handler: {e}"))?;
+    TIMER.store(timer.fd().raw(), Ordering::Release);
+    signal::install(claims, on_perf).map_err(|e| format!("cannot install the SIGTRAP handler: {e}"))?;
     refresh();
     Ok(())
 }
@@ -67,10 +68,10 @@ pub fn start(options: &Options) -> Result<(), String> {
 /// Enables sampling once the index holds covered code (call after publishing a new index); disables it
 /// when the index became empty. No-op before [`start`].
 pub fn refresh() {
-    let Some(config) = CONFIG.get() else { return };
+    let Some(timer) = timer() else { return };
     let covered = registry::with_index(|idx| idx.functions()) > 0;
     if covered != ENABLED.load(Ordering::Acquire) {
-        let result = if covered { config.timer.enable() } else { config.timer.disable() };
+        let result = if covered { timer.enable() } else { timer.disable() };
         if result.is_ok() {
             ENABLED.store(covered, Ordering::Release);
         }
@@ -84,20 +85,40 @@ pub fn is_enabled() -> bool {
 
 /// Stops sampling (e.g. at exit, before the reporter drains the queue).
 pub fn stop() {
-    if let Some(config) = CONFIG.get() {
-        let _ = config.timer.disable();
+    if let Some(timer) = timer() {
+        let _ = timer.disable();
         ENABLED.store(false, Ordering::Release);
     }
 }
 
-fn on_perf(signal: &PerfSignal) -> bool {
+/// Closes the sampler's and the watchpoints' descriptors (detection is over in this process).
+pub fn close() {
+    stop();
+    let fd = TIMER.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        PerfFd::from_raw(fd).close();
+    }
+    watch::close();
+}
+
+/// In a forked child: forgets the parent's events without touching them (the child's copies of their
+/// descriptors are closed by the caller), so the child can start its own.
+pub fn forget_after_fork() {
+    TIMER.store(-1, Ordering::Release);
+    ENABLED.store(false, Ordering::Release);
+    watch::forget_after_fork();
+}
+
+/// Whether `sig_data` is one of the detector's events (a sample or one of its watchpoints).
+fn claims(sig_data: u64) -> bool {
+    sig_data == SAMPLE_SIG_DATA || watch::owns(sig_data)
+}
+
+fn on_perf(signal: &PerfSignal) {
     if signal.data == SAMPLE_SIG_DATA {
-        if let Some(config) = CONFIG.get() {
-            on_sample(config, &signal.regs);
-        }
-        true
+        on_sample(&signal.regs);
     } else {
-        watch::on_trap(signal)
+        watch::on_trap(signal);
     }
 }
 
@@ -117,20 +138,20 @@ fn next_random(tid: i32, seed: u64) -> u64 {
     value
 }
 
-fn on_sample(config: &Config, regs: &Regs) {
+fn on_sample(regs: &Regs) {
     let tid = thread::gettid();
-    let random = next_random(tid, config.seed);
+    let random = next_random(tid, SEED.load(Ordering::Relaxed));
     if random % THINNING != 0 {
         return;
     }
     let start = thread::monotonic_ns();
     stats::bump(Counter::Samples);
-    sample(config, regs, tid, random);
+    sample(regs, tid, random);
     stats::add(Counter::SampleNs, thread::monotonic_ns().saturating_sub(start));
 }
 
 /// A kept sample of thread `tid`: find its access and watch it.
-fn sample(config: &Config, regs: &Regs, tid: i32, random: u64) {
+fn sample(regs: &Regs, tid: i32, random: u64) {
     if thread::is_runtime_thread(tid) {
         return;
     }
@@ -163,8 +184,10 @@ fn sample(config: &Config, regs: &Regs, tid: i32, random: u64) {
         stack: Stack::from_pcs(&pcs[..walk.frames]),
     };
     // Jitter the window too: uniform in [delay/2, 3*delay/2].
-    let delay_us = config.delay_us / 2 + (random >> 32) % config.delay_us.max(1);
-    let request = Watch { access: &access, delay_us, report_atomic_races: config.report_atomic_races };
+    let delay = DELAY_US.load(Ordering::Relaxed);
+    let delay_us = delay / 2 + (random >> 32) % delay.max(1);
+    let request =
+        Watch { access: &access, delay_us, report_atomic_races: REPORT_ATOMIC_RACES.load(Ordering::Relaxed) };
     if watch::watch(&request) == watch::Outcome::Busy {
         stats::bump(Counter::SamplesBusy);
     }

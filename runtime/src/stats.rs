@@ -25,6 +25,8 @@ counters! {
     Traps: "watchpoint traps",
     Races: "races",
     ReportsDropped: "reports dropped",
+    OutputDropped: "output not written",
+    SkippedForStack: "signals skipped for lack of stack",
     SampleNs: "ns in sample handlers (with windows)",
     WatchNs: "ns in armed watch windows",
     ArmNs: "ns arming and disarming watchpoints",
@@ -41,6 +43,13 @@ pub fn add(counter: Counter, n: u64) {
 /// Adds one to a counter. Async-signal-safe.
 pub fn bump(counter: Counter) {
     add(counter, 1);
+}
+
+/// Sets every counter to zero (a forked child starts its own count).
+pub fn reset() {
+    for value in &VALUES {
+        value.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Current value of a counter.

@@ -20,12 +20,11 @@ use crate::decode::{self, CodeReader, MemAccess};
 use crate::event::{AccessRecord, RaceEvent, Stack, MAX_FRAMES};
 use crate::index::Access;
 use crate::judge::{self, Side};
-use crate::sys::perf::{WatchKind, Watchpoint};
+use crate::sys::perf::{PerfFd, WatchKind, Watchpoint};
 use crate::sys::signal::{PerfSignal, Regs, TRAP_PERF_FLAG_ASYNC};
 use crate::sys::{mem, thread};
 use crate::{queue, registry, stack, stats};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// x86-64 has four debug registers.
 pub const MAX_SLOTS: usize = 4;
@@ -85,43 +84,79 @@ impl Slot {
 }
 
 static SLOTS: [Slot; MAX_SLOTS] = [const { Slot::new() }; MAX_SLOTS];
-static WATCHPOINTS: OnceLock<Vec<Watchpoint>> = OnceLock::new();
+/// The watchpoints' descriptors (-1: not open in this process); `COUNT` of them are open.
+static WATCHPOINTS: [AtomicI32; MAX_SLOTS] = [const { AtomicI32::new(-1) }; MAX_SLOTS];
+static COUNT: AtomicUsize = AtomicUsize::new(0);
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 /// Opens up to `count` (1..=4) watchpoints; returns how many opened (at least one), or why none did.
-/// Call once, at init, from the thread whose later threads are to be watched.
+/// Call once, at start, from the thread whose later threads are to be watched.
 pub fn init(count: u32) -> Result<usize, String> {
-    if let Some(existing) = WATCHPOINTS.get() {
-        return Ok(existing.len());
+    let open = COUNT.load(Ordering::Acquire);
+    if open > 0 {
+        return Ok(open);
     }
     let wanted = (count as usize).clamp(1, MAX_SLOTS);
-    let mut opened = Vec::with_capacity(wanted);
+    let mut opened = 0;
     let mut first_error = None;
-    for slot in 0..wanted {
+    for (slot, fd) in WATCHPOINTS.iter().enumerate().take(wanted) {
         match Watchpoint::open(slot as u32) {
-            Ok(wp) => opened.push(wp),
+            Ok(wp) => {
+                fd.store(wp.fd().raw(), Ordering::Release);
+                opened += 1;
+            }
             Err(err) => {
                 first_error.get_or_insert(err);
                 break;
             }
         }
     }
-    if opened.is_empty() {
+    if opened == 0 {
         let err = first_error.map(|e| e.to_string()).unwrap_or_default();
         return Err(format!("cannot open a hardware watchpoint (perf_event_open: {err})"));
     }
-    let n = opened.len();
-    let _ = WATCHPOINTS.set(opened);
-    Ok(n)
+    COUNT.store(opened, Ordering::Release);
+    Ok(opened)
 }
 
-fn watchpoints() -> &'static [Watchpoint] {
-    WATCHPOINTS.get().map(Vec::as_slice).unwrap_or(&[])
+/// Closes the watchpoints (no slot is armed afterwards).
+pub fn close() {
+    COUNT.store(0, Ordering::Release);
+    for fd in &WATCHPOINTS {
+        let raw = fd.swap(-1, Ordering::AcqRel);
+        if raw >= 0 {
+            PerfFd::from_raw(raw).close();
+        }
+    }
+}
+
+/// In a forked child: forgets the parent's watchpoints and every slot's state (the threads that held
+/// slots do not exist here).
+pub fn forget_after_fork() {
+    COUNT.store(0, Ordering::Release);
+    for fd in &WATCHPOINTS {
+        fd.store(-1, Ordering::Release);
+    }
+    for slot in &SLOTS {
+        slot.armed.store(0, Ordering::Release);
+        slot.writers.store(0, Ordering::Release);
+        slot.count.store(0, Ordering::Release);
+        slot.busy.store(false, Ordering::Release);
+    }
+}
+
+fn watchpoint(index: usize) -> Option<Watchpoint> {
+    let fd = WATCHPOINTS.get(index)?.load(Ordering::Acquire);
+    (fd >= 0).then(|| Watchpoint::from_fd(PerfFd::from_raw(fd)))
+}
+
+fn count() -> usize {
+    COUNT.load(Ordering::Acquire)
 }
 
 /// Whether some slot is free right now (a hint: claiming may still fail).
 pub fn any_free() -> bool {
-    SLOTS.iter().take(watchpoints().len()).any(|slot| !slot.busy.load(Ordering::Relaxed))
+    SLOTS.iter().take(count()).any(|slot| !slot.busy.load(Ordering::Relaxed))
 }
 
 /// Whether `sig_data` belongs to one of our watchpoints.
@@ -171,13 +206,16 @@ pub enum Outcome {
 /// Watches `request.access` (thread A, covered, on the signal path): claims a slot, arms, stalls, disarms,
 /// judges what other threads did meanwhile and pushes each race to the queue. Async-signal-safe.
 pub fn watch(request: &Watch<'_>) -> Outcome {
-    let wps = watchpoints();
-    let Some(index) = (0..wps.len().min(MAX_SLOTS))
+    let Some(index) = (0..count().min(MAX_SLOTS))
         .find(|&i| SLOTS[i].busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok())
     else {
         return Outcome::Busy;
     };
     let slot = &SLOTS[index];
+    let Some(wp) = watchpoint(index) else {
+        slot.busy.store(false, Ordering::Release);
+        return Outcome::Busy;
+    };
     let opened_ns = thread::monotonic_ns();
     let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed) & GENERATION_MASK;
     let access = request.access;
@@ -187,19 +225,19 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
 
     let (start, len) = window(access.addr, access.size);
     let kind = if access.is_write { WatchKind::ReadWrite } else { WatchKind::Write };
-    let armed = wps[index].arm(start, len, kind, sig_data(generation, index));
+    let armed = wp.arm(start, len, kind, sig_data(generation, index));
     let arm_ns = thread::monotonic_ns();
     if armed.is_err() {
-        close(slot);
+        close_window(slot);
         slot.busy.store(false, Ordering::Release);
         return Outcome::ArmFailed;
     }
     stats::bump(stats::Counter::WatchesArmed);
     thread::sleep_us(request.delay_us);
     let slept_ns = thread::monotonic_ns();
-    let _ = wps[index].disarm();
+    let _ = wp.disarm();
     stats::add(stats::Counter::ArmNs, arm_ns - opened_ns + thread::monotonic_ns() - slept_ns);
-    close(slot);
+    close_window(slot);
 
     let traps = slot.count.load(Ordering::Acquire);
     let mut races = 0;
@@ -230,7 +268,7 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
 }
 
 /// Stops accepting traps and waits (bounded) for trap handlers still filling records.
-fn close(slot: &Slot) {
+fn close_window(slot: &Slot) {
     slot.armed.store(0, Ordering::SeqCst);
     for _ in 0..10_000_000u32 {
         if slot.writers.load(Ordering::SeqCst) == 0 {
@@ -244,7 +282,7 @@ fn close(slot: &Slot) {
 /// Async-signal-safe.
 pub fn on_trap(signal: &PerfSignal) -> bool {
     let Some((index, generation)) = parse_sig_data(signal.data) else { return false };
-    let Some(slot) = SLOTS.get(index) else { return false };
+    let Some(slot) = SLOTS.get(index) else { return true };
     stats::bump(stats::Counter::Traps);
     // Delivered late (SIGTRAP was blocked): the registers are not those of the access.
     if signal.flags & TRAP_PERF_FLAG_ASYNC != 0 || slot.armed.load(Ordering::SeqCst) != generation {

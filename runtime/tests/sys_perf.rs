@@ -22,7 +22,7 @@ static SAMPLES: AtomicU32 = AtomicU32::new(0);
 static SAMPLE_TID: AtomicI32 = AtomicI32::new(0);
 static SAMPLES_IN_TID: AtomicU32 = AtomicU32::new(0);
 
-fn on_perf(signal: &PerfSignal) -> bool {
+fn on_perf(signal: &PerfSignal) {
     // Samples are told apart by sig_data: on 6.18 the task clock is its own PMU and
     // si_perf_type may read 7 rather than PERF_TYPE_SOFTWARE.
     match signal.kind {
@@ -31,7 +31,6 @@ fn on_perf(signal: &PerfSignal) -> bool {
             if thread::gettid() == SAMPLE_TID.load(Ordering::SeqCst) {
                 SAMPLES_IN_TID.fetch_add(1, Ordering::SeqCst);
             }
-            true
         }
         perf::PERF_TYPE_BREAKPOINT => {
             LAST_DATA.store(signal.data, Ordering::SeqCst);
@@ -39,15 +38,14 @@ fn on_perf(signal: &PerfSignal) -> bool {
             LAST_RIP.store(signal.regs.rip, Ordering::SeqCst);
             LAST_TID.store(thread::gettid(), Ordering::SeqCst);
             TRAPS.fetch_add(1, Ordering::SeqCst);
-            true
         }
-        _ => false,
+        _ => {}
     }
 }
 
 fn setup() -> std::sync::MutexGuard<'static, ()> {
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    signal::install(on_perf).expect("install SIGTRAP handler");
+    signal::install(|_| true, on_perf).expect("install SIGTRAP handler");
     TRAPS.store(0, Ordering::SeqCst);
     LAST_DATA.store(0, Ordering::SeqCst);
     LAST_TID.store(0, Ordering::SeqCst);

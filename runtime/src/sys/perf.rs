@@ -12,7 +12,9 @@
 //! are async-signal-safe: one ioctl each, no allocation (an `io::Error` built
 //! from an errno does not allocate).
 
+use crate::sys::fd;
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// `perf_event_attr.type` of software events.
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -89,25 +91,31 @@ const COMMON_FLAGS: u64 = flag::DISABLED
     | flag::EXCLUDE_KERNEL
     | flag::EXCLUDE_HV;
 
-/// An owned perf event file descriptor, closed on drop.
-#[derive(Debug)]
+/// A perf event file descriptor of the runtime's (a number: it is closed explicitly, so that a forked
+/// child can forget its copies without touching the parent's events).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PerfFd(i32);
 
 impl PerfFd {
+    /// A descriptor of ours, by number.
+    pub fn from_raw(fd: i32) -> PerfFd {
+        PerfFd(fd)
+    }
+
     /// The raw descriptor.
     pub fn raw(&self) -> i32 {
         self.0
     }
 
-    fn ioctl(&self, request: libc::c_ulong, arg: usize) -> io::Result<()> {
-        // SAFETY: `self.0` is a perf event fd we own; every request used here either
-        // ignores `arg` or reads a live `PerfEventAttr` the caller passes by address.
-        let rc = unsafe { libc::ioctl(self.0, request, arg) };
-        if rc < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
+    /// Closes the descriptor (unless the program took its number already).
+    pub fn close(self) {
+        if fd::forget_own(self.0) {
+            fd::close_own(self.0);
         }
+    }
+
+    fn ioctl(&self, request: libc::c_ulong, arg: usize) -> io::Result<()> {
+        ioctl(self.0, request, arg)
     }
 
     /// Enables the event and every inherited child. Async-signal-safe.
@@ -121,14 +129,55 @@ impl PerfFd {
     }
 }
 
-impl Drop for PerfFd {
-    fn drop(&mut self) {
-        // SAFETY: we own the descriptor and nobody uses it after drop.
-        unsafe { libc::close(self.0) };
+/// Set once the program closed (or is about to close) one of our descriptors:
+/// from then on no ioctl of this module touches any descriptor number.
+static RETIRED: AtomicBool = AtomicBool::new(false);
+/// ioctls under way (see [`retire`]).
+static USERS: AtomicU32 = AtomicU32::new(0);
+
+/// One ioctl on a perf descriptor of ours, unless [`retire`] was called. Async-signal-safe.
+fn ioctl(fd: i32, request: libc::c_ulong, arg: usize) -> io::Result<()> {
+    USERS.fetch_add(1, Ordering::SeqCst);
+    let rc = if RETIRED.load(Ordering::SeqCst) {
+        Err(io::Error::from_raw_os_error(libc::EBADF))
+    } else {
+        // SAFETY: `fd` is a perf event descriptor we own and nobody has closed (the
+        // program's close goes through `retire` first); every request used here either
+        // ignores `arg` or reads a live `PerfEventAttr` the caller passes by address.
+        match unsafe { libc::ioctl(fd, request, arg) } {
+            rc if rc < 0 => Err(io::Error::last_os_error()),
+            _ => Ok(()),
+        }
+    };
+    USERS.fetch_sub(1, Ordering::SeqCst);
+    rc
+}
+
+/// Stops every later ioctl on our perf descriptors and waits (bounded) for those under way, so that
+/// the program can close and reuse their numbers without our touching its files.
+pub fn retire() {
+    RETIRED.store(true, Ordering::SeqCst);
+    for _ in 0..50_000_000u32 {
+        if USERS.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        std::hint::spin_loop();
     }
 }
 
-/// Opens `attr` for the calling thread (pid 0) on any CPU, close-on-exec.
+/// Whether [`retire`] was called in this process (a forked child starts afresh with [`unretire`]).
+pub fn is_retired() -> bool {
+    RETIRED.load(Ordering::SeqCst)
+}
+
+/// In a forked child, after its copies of the parent's descriptors were closed: events this process
+/// opens from now on are usable again.
+pub fn unretire() {
+    RETIRED.store(false, Ordering::SeqCst);
+}
+
+/// Opens `attr` for the calling thread (pid 0) on any CPU, close-on-exec, moved out of the program's way
+/// ([`fd::keep_high`]).
 /// Errors are the kernel's: EACCES/EPERM (perf_event_paranoid, seccomp),
 /// ENOENT/EOPNOTSUPP (unsupported type), EINVAL/E2BIG (bad attr), ENOSPC (no debug register).
 pub fn open_raw(attr: &PerfEventAttr) -> io::Result<PerfFd> {
@@ -146,10 +195,9 @@ pub fn open_raw(attr: &PerfEventAttr) -> io::Result<PerfFd> {
         )
     };
     if fd < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(PerfFd(fd as i32))
+        return Err(io::Error::last_os_error());
     }
+    Ok(PerfFd(fd::keep_high(fd as i32)?))
 }
 
 /// The attr of the per-thread CPU-time sampler.
@@ -166,12 +214,17 @@ pub fn sample_timer_attr(period_ns: u64) -> PerfEventAttr {
 }
 
 /// One `SIGTRAP` per `period_ns` of each thread's CPU time, disabled until [`PerfFd::enable`].
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct SampleTimer {
     fd: PerfFd,
 }
 
 impl SampleTimer {
+    /// The timer open at descriptor `fd`.
+    pub fn from_fd(fd: PerfFd) -> SampleTimer {
+        SampleTimer { fd }
+    }
+
     /// Opens the (disabled) sampler for the calling thread and the threads it creates later.
     pub fn open(period_ns: u64) -> io::Result<SampleTimer> {
         Ok(SampleTimer { fd: open_raw(&sample_timer_attr(period_ns))? })
@@ -204,10 +257,9 @@ pub enum WatchKind {
 
 /// A hardware data breakpoint (one x86 debug register per thread), moved with
 /// `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` in every thread at once.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Watchpoint {
     fd: PerfFd,
-    base: PerfEventAttr,
 }
 
 /// A harmless address to park a disarmed watchpoint on.
@@ -216,7 +268,16 @@ static PARKING: u64 = 0;
 impl Watchpoint {
     /// Opens a disabled watchpoint; `slot` is only a label kept in the initial `sig_data`.
     pub fn open(slot: u32) -> io::Result<Watchpoint> {
-        let base = PerfEventAttr {
+        Ok(Watchpoint { fd: open_raw(&Self::base(slot))? })
+    }
+
+    /// The watchpoint open at descriptor `fd`.
+    pub fn from_fd(fd: PerfFd) -> Watchpoint {
+        Watchpoint { fd }
+    }
+
+    fn base(slot: u32) -> PerfEventAttr {
+        PerfEventAttr {
             type_: PERF_TYPE_BREAKPOINT,
             size: ATTR_SIZE,
             sample_period: 1,
@@ -226,8 +287,7 @@ impl Watchpoint {
             bp_len: 8,
             sig_data: u64::from(slot),
             ..PerfEventAttr::default()
-        };
-        Ok(Watchpoint { fd: open_raw(&base)?, base })
+        }
     }
 
     fn modify(&self, attr: &PerfEventAttr) -> io::Result<()> {
@@ -237,7 +297,7 @@ impl Watchpoint {
     /// Watches `len` bytes (1, 2, 4 or 8, aligned to `len`) at `addr` in every thread;
     /// traps report `sig_data` as `si_perf_data`. Async-signal-safe.
     pub fn arm(&self, addr: u64, len: u64, kind: WatchKind, sig_data: u64) -> io::Result<()> {
-        let mut attr = self.base;
+        let mut attr = Self::base(0);
         attr.bp_addr = addr;
         attr.bp_len = len;
         attr.bp_type = match kind {

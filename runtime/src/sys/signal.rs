@@ -1,21 +1,29 @@
-//! The `SIGTRAP` handler: perf-event signals (`si_code == TRAP_PERF`) go to the
-//! runtime's callback, every other `SIGTRAP` to the disposition that was
-//! installed before ours (a handler, `SIG_IGN`, or the default core dump).
+//! The `SIGTRAP` handler, and `SIGTRAP` as the program sees it.
 //!
-//! Flags: `SA_SIGINFO | SA_RESTART`. Not `SA_NODEFER`: `SIGTRAP` stays blocked
-//! while the callback runs, so a thread stalled in its own sample never nests
-//! a trap (a trap raised meanwhile stays pending and is delivered, flagged
-//! async, on return). Not `SA_ONSTACK`: the decoder and the fixed records need
-//! more stack than a typical 8 KiB alternate signal stack.
+//! Perf-event signals of the runtime's own events (`si_code == TRAP_PERF` and
+//! a `sig_data` the runtime [claims](install)) go to the runtime's callback,
+//! which runs on a runtime stack ([`stacks`]) once the budget check passed.
+//! Every other `SIGTRAP` (raise, int3, a debugger's, a program's own perf
+//! event) goes to the disposition the *program* installed.
 //!
-//! Limitation: a program that installs its own `SIGTRAP` handler *after* the
-//! runtime's constructor replaces ours; sampling then stops working (its
-//! handler sees `TRAP_PERF` signals it does not expect). `sigaction`/`signal`
-//! are not interposed.
+//! Once the handler is installed, `SIGTRAP` is virtualised: the program's
+//! `sigaction`/`signal` calls for it are recorded here ([`program_action`],
+//! [`set_program_action`]) instead of replacing the handler, and its signal
+//! masks never block `SIGTRAP` in the kernel (a blocked perf signal would be
+//! queued, dequeued by `sigwait*`/`signalfd`, and survive `execve`); the
+//! per-thread "blocked" bit is kept here instead ([`set_trap_blocked`]). A
+//! foreign `SIGTRAP` that arrives while the program has it blocked is made
+//! pending for real: re-queued to the thread with `SIGTRAP` blocked on return,
+//! so `sigwait`, `sigpending` and a later unblock see it as without racewatch.
+//!
+//! Flags: `SA_SIGINFO | SA_RESTART | SA_ONSTACK`. `SIGTRAP` stays blocked
+//! while the handler runs, so a thread stalled in its own sample never nests
+//! a trap (one raised meanwhile is delivered, flagged async, on return).
 
+use crate::sys::{real, stacks};
+use std::cell::Cell;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// `si_code` of a signal sent by a perf event with `sigtrap=1`.
 pub const TRAP_PERF: i32 = 6;
@@ -99,41 +107,174 @@ pub struct PerfSignal {
     pub regs: Regs,
 }
 
-/// The runtime's callback; returns false when the signal was not one of its events
-/// (it is then chained like any other `SIGTRAP`). Must be async-signal-safe.
-pub type PerfHandler = fn(&PerfSignal) -> bool;
+/// Whether a `sig_data` belongs to one of the runtime's events. Must be async-signal-safe.
+pub type Claims = fn(u64) -> bool;
+/// The runtime's callback for a claimed signal. Must be async-signal-safe.
+pub type PerfHandler = fn(&PerfSignal);
 
+static CLAIMS: AtomicUsize = AtomicUsize::new(0);
 static HANDLER: AtomicUsize = AtomicUsize::new(0);
-static PREVIOUS: OnceLock<PreviousAction> = OnceLock::new();
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 
-/// The disposition `SIGTRAP` had before ours.
-struct PreviousAction(libc::sigaction);
+/// Claimed signals dropped because the stack had no room or no runtime stack was free.
+static SKIPPED_FOR_STACK: AtomicU64 = AtomicU64::new(0);
+/// Callbacks running now.
+static ACTIVE: AtomicU32 = AtomicU32::new(0);
 
-// SAFETY: a plain C struct of integers and function addresses, written once, then only read.
-unsafe impl Sync for PreviousAction {}
-// SAFETY: as above; it holds no thread-bound resource.
-unsafe impl Send for PreviousAction {}
+/// The program's `SIGTRAP` disposition: handler, flags, mask (signals 1..=64 as bits 0..=63).
+static PROGRAM_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+static PROGRAM_FLAGS: AtomicU64 = AtomicU64::new(0);
+static PROGRAM_MASK: AtomicU64 = AtomicU64::new(0);
 
-/// Installs the `SIGTRAP` handler (once; later calls only replace the callback).
-pub fn install(handler: PerfHandler) -> io::Result<()> {
+thread_local! {
+    /// Whether the program blocked `SIGTRAP` in this thread (virtually: the kernel mask never has it).
+    static TRAP_BLOCKED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Installs the `SIGTRAP` handler (once; later calls only replace the callbacks) and takes over the
+/// program's view of `SIGTRAP`: its current disposition becomes the program's recorded one.
+pub fn install(claims: Claims, handler: PerfHandler) -> io::Result<()> {
+    CLAIMS.store(claims as usize, Ordering::Release);
     HANDLER.store(handler as usize, Ordering::Release);
-    if PREVIOUS.get().is_some() {
+    if INSTALLED.load(Ordering::Acquire) {
         return Ok(());
     }
+    stacks::init_pool();
     // SAFETY: zeroed `sigaction` is a valid "SIG_DFL, empty mask" value; we then fill
     // in our handler and flags; `old` receives the previous disposition.
     unsafe {
         let mut new: libc::sigaction = std::mem::zeroed();
         new.sa_sigaction = on_sigtrap as *const () as usize;
-        new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
         libc::sigemptyset(&mut new.sa_mask);
         let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGTRAP, &new, &mut old) != 0 {
+        if real::sigaction(libc::SIGTRAP, &new, &mut old) != 0 {
             return Err(io::Error::last_os_error());
         }
-        let _ = PREVIOUS.set(PreviousAction(old));
+        record(&old);
     }
+    INSTALLED.store(true, Ordering::Release);
     Ok(())
+}
+
+/// Whether the runtime owns `SIGTRAP` (the program's calls are then virtualised).
+pub fn is_installed() -> bool {
+    INSTALLED.load(Ordering::Acquire)
+}
+
+/// Stops calling the runtime's callback: every perf signal it claims is dropped from now on (detection
+/// off). The handler stays installed, so the program's `SIGTRAP` keeps working as it sees it.
+pub fn mute() {
+    HANDLER.store(0, Ordering::SeqCst);
+}
+
+fn record(action: &libc::sigaction) {
+    PROGRAM_HANDLER.store(action.sa_sigaction, Ordering::Release);
+    PROGRAM_FLAGS.store(action.sa_flags as u64, Ordering::Release);
+    PROGRAM_MASK.store(to_bits(&action.sa_mask), Ordering::Release);
+}
+
+/// The program's recorded `SIGTRAP` disposition.
+pub fn program_action() -> libc::sigaction {
+    // SAFETY: zeroed sigaction is valid; the fields are then filled from the record.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = PROGRAM_HANDLER.load(Ordering::Acquire);
+    action.sa_flags = PROGRAM_FLAGS.load(Ordering::Acquire) as libc::c_int;
+    action.sa_mask = from_bits(PROGRAM_MASK.load(Ordering::Acquire));
+    action
+}
+
+/// Records `action` as the program's `SIGTRAP` disposition (the kernel's stays the runtime's).
+pub fn set_program_action(action: &libc::sigaction) {
+    record(action);
+}
+
+/// Signals 1..=64 of `set` as bits 0..=63.
+pub fn to_bits(set: &libc::sigset_t) -> u64 {
+    // SAFETY: sigismember only reads the live set.
+    (1..=64).filter(|&sig| unsafe { libc::sigismember(set, sig) } == 1).fold(0, |bits, sig| bits | 1 << (sig - 1))
+}
+
+/// The set of signals whose bits (as in [`to_bits`]) are set.
+pub fn from_bits(bits: u64) -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset write only the live local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in 1..=64 {
+            if bits & 1 << (sig - 1) != 0 {
+                libc::sigaddset(&mut set, sig);
+            }
+        }
+        set
+    }
+}
+
+/// Whether `set` holds `SIGTRAP`.
+pub fn has_trap(set: &libc::sigset_t) -> bool {
+    // SAFETY: reads the live set.
+    unsafe { libc::sigismember(set, libc::SIGTRAP) == 1 }
+}
+
+/// `set` with `SIGTRAP` added or removed.
+pub fn with_trap(set: &libc::sigset_t, trap: bool) -> libc::sigset_t {
+    let mut copy = *set;
+    // SAFETY: writes only the live local copy.
+    unsafe {
+        if trap {
+            libc::sigaddset(&mut copy, libc::SIGTRAP);
+        } else {
+            libc::sigdelset(&mut copy, libc::SIGTRAP);
+        }
+    }
+    copy
+}
+
+/// Whether the program has `SIGTRAP` blocked in the calling thread.
+pub fn trap_blocked() -> bool {
+    TRAP_BLOCKED.with(Cell::get)
+}
+
+/// Records whether the program has `SIGTRAP` blocked in the calling thread.
+pub fn set_trap_blocked(blocked: bool) {
+    TRAP_BLOCKED.with(|b| b.set(blocked));
+}
+
+/// Takes `SIGTRAP` out of the calling thread's kernel mask, remembering that the program had it blocked.
+/// Call when the handler is installed and when a thread starts.
+pub fn virtualise_thread_mask() {
+    // SAFETY: sigset operations on live locals; the real pthread_sigmask changes only this thread.
+    unsafe {
+        let mut current: libc::sigset_t = std::mem::zeroed();
+        if real::pthread_sigmask(libc::SIG_SETMASK, std::ptr::null(), &mut current) != 0 || !has_trap(&current) {
+            return;
+        }
+        let mut pending: libc::sigset_t = std::mem::zeroed();
+        libc::sigpending(&mut pending);
+        if has_trap(&pending) {
+            return; // A program's SIGTRAP waits there: leave it blocked, as the program wants.
+        }
+        set_trap_blocked(true);
+        let trap = with_trap(&from_bits(0), true);
+        real::pthread_sigmask(libc::SIG_UNBLOCK, &trap, std::ptr::null_mut());
+    }
+}
+
+/// Blocks every signal in the calling thread; returns the mask to restore.
+pub fn block_all() -> libc::sigset_t {
+    // SAFETY: sigset operations on live locals; the real pthread_sigmask changes only this thread.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        real::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    }
+}
+
+/// Restores a mask saved by [`block_all`].
+pub fn restore_mask(old: &libc::sigset_t) {
+    real::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut());
 }
 
 /// Reads the `TRAP_PERF` fields glibc 2.36 does not name (x86-64 offsets).
@@ -155,35 +296,69 @@ extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     let errno_slot = unsafe { libc::__errno_location() };
     // SAFETY: `errno_slot` is this thread's errno.
     let saved_errno = unsafe { *errno_slot };
-    let handled = dispatch(info, ctx);
-    if !handled {
+    if info.is_null() || ctx.is_null() || !dispatch(info, ctx) {
         chain(sig, info, ctx);
     }
     // SAFETY: as above.
     unsafe { *errno_slot = saved_errno };
 }
 
+/// Runs the runtime's callback for a claimed perf signal; false when the signal is not the runtime's.
 fn dispatch(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) -> bool {
-    let handler = HANDLER.load(Ordering::Acquire);
-    if handler == 0 || info.is_null() || ctx.is_null() {
-        return false;
-    }
     // SAFETY: the kernel passes a valid siginfo_t and ucontext_t to an SA_SIGINFO handler.
     let (info, uc) = unsafe { (&*info, &*(ctx as *const libc::ucontext_t)) };
-    if info.si_code != TRAP_PERF {
+    let claims = CLAIMS.load(Ordering::Acquire);
+    if info.si_code != TRAP_PERF || claims == 0 {
         return false;
     }
     let (data, kind, flags, addr) = perf_fields(info);
-    let signal = PerfSignal { data, kind, flags, addr, regs: Regs::from_ucontext(uc) };
+    // SAFETY: CLAIMS only ever holds a `Claims` stored by `install`.
+    let claims: Claims = unsafe { std::mem::transmute::<usize, Claims>(claims) };
+    if !claims(data) {
+        return false;
+    }
+    let handler = HANDLER.load(Ordering::Acquire);
+    if handler == 0 {
+        return true; // Detection is off: drop it.
+    }
     // SAFETY: HANDLER only ever holds a `PerfHandler` stored by `install`.
     let handler: PerfHandler = unsafe { std::mem::transmute::<usize, PerfHandler>(handler) };
-    handler(&signal)
+    let room = stacks::host_room(stacks::current_sp());
+    if room.is_some_and(|room| room < stacks::HOST_BUDGET) {
+        SKIPPED_FOR_STACK.fetch_add(1, Ordering::Relaxed);
+        return true;
+    }
+    let signal = PerfSignal { data, kind, flags, addr, regs: Regs::from_ucontext(uc) };
+    ACTIVE.fetch_add(1, Ordering::SeqCst);
+    // Muted meanwhile: the detector is being switched off; do nothing more.
+    if HANDLER.load(Ordering::SeqCst) != 0 && !stacks::run_on_runtime_stack(&mut || handler(&signal)) {
+        SKIPPED_FOR_STACK.fetch_add(1, Ordering::Relaxed);
+    }
+    ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    true
 }
 
-/// Passes a signal that is not ours to the previous disposition.
+/// How many claimed signals were dropped for lack of stack room (or of a free runtime stack).
+pub fn skipped_for_stack() -> u64 {
+    SKIPPED_FOR_STACK.load(Ordering::Relaxed)
+}
+
+/// After [`mute`]: waits (about `timeout_ms` at most) until no callback runs any more.
+pub fn wait_until_quiet(timeout_ms: u64) {
+    let deadline = crate::sys::thread::monotonic_ns() + timeout_ms * 1_000_000;
+    while ACTIVE.load(Ordering::SeqCst) != 0 && crate::sys::thread::monotonic_ns() < deadline {
+        std::thread::yield_now();
+    }
+}
+
+/// Passes a signal that is not the runtime's to the program's disposition.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let Some(PreviousAction(prev)) = PREVIOUS.get() else { return };
-    match prev.sa_sigaction {
+    if trap_blocked() && !info.is_null() && !ctx.is_null() {
+        make_pending(sig, info, ctx);
+        return;
+    }
+    let action = program_action();
+    match action.sa_sigaction {
         libc::SIG_IGN => {}
         libc::SIG_DFL => {
             // SAFETY: restoring the default action and re-raising to this thread: the
@@ -192,21 +367,40 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
             unsafe {
                 let mut dfl: libc::sigaction = std::mem::zeroed();
                 dfl.sa_sigaction = libc::SIG_DFL;
-                libc::sigaction(libc::SIGTRAP, &dfl, std::ptr::null_mut());
+                real::sigaction(libc::SIGTRAP, &dfl, std::ptr::null_mut());
                 libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), sig);
             }
         }
-        handler if prev.sa_flags & libc::SA_SIGINFO != 0 => {
-            // SAFETY: the program installed this as an SA_SIGINFO handler; we pass it the
-            // arguments the kernel gave us.
-            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                unsafe { std::mem::transmute(handler) };
-            f(sig, info, ctx);
-        }
         handler => {
-            // SAFETY: the program installed this as a classic one-argument handler.
-            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
-            f(sig);
+            if action.sa_flags & libc::SA_RESETHAND != 0 {
+                PROGRAM_HANDLER.store(libc::SIG_DFL, Ordering::Release);
+            }
+            let mut old: libc::sigset_t = action.sa_mask;
+            real::pthread_sigmask(libc::SIG_BLOCK, &with_trap(&action.sa_mask, false), &mut old);
+            if action.sa_flags & libc::SA_SIGINFO != 0 {
+                // SAFETY: the program installed this as an SA_SIGINFO handler; we pass it the
+                // arguments the kernel gave us.
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                    unsafe { std::mem::transmute(handler) };
+                f(sig, info, ctx);
+            } else {
+                // SAFETY: the program installed this as a classic one-argument handler.
+                let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+                f(sig);
+            }
+            real::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         }
+    }
+}
+
+/// The program has `SIGTRAP` blocked: queue this foreign one to the thread again and return with
+/// `SIGTRAP` blocked in the kernel, so it waits as a pending signal, exactly as without racewatch.
+fn make_pending(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: `ctx` is the kernel's ucontext for this delivery: the mask in it is restored on
+    // return. rt_tgsigqueueinfo to our own thread accepts the kernel's siginfo unchanged.
+    unsafe {
+        let uc = &mut *(ctx as *mut libc::ucontext_t);
+        libc::sigaddset(&mut uc.uc_sigmask, libc::SIGTRAP);
+        libc::syscall(libc::SYS_rt_tgsigqueueinfo, libc::getpid(), libc::gettid(), sig, info);
     }
 }

@@ -1,51 +1,39 @@
-//! A wake-up line from signal handlers to the reporter thread: an eventfd.
-//! [`notify`] is one `write(2)` (async-signal-safe); [`wait`] blocks in
-//! `poll(2)`, so an idle reporter costs no wake-ups.
+//! A wake-up line from signal handlers to the reporter thread: a futex on a
+//! static word. [`notify`] is one `FUTEX_WAKE` (async-signal-safe, no
+//! descriptor); [`wait`] sleeps in `FUTEX_WAIT` until notified or timed out.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
-static FD: AtomicI32 = AtomicI32::new(-1);
+static WORD: AtomicU32 = AtomicU32::new(0);
 
-/// Creates the eventfd (once). Without it, [`wait`] just sleeps for its timeout.
-pub fn init() -> std::io::Result<()> {
-    if FD.load(Ordering::Acquire) >= 0 {
-        return Ok(());
-    }
-    // SAFETY: eventfd(2) takes no pointers.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if FD.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire).is_err() {
-        // SAFETY: `fd` is ours and unused: another thread installed its eventfd first.
-        unsafe { libc::close(fd) };
-    }
-    Ok(())
-}
-
-/// Wakes the waiter. Async-signal-safe; errors (no eventfd, counter full) are ignored.
+/// Wakes the waiter. Async-signal-safe.
 pub fn notify() {
-    let fd = FD.load(Ordering::Acquire);
-    if fd >= 0 {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live local buffer to our eventfd.
-        let _ = unsafe { libc::write(fd, one.as_ptr().cast(), one.len()) };
-    }
+    WORD.fetch_add(1, Ordering::Release);
+    // SAFETY: FUTEX_WAKE on a live static word; no other memory is touched.
+    unsafe { libc::syscall(libc::SYS_futex, WORD.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1) };
 }
 
-/// Blocks until [`notify`] was called or `timeout_ms` passed, then clears the line.
-pub fn wait(timeout_ms: i32) {
-    let fd = FD.load(Ordering::Acquire);
-    if fd < 0 {
-        std::thread::sleep(std::time::Duration::from_millis(timeout_ms.max(0) as u64));
-        return;
-    }
-    let mut pollfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd on the stack for the duration of the call.
-    unsafe { libc::poll(&mut pollfd, 1, timeout_ms) };
-    let mut count = [0u8; 8];
-    // SAFETY: reads at most 8 bytes into a live local buffer; non-blocking.
-    let _ = unsafe { libc::read(fd, count.as_mut_ptr().cast(), count.len()) };
+/// The current value of the line: pass it to [`wait`] to sleep only if nothing was notified since.
+pub fn token() -> u32 {
+    WORD.load(Ordering::Acquire)
+}
+
+/// Sleeps until [`notify`] is called after `token` was read, or `timeout_ms` passed.
+pub fn wait(token: u32, timeout_ms: u32) {
+    let ts = libc::timespec {
+        tv_sec: (timeout_ms / 1000) as libc::time_t,
+        tv_nsec: ((timeout_ms % 1000) * 1_000_000) as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT reads the live static word and sleeps if it still equals `token`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            WORD.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            token,
+            &ts as *const libc::timespec,
+        )
+    };
 }
 
 #[cfg(test)]
@@ -55,17 +43,17 @@ mod tests {
 
     #[test]
     fn notify_wakes_a_waiter_and_timeouts_expire() {
-        init().unwrap();
         let waiter = std::thread::spawn(|| {
             let start = Instant::now();
-            wait(10_000);
+            let token = token();
+            wait(token, 10_000);
             start.elapsed()
         });
         std::thread::sleep(Duration::from_millis(50));
         notify();
         assert!(waiter.join().unwrap() < Duration::from_secs(5), "notify must end the wait");
         let start = Instant::now();
-        wait(50);
-        assert!(start.elapsed() >= Duration::from_millis(40), "with nothing pending, wait lasts its timeout");
+        wait(token(), 50);
+        assert!(start.elapsed() >= Duration::from_millis(40), "with nothing notified, wait lasts its timeout");
     }
 }

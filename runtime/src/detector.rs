@@ -1,0 +1,191 @@
+//! The detector's life in this process (DESIGN.md "host contract").
+//!
+//! ```text
+//!  Idle ──first pthread_create, covered code indexed──▶ Running ──seccomp / our fds closed──▶ Off
+//!    ▲                                                     │
+//!    └──────────── fork (in the child) ◀───────────────────┘
+//! ```
+//!
+//! - **Idle**: a program with one thread cannot race, so nothing is started:
+//!   no thread, no perf event, no handler, no descriptor. The program's
+//!   second thread starts the detector, from the interposed `pthread_create`,
+//!   before the real call: the reporter thread first (all signals blocked, so
+//!   it takes no signal of the program's and inherits no perf event), then
+//!   the perf events (inherited by every thread created from then on) and the
+//!   `SIGTRAP` handler.
+//! - **Off**: the program is entering a seccomp sandbox, or closed or reused
+//!   one of our descriptors. Sampling stops, in-flight handlers finish, the
+//!   reporter prints what it has and ends, our descriptors are closed (or
+//!   left to the program), with one warning. The `SIGTRAP` handler stays, so
+//!   the program's own `SIGTRAP` keeps its disposition; it drops ours.
+//! - **fork**: the child's copies of our descriptors are closed without
+//!   touching the parent's events, every piece of state the parent's threads
+//!   held is reset, and the child goes back to Idle: its first thread starts
+//!   its own detector (pre-fork servers run their workers in children).
+
+use crate::options::{self, Options};
+use crate::sys::{fd, perf, signal, stacks, thread};
+use crate::{log, queue, registry, reporter, sampler, stats, watch};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
+
+const IDLE: u8 = 0;
+const STARTING: u8 = 1;
+const RUNNING: u8 = 2;
+const OFF: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(IDLE);
+/// The process the running detector belongs to.
+static OWNER: AtomicI32 = AtomicI32::new(0);
+/// Set once a thread of this process entered (or is entering) a seccomp sandbox: from then on the
+/// runtime makes no syscall of its own.
+static SANDBOXED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the detector runs in this process.
+pub fn is_running() -> bool {
+    STATE.load(Ordering::Acquire) == RUNNING
+}
+
+/// Whether the runtime must stay out of the kernel's way (a seccomp filter may kill any syscall).
+pub fn is_sandboxed() -> bool {
+    SANDBOXED.load(Ordering::Acquire)
+}
+
+/// Called by the interposed `pthread_create` before the real call: starts the detector when this is the
+/// process's second thread and covered code is indexed.
+pub fn before_thread_create() {
+    if STATE.load(Ordering::Acquire) != IDLE || !registry::with_index(|i| i.functions() > 0) {
+        return;
+    }
+    if STATE.compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return;
+    }
+    let started = start(options::get());
+    STATE.store(if started { RUNNING } else { OFF }, Ordering::Release);
+}
+
+/// Starts the detector now if covered code arrived after threads already run (a `dlopen`ed library):
+/// the threads that exist are not sampled, the ones created later are.
+pub fn covered_code_arrived() {
+    if thread_count() > 1 {
+        before_thread_create();
+    }
+    sampler::refresh();
+}
+
+fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(1, |dir| dir.count())
+}
+
+fn start(opts: &Options) -> bool {
+    thread::init_exit_hook(thread_exit_hook);
+    reporter::start(opts);
+    if let Err(err) = sampler::start(opts) {
+        log::warn(format_args!("{err}; race detection disabled"));
+        sampler::close();
+        reporter::shutdown();
+        return false;
+    }
+    signal::virtualise_thread_mask();
+    stacks::thread_started();
+    OWNER.store(thread::getpid(), Ordering::Release);
+    true
+}
+
+/// Runs in every thread created through the interposer, before the program's start routine.
+pub fn thread_hook(trap_blocked: bool) {
+    signal::set_trap_blocked(trap_blocked);
+    if is_running() {
+        stacks::thread_started();
+        thread::call_at_exit();
+    }
+}
+
+extern "C" fn thread_exit_hook(_: *mut libc::c_void) {
+    if !is_sandboxed() {
+        stacks::thread_exiting();
+    }
+}
+
+/// Switches detection off for good, with one warning naming `why`. `closing_ours`: the program is
+/// closing our descriptors itself (we must not close them too: the numbers may be reused at once).
+pub fn switch_off(why: &str, closing_ours: bool) {
+    let was = STATE.swap(OFF, Ordering::AcqRel);
+    if was != RUNNING {
+        return;
+    }
+    signal::mute();
+    signal::wait_until_quiet(1000);
+    if closing_ours {
+        perf::retire();
+        fd::forget_all_own();
+    } else {
+        sampler::close();
+    }
+    reporter::shutdown();
+    log::warn(format_args!("{why}; race detection is off from here on"));
+}
+
+/// The program is about to install a seccomp filter or enter strict mode in some thread.
+pub fn entering_sandbox() {
+    if SANDBOXED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    switch_off("the program enters a seccomp sandbox", false);
+}
+
+/// The program is about to close or replace descriptor(s) of ours.
+pub fn descriptors_taken() {
+    switch_off("the program closed the runtime's perf event descriptors", true);
+}
+
+/// `pthread_atfork` child handler: leave the parent's detector behind.
+extern "C" fn after_fork_in_child() {
+    if STATE.load(Ordering::Acquire) == RUNNING {
+        fd::close_all_own();
+        sampler::forget_after_fork();
+        watch::forget_after_fork();
+        queue::reset_after_fork();
+        reporter::forget_after_fork();
+        thread::forget_runtime_threads();
+        stats::reset();
+        STATE.store(IDLE, Ordering::Release);
+    } else if STATE.load(Ordering::Acquire) == STARTING {
+        STATE.store(IDLE, Ordering::Release);
+    }
+}
+
+/// Registers the fork handler (call once, from the constructor).
+pub fn init_fork_handling() {
+    thread::at_fork_child(after_fork_in_child);
+}
+
+/// The exit hook: stop sampling, print what is queued (bounded), then `stats`.
+pub fn at_exit() {
+    if is_sandboxed() {
+        return;
+    }
+    let ours = is_running() && OWNER.load(Ordering::Acquire) == thread::getpid();
+    if ours {
+        sampler::stop();
+        reporter::shutdown();
+    }
+    let opts = options::get();
+    if opts.stats && (ours || (STATE.load(Ordering::Acquire) == IDLE && is_original_process())) {
+        if registry::with_index(|i| i.functions() > 0) {
+            stats::add(stats::Counter::SkippedForStack, signal::skipped_for_stack());
+            log::write(&stats::render());
+        }
+    }
+}
+
+static ORIGINAL_PID: AtomicI32 = AtomicI32::new(0);
+
+/// Remembers the process the runtime was loaded into (a forked child that never started its own
+/// detector prints no stats of its own).
+pub fn note_original_process() {
+    ORIGINAL_PID.store(thread::getpid(), Ordering::Release);
+}
+
+fn is_original_process() -> bool {
+    ORIGINAL_PID.load(Ordering::Acquire) == thread::getpid()
+}

@@ -1,0 +1,162 @@
+//! The libc functions racewatch interposes, reached past its own definitions
+//! with `dlsym(RTLD_NEXT, name)`.
+//!
+//! [`resolve_all`] runs in the constructor, so later calls (possibly from a
+//! signal handler: programs call `sigprocmask` there) only load a pointer.
+//! A call that comes before the constructor (another library's constructor
+//! ran first) resolves its own function on the spot. A function that cannot
+//! be found fails with `ENOSYS` instead of crashing.
+
+use std::ffi::{c_int, c_long, c_uint, c_ulong, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// `pthread_create`'s start routine.
+pub type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+
+struct Real {
+    name: &'static CStr,
+    addr: AtomicUsize,
+}
+
+impl Real {
+    const fn new(name: &'static CStr) -> Real {
+        Real { name, addr: AtomicUsize::new(0) }
+    }
+
+    /// The next definition's address, or 0 when there is none.
+    fn get(&self) -> usize {
+        let addr = self.addr.load(Ordering::Acquire);
+        if addr != 0 {
+            return addr;
+        }
+        // SAFETY: `name` is NUL-terminated; RTLD_NEXT asks the dynamic linker for the
+        // next object's definition, which is what an interposer must call.
+        let found = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize;
+        self.addr.store(found, Ordering::Release);
+        found
+    }
+}
+
+static PTHREAD_CREATE: Real = Real::new(c"pthread_create");
+static SIGACTION: Real = Real::new(c"sigaction");
+static SIGNAL: Real = Real::new(c"signal");
+static SIGPROCMASK: Real = Real::new(c"sigprocmask");
+static PTHREAD_SIGMASK: Real = Real::new(c"pthread_sigmask");
+static CLOSE: Real = Real::new(c"close");
+static CLOSE_RANGE: Real = Real::new(c"close_range");
+static CLOSEFROM: Real = Real::new(c"closefrom");
+static DUP2: Real = Real::new(c"dup2");
+static DUP3: Real = Real::new(c"dup3");
+static PRCTL: Real = Real::new(c"prctl");
+static SYSCALL: Real = Real::new(c"syscall");
+
+const ALL: [&Real; 12] = [
+    &PTHREAD_CREATE,
+    &SIGACTION,
+    &SIGNAL,
+    &SIGPROCMASK,
+    &PTHREAD_SIGMASK,
+    &CLOSE,
+    &CLOSE_RANGE,
+    &CLOSEFROM,
+    &DUP2,
+    &DUP3,
+    &PRCTL,
+    &SYSCALL,
+];
+
+/// Resolves every real function now (call from the constructor).
+pub fn resolve_all() {
+    for real in ALL {
+        real.get();
+    }
+}
+
+fn enosys<T>(failed: T) -> T {
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = libc::ENOSYS };
+    failed
+}
+
+macro_rules! call {
+    ($real:expr, $failed:expr, fn($($ty:ty),*) -> $ret:ty, $($arg:expr),*) => {{
+        let addr = $real.get();
+        if addr == 0 {
+            enosys($failed)
+        } else {
+            // SAFETY: `addr` is the libc definition of this very symbol, whose C
+            // signature is the one spelled here; the arguments are the caller's.
+            let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(addr) };
+            unsafe { f($($arg),*) }
+        }
+    }};
+}
+
+/// The real `pthread_create`.
+pub fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
+    call!(PTHREAD_CREATE, libc::ENOSYS, fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut c_void) -> c_int,
+        thread, attr, start, arg)
+}
+
+/// The real `sigaction`.
+pub fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    call!(SIGACTION, -1, fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int, sig, act, old)
+}
+
+/// The real `signal`.
+pub fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    call!(SIGNAL, libc::SIG_ERR, fn(c_int, libc::sighandler_t) -> libc::sighandler_t, sig, handler)
+}
+
+/// The real `sigprocmask`.
+pub fn sigprocmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
+    call!(SIGPROCMASK, -1, fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int, how, set, old)
+}
+
+/// The real `pthread_sigmask`.
+pub fn pthread_sigmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
+    call!(PTHREAD_SIGMASK, libc::ENOSYS, fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int, how, set, old)
+}
+
+/// The real `close`.
+pub fn close(fd: c_int) -> c_int {
+    call!(CLOSE, -1, fn(c_int) -> c_int, fd)
+}
+
+/// The real `close_range`.
+pub fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    call!(CLOSE_RANGE, -1, fn(c_uint, c_uint, c_int) -> c_int, first, last, flags)
+}
+
+/// The real `closefrom`.
+pub fn closefrom(low: c_int) {
+    call!(CLOSEFROM, (), fn(c_int) -> (), low)
+}
+
+/// The real `dup2`.
+pub fn dup2(old: c_int, new: c_int) -> c_int {
+    call!(DUP2, -1, fn(c_int, c_int) -> c_int, old, new)
+}
+
+/// The real `dup3`.
+pub fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    call!(DUP3, -1, fn(c_int, c_int, c_int) -> c_int, old, new, flags)
+}
+
+/// The real `prctl` (all five argument words).
+pub fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) -> c_int {
+    call!(PRCTL, -1, fn(c_int, c_ulong, c_ulong, c_ulong, c_ulong) -> c_int, option, a2, a3, a4, a5)
+}
+
+/// The real `syscall` (all six argument words; on x86-64 a variadic call passes them in the same
+/// registers as a fixed one).
+pub fn syscall(number: c_long, args: [c_long; 6]) -> c_long {
+    let [a, b, c, d, e, f] = args;
+    call!(SYSCALL, -1, fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long,
+        number, a, b, c, d, e, f)
+}

@@ -169,12 +169,14 @@ pub fn at_exit() {
         sampler::stop();
         reporter::shutdown();
     }
-    let opts = options::get();
-    if opts.stats && (ours || (STATE.load(Ordering::Acquire) == IDLE && is_original_process())) {
-        if registry::with_index(|i| i.functions() > 0) {
-            stats::add(stats::Counter::SkippedForStack, signal::skipped_for_stack());
-            log::write(&stats::render());
-        }
+    // A single-threaded original process with covered code prints its (idle) stats too; a forked child
+    // only when it ran its own detector.
+    let idle_original = STATE.load(Ordering::Acquire) == IDLE
+        && is_original_process()
+        && stats::get(stats::Counter::CoveredFunctions) > 0;
+    if options::get().stats && (ours || idle_original) {
+        stats::add(stats::Counter::SkippedForStack, signal::skipped_for_stack());
+        log::write(&stats::render());
     }
 }
 

@@ -210,7 +210,18 @@ struct ModuleFile {
 impl ModuleFile {
     /// Loads the DWARF of `path` (none when it has none or cannot be read).
     fn open(path: &Path) -> ModuleFile {
-        ModuleFile { path: path.to_path_buf(), loader: addr2line::Loader::new(path).ok(), functions: OnceCell::new() }
+        let functions = OnceCell::new();
+        if !room_to_load(path) {
+            // Under a tight RLIMIT_AS, loading debug info could fail an allocation (an abort): show
+            // raw module offsets instead.
+            let _ = functions.set(Vec::new());
+            crate::log::warn(format_args!(
+                "too little address space left (RLIMIT_AS) to read {}: its frames are shown as offsets",
+                path.display()
+            ));
+            return ModuleFile { path: path.to_path_buf(), loader: None, functions };
+        }
+        ModuleFile { path: path.to_path_buf(), loader: addr2line::Loader::new(path).ok(), functions }
     }
 
     /// The symbol-table function containing `addr` (demangled); none for unreadable or non-ELF files.
@@ -220,6 +231,15 @@ impl ModuleFile {
         });
         find_function(functions, addr)
     }
+}
+
+/// Whether reading `path`'s symbols and DWARF (mapped and parsed: a few times its size) fits in the
+/// address space `RLIMIT_AS` leaves.
+fn room_to_load(path: &Path) -> bool {
+    const SLACK: u64 = 16 << 20;
+    let Some(headroom) = crate::sys::mem::address_space_headroom() else { return true };
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    headroom >= size.saturating_mul(4).saturating_add(SLACK)
 }
 
 /// `path` relative to `cwd` when it lies under it, else unchanged.

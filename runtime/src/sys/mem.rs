@@ -26,6 +26,19 @@ pub fn read_u64(addr: u64) -> Option<u64> {
     (read_into(addr, &mut bytes) == 8).then(|| u64::from_ne_bytes(bytes))
 }
 
+/// Address space this process may still map under `RLIMIT_AS` (soft limit minus the current
+/// `VmSize`); `None` when there is no limit.
+pub fn address_space_headroom() -> Option<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a live rlimit the kernel fills.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().next()?.parse().ok()?;
+    Some(limit.rlim_cur.saturating_sub(pages * 4096))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,8 +99,15 @@ pub fn pthread_create(
     start: StartRoutine,
     arg: *mut c_void,
 ) -> c_int {
-    call!(PTHREAD_CREATE, libc::ENOSYS, fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut c_void) -> c_int,
-        thread, attr, start, arg)
+    call!(
+        PTHREAD_CREATE,
+        libc::ENOSYS,
+        fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut c_void) -> c_int,
+        thread,
+        attr,
+        start,
+        arg
+    )
 }
 
 /// The real `sigaction`.
@@ -157,6 +164,5 @@ pub fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) 
 /// registers as a fixed one).
 pub fn syscall(number: c_long, args: [c_long; 6]) -> c_long {
     let [a, b, c, d, e, f] = args;
-    call!(SYSCALL, -1, fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long,
-        number, a, b, c, d, e, f)
+    call!(SYSCALL, -1, fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long, number, a, b, c, d, e, f)
 }

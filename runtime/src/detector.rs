@@ -148,6 +148,7 @@ extern "C" fn after_fork_in_child() {
         reporter::forget_after_fork();
         thread::forget_runtime_threads();
         stats::reset();
+        OWNER.store(0, Ordering::Release);
         STATE.store(IDLE, Ordering::Release);
     } else if STATE.load(Ordering::Acquire) == STARTING {
         STATE.store(IDLE, Ordering::Release);
@@ -164,18 +165,19 @@ pub fn at_exit() {
     if is_sandboxed() {
         return;
     }
-    let ours = is_running() && OWNER.load(Ordering::Acquire) == thread::getpid();
-    if ours {
+    let ours = OWNER.load(Ordering::Acquire) == thread::getpid();
+    if is_running() && ours {
         sampler::stop();
         reporter::shutdown();
     }
     // A single-threaded original process with covered code prints its (idle) stats too; a forked child
     // only when it ran its own detector.
-    let idle_original = STATE.load(Ordering::Acquire) == IDLE
-        && is_original_process()
-        && stats::get(stats::Counter::CoveredFunctions) > 0;
+    let idle_original =
+        OWNER.load(Ordering::Acquire) == 0 && is_original_process() && stats::get(stats::Counter::CoveredFunctions) > 0;
     if options::get().stats && (ours || idle_original) {
         stats::add(stats::Counter::SkippedForStack, signal::skipped_for_stack());
+        stats::add(stats::Counter::HostStackBytes, stacks::host_high_water() as u64);
+        stats::add(stats::Counter::RuntimeStackBytes, stacks::runtime_stack_high_water() as u64);
         log::write(&stats::render());
     }
 }

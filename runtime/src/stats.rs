@@ -27,6 +27,8 @@ counters! {
     ReportsDropped: "reports dropped",
     OutputDropped: "output not written",
     SkippedForStack: "signals skipped for lack of stack",
+    HostStackBytes: "max handler bytes on the program's stack",
+    RuntimeStackBytes: "max bytes used of a runtime stack",
     SampleNs: "ns in sample handlers (with windows)",
     WatchNs: "ns in armed watch windows",
     ArmNs: "ns arming and disarming watchpoints",

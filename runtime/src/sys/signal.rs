@@ -331,7 +331,7 @@ fn dispatch(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) -> bool {
     let signal = PerfSignal { data, kind, flags, addr, regs: Regs::from_ucontext(uc) };
     ACTIVE.fetch_add(1, Ordering::SeqCst);
     // Muted meanwhile: the detector is being switched off; do nothing more.
-    if HANDLER.load(Ordering::SeqCst) != 0 && !stacks::run_on_runtime_stack(&mut || handler(&signal)) {
+    if HANDLER.load(Ordering::SeqCst) != 0 && !stacks::run_on_runtime_stack(ctx as usize, &mut || handler(&signal)) {
         SKIPPED_FOR_STACK.fetch_add(1, Ordering::Relaxed);
     }
     ACTIVE.fetch_sub(1, Ordering::SeqCst);

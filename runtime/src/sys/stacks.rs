@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// Bytes the handler may use on the stack the signal was delivered to before it switches stacks
 /// (measured by the `handler_stack` test, with margin).
-pub const HOST_BUDGET: usize = 2048;
+pub const HOST_BUDGET: usize = 1024;
 /// Size of one runtime stack.
 pub const RUNTIME_STACK: usize = 64 << 10;
 /// Runtime stacks in the pool: watch windows (at most 4) plus concurrent traps and samples.
@@ -106,9 +106,19 @@ pub fn host_room(sp: usize) -> Option<usize> {
     None
 }
 
+/// The most bytes the handler used below the kernel's signal frame before switching stacks.
+static HOST_HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
+
+/// The most bytes the handler used on a program's stack below the kernel's signal frame (measured).
+pub fn host_high_water() -> usize {
+    HOST_HIGH_WATER.load(Ordering::Relaxed)
+}
+
 /// Runs `f` on a runtime stack; false (without running it) when every runtime stack is in use.
-/// Async-signal-safe.
-pub fn run_on_runtime_stack(f: &mut dyn FnMut()) -> bool {
+/// `frame` is an address inside the kernel's signal frame (the `ucontext`): the handler's own use of
+/// the program's stack is measured from there. Async-signal-safe.
+pub fn run_on_runtime_stack(frame: usize, f: &mut dyn FnMut()) -> bool {
+    HOST_HIGH_WATER.fetch_max(frame.saturating_sub(current_sp()), Ordering::Relaxed);
     let base = POOL_BASE.load(Ordering::Acquire);
     if base == 0 {
         return false;

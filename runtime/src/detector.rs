@@ -86,16 +86,17 @@ fn start(opts: &Options) -> bool {
         return false;
     }
     signal::virtualise_thread_mask();
-    stacks::thread_started();
+    stacks::record_current_thread();
     OWNER.store(thread::getpid(), Ordering::Release);
     true
 }
 
-/// Runs in every thread created through the interposer, before the program's start routine.
-pub fn thread_hook(trap_blocked: bool) {
+/// Runs in every thread created through the interposer, before the program's start routine; `stack`
+/// is the size of its stack.
+pub fn thread_hook(trap_blocked: bool, stack: usize) {
     signal::set_trap_blocked(trap_blocked);
     if is_running() {
-        stacks::thread_started();
+        stacks::thread_started(stack);
         thread::call_at_exit();
     }
 }

@@ -1,4 +1,7 @@
 //! Raw pointers handed to the runtime by C callers, turned into references.
+// The pointers here are a C caller's, passed on under the libc function's own contract (null
+// or valid); making these functions `unsafe` would only move the same promise into the callers.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 /// `ptr` as a reference: the C caller passes null or a valid pointer, as the
 /// libc function it calls requires.

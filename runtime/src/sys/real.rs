@@ -6,6 +6,9 @@
 //! A call that comes before the constructor (another library's constructor
 //! ran first) resolves its own function on the spot. A function that cannot
 //! be found fails with `ENOSYS` instead of crashing.
+// The pointers here are a C caller's, passed on under the libc function's own contract (null
+// or valid); making these functions `unsafe` would only move the same promise into the callers.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use std::ffi::{c_int, c_long, c_uint, c_ulong, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};

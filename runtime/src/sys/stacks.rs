@@ -17,6 +17,9 @@
 //!   signal stack of the runtime's, so even the kernel's signal frame (about
 //!   3.5 KiB with AVX-512 state) never lands on its stack. It is freed when
 //!   the thread exits ([`thread_exiting`]).
+// The pointers here are a C caller's, passed on under the libc function's own contract (null
+// or valid); making these functions `unsafe` would only move the same promise into the callers.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -172,11 +175,12 @@ fn switch_and_call(top: usize, f: &mut dyn FnMut()) {
     }
 }
 
-/// Records the calling thread's stack bounds, and gives it a runtime alternate signal stack when its
-/// stack is small and it has none. Call at the start of every thread (not from a signal handler).
-pub fn thread_started() {
+/// Records the calling thread's stack bounds (exact, from `pthread_getattr_np`). For the thread that
+/// starts the detector; new threads use [`thread_started`], which allocates nothing (a `malloc` in a
+/// new thread would give it a 64 MiB malloc arena of its own).
+pub fn record_current_thread() {
     // SAFETY: pthread_getattr_np fills a live attr for the calling thread, destroyed right after.
-    let (lo, size) = unsafe {
+    let bounds = unsafe {
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
         if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
             return;
@@ -188,9 +192,44 @@ pub fn thread_started() {
         if rc != 0 {
             return;
         }
-        (addr as usize, size)
+        (addr as usize, addr as usize + size)
     };
-    STACK.with(|s| s.set((lo, lo + size)));
+    STACK.with(|s| s.set(bounds));
+}
+
+extern "C" {
+    // glibc >= 2.18; not in the libc crate.
+    fn pthread_getattr_default_np(attr: *mut libc::pthread_attr_t) -> libc::c_int;
+}
+
+/// The stack size a thread created with `attr` (null: the defaults) gets. Call in the creating thread.
+pub fn stack_size_of(attr: *const libc::pthread_attr_t) -> usize {
+    let mut size = 0usize;
+    // SAFETY: `attr` is null or the caller's valid attr (as pthread_create requires); the default
+    // attr is read into a live local and destroyed.
+    unsafe {
+        if attr.is_null() {
+            let mut default: libc::pthread_attr_t = std::mem::zeroed();
+            if pthread_getattr_default_np(&mut default) == 0 {
+                libc::pthread_attr_getstacksize(&default, &mut size);
+                libc::pthread_attr_destroy(&mut default);
+            }
+        } else {
+            libc::pthread_attr_getstacksize(attr, &mut size);
+        }
+    }
+    size
+}
+
+/// Records the bounds of a new thread's stack of `size` bytes (a lower bound: the thread descriptor
+/// and TLS sit above the start routine's frame) and gives a small-stack thread a runtime alternate
+/// signal stack. Call first thing in the new thread (not from a signal handler).
+pub fn thread_started(size: usize) {
+    if size == 0 {
+        return;
+    }
+    let sp = current_sp();
+    STACK.with(|s| s.set((sp.saturating_sub(size) + PAGE, sp + PAGE)));
     if size < SMALL_STACK {
         give_alt_stack();
     }

@@ -2,7 +2,7 @@
 //! and the set of the runtime's own threads, which are never sampled.
 
 use crate::sys::{real, signal};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The kernel thread id of the caller.
 pub fn gettid() -> i32 {
@@ -60,47 +60,55 @@ pub fn spawn_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc:
 }
 
 /// What a thread created through [`create_hooked`] carries to its start.
+#[derive(Clone, Copy)]
 struct Start {
     start: real::StartRoutine,
     arg: *mut libc::c_void,
-    hook: fn(bool),
+    hook: fn(bool, usize),
     trap_blocked: bool,
+    stack: usize,
 }
 
-/// The real `pthread_create`, with `hook(trap_blocked)` run in the new thread before `start(arg)`.
-/// Falls back to a plain creation when the small start record cannot be allocated.
+/// Start records in flight: a fixed pool, so that neither the creating nor the new thread calls
+/// `malloc`/`free` for them (glibc's first `free` in a thread gives it a 64 MiB malloc arena).
+const RECORDS: usize = 64;
+static RECORD_BUSY: [AtomicBool; RECORDS] = [const { AtomicBool::new(false) }; RECORDS];
+static RECORD: [spin::Mutex<Option<Start>>; RECORDS] = [const { spin::Mutex::new(None) }; RECORDS];
+
+// SAFETY: a `Start` holds a C function pointer and the program's argument pointer, which the
+// program hands to another thread anyway (that is what pthread_create does).
+unsafe impl Send for Start {}
+
+/// The real `pthread_create`, with `hook(trap_blocked, stack size)` run in the new thread before
+/// `start(arg)`. Falls back to a plain creation when every start record is in flight.
 pub fn create_hooked(
     thread: *mut libc::pthread_t,
     attr: *const libc::pthread_attr_t,
     start: real::StartRoutine,
     arg: *mut libc::c_void,
-    hook: fn(bool),
+    hook: fn(bool, usize),
     trap_blocked: bool,
 ) -> libc::c_int {
-    // SAFETY: malloc returns null or a block large and aligned enough for a `Start`, which is
-    // written before the thread can read it; `hooked_start` frees it, or we do when creation fails.
-    unsafe {
-        let record = libc::malloc(std::mem::size_of::<Start>()) as *mut Start;
-        if record.is_null() {
-            return real::pthread_create(thread, attr, start, arg);
-        }
-        record.write(Start { start, arg, hook, trap_blocked });
-        let rc = real::pthread_create(thread, attr, hooked_start, record.cast());
-        if rc != 0 {
-            libc::free(record.cast());
-        }
-        rc
+    let Some(index) =
+        RECORD_BUSY.iter().position(|b| b.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+    else {
+        return real::pthread_create(thread, attr, start, arg);
+    };
+    let stack = crate::sys::stacks::stack_size_of(attr);
+    *RECORD[index].lock() = Some(Start { start, arg, hook, trap_blocked, stack });
+    let rc = real::pthread_create(thread, attr, hooked_start, index as *mut libc::c_void);
+    if rc != 0 {
+        RECORD[index].lock().take();
+        RECORD_BUSY[index].store(false, Ordering::Release);
     }
+    rc
 }
 
-extern "C" fn hooked_start(record: *mut libc::c_void) -> *mut libc::c_void {
-    // SAFETY: `record` is the `Start` written by `create_hooked`, read and freed exactly once here.
-    let start = unsafe {
-        let start = (record as *mut Start).read();
-        libc::free(record);
-        start
-    };
-    (start.hook)(start.trap_blocked);
+extern "C" fn hooked_start(index: *mut libc::c_void) -> *mut libc::c_void {
+    let index = index as usize;
+    let start = RECORD[index].lock().take().expect("a start record for every hooked thread");
+    RECORD_BUSY[index].store(false, Ordering::Release);
+    (start.hook)(start.trap_blocked, start.stack);
     (start.start)(start.arg)
 }
 
@@ -148,7 +156,7 @@ pub fn init_exit_hook(on_exit: extern "C" fn(*mut libc::c_void)) {
 pub fn call_at_exit() {
     if let Some(&key) = EXIT_KEY.get().filter(|&&k| k != libc::pthread_key_t::MAX) {
         // SAFETY: a non-null value makes the key's destructor run at thread exit.
-        unsafe { libc::pthread_setspecific(key, 1 as *const libc::c_void) };
+        unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<libc::c_void>()) };
     }
 }
 

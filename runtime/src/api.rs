@@ -17,7 +17,7 @@ use crate::modules;
 use crate::options;
 use crate::registry::{self, Entries, ModuleId, Registry, TableKey};
 use crate::stats::{self, Counter};
-use crate::{detector, sys};
+use crate::{detector, sampler, sys};
 use racewatch_instrument::format::pcsections::{TableKind, Version};
 use std::ffi::c_char;
 
@@ -236,6 +236,9 @@ fn apply(reg: &mut Registry, call: Call, announce: &mut Announcements) {
 
 /// Handles a callback: queued before init, applied and published after.
 fn callback(call: Call) {
+    if detector::is_sandboxed() {
+        return; // A seccomp filter may kill any syscall the index update would make.
+    }
     {
         let mut pending = PENDING.lock();
         if !pending.ready {
@@ -258,7 +261,11 @@ fn callback(call: Call) {
         }
         announce.print();
         // Start the detector if covered code appeared while threads run; switch sampling on or off.
-        detector::covered_code_arrived();
+        if call.add {
+            detector::covered_code_arrived();
+        } else {
+            sampler::refresh();
+        }
     });
 }
 

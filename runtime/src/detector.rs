@@ -86,6 +86,7 @@ fn start(opts: &Options) -> bool {
         return false;
     }
     signal::virtualise_thread_mask();
+    crate::intercept::adopt_installed_handlers();
     stacks::record_current_thread();
     OWNER.store(thread::getpid(), Ordering::Release);
     true

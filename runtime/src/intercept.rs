@@ -6,7 +6,8 @@
 //!   new threads inherit the program's `SIGTRAP` mask bit and get their stack
 //!   bounds (and, for small stacks, an alternate signal stack) recorded.
 //! - `sigaction`, `signal`: the program's `SIGTRAP` disposition is recorded,
-//!   not installed; `SIGTRAP` is kept out of every handler's `sa_mask`.
+//!   not installed; other handlers run with `SIGTRAP` blocked in the kernel
+//!   exactly when they run on an alternate stack ([`blocks_trap_in_kernel`]).
 //! - `sigprocmask`, `pthread_sigmask`: `SIGTRAP` is blocked virtually.
 //! - `close`, `close_range`, `closefrom`, `dup2`, `dup3`: closing or
 //!   replacing a descriptor of ours switches detection off first; closing
@@ -28,8 +29,8 @@ use crate::{detector, log};
 use std::ffi::{c_int, c_long, c_uint, c_ulong, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Signals (bit `sig - 1`) whose program-installed `sa_mask` held `SIGTRAP` (taken out in the kernel).
-static MASKED_TRAP: AtomicU64 = AtomicU64::new(0);
+/// Signals (bit `sig - 1`) whose program-installed `sa_mask` holds `SIGTRAP` (the kernel's may differ).
+static PROGRAM_MASK_HAS_TRAP: AtomicU64 = AtomicU64::new(0);
 
 /// Interposed `pthread_create`.
 #[cfg_attr(feature = "preload", no_mangle)]
@@ -61,25 +62,64 @@ pub extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut l
         }
         return 0;
     }
-    let bit = (sig as u32).checked_sub(1).and_then(|shift| 1u64.checked_shl(shift)).unwrap_or(0);
-    let had_trap = MASKED_TRAP.load(Ordering::Acquire) & bit != 0;
-    let stripped = opt_ref(act).map(|act| {
+    let Some(bit) = signal_bit(sig) else { return real::sigaction(sig, act, old) };
+    let program_had_trap = PROGRAM_MASK_HAS_TRAP.load(Ordering::Acquire) & bit != 0;
+    let kernel = opt_ref(act).map(|act| {
         let mut copy = *act;
-        copy.sa_mask = signal::with_trap(&act.sa_mask, false);
+        copy.sa_mask = signal::with_trap(&act.sa_mask, blocks_trap_in_kernel(act.sa_flags));
         (copy, signal::has_trap(&act.sa_mask))
     });
-    let rc = real::sigaction(sig, stripped.as_ref().map_or(std::ptr::null(), |(copy, _)| copy), old);
+    let rc = real::sigaction(sig, kernel.as_ref().map_or(std::ptr::null(), |(copy, _)| copy), old);
     if rc == 0 {
         if let Some(old) = opt_mut(old) {
-            old.sa_mask = signal::with_trap(&old.sa_mask, had_trap);
+            old.sa_mask = signal::with_trap(&old.sa_mask, program_had_trap);
         }
-        match stripped {
-            Some((_, true)) => MASKED_TRAP.fetch_or(bit, Ordering::AcqRel),
-            Some((_, false)) => MASKED_TRAP.fetch_and(!bit, Ordering::AcqRel),
+        match kernel {
+            Some((_, true)) => PROGRAM_MASK_HAS_TRAP.fetch_or(bit, Ordering::AcqRel),
+            Some((_, false)) => PROGRAM_MASK_HAS_TRAP.fetch_and(!bit, Ordering::AcqRel),
             None => 0,
         };
     }
     rc
+}
+
+fn signal_bit(sig: c_int) -> Option<u64> {
+    (sig as u32).checked_sub(1).and_then(|shift| 1u64.checked_shl(shift))
+}
+
+/// Whether a program handler with `flags` runs with `SIGTRAP` blocked in the kernel. On an alternate
+/// stack, yes: a signal frame of ours nested there (3.5 KiB with AVX-512 state) could overflow a small
+/// alternate stack before any check of ours runs; our signals wait until the handler returns (and
+/// are then dropped as late). Elsewhere, no: a blocked signal of ours would be queued where the
+/// program's `sigwait`/`signalfd` could take it.
+fn blocks_trap_in_kernel(flags: c_int) -> bool {
+    flags & libc::SA_ONSTACK != 0
+}
+
+/// Brings the handlers the program installed before the runtime took `SIGTRAP` under the rule of
+/// [`blocks_trap_in_kernel`], remembering their masks as the program set them.
+pub fn adopt_installed_handlers() {
+    for sig in 1..=64 {
+        let Some(bit) = signal_bit(sig) else { continue };
+        if sig == libc::SIGTRAP || sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: zeroed sigaction is a valid out-parameter.
+        let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+        if real::sigaction(sig, std::ptr::null(), &mut current) != 0 {
+            continue;
+        }
+        let program_has_trap = signal::has_trap(&current.sa_mask);
+        if program_has_trap {
+            PROGRAM_MASK_HAS_TRAP.fetch_or(bit, Ordering::AcqRel);
+        }
+        let handler = current.sa_sigaction;
+        let wanted = blocks_trap_in_kernel(current.sa_flags);
+        if handler != libc::SIG_DFL && handler != libc::SIG_IGN && wanted != program_has_trap {
+            current.sa_mask = signal::with_trap(&current.sa_mask, wanted);
+            real::sigaction(sig, &current, std::ptr::null_mut());
+        }
+    }
 }
 
 /// Interposed `signal` (glibc's calls its internal `sigaction`, which the interposer above never sees).

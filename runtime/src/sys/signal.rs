@@ -16,9 +16,10 @@
 //! pending for real: re-queued to the thread with `SIGTRAP` blocked on return,
 //! so `sigwait`, `sigpending` and a later unblock see it as without racewatch.
 //!
-//! Flags: `SA_SIGINFO | SA_RESTART | SA_ONSTACK`. `SIGTRAP` stays blocked
-//! while the handler runs, so a thread stalled in its own sample never nests
-//! a trap (one raised meanwhile is delivered, flagged async, on return).
+//! Flags: `SA_SIGINFO | SA_RESTART | SA_ONSTACK`, every signal blocked while
+//! the handler runs: a thread stalled in its own sample never nests a trap
+//! (one raised meanwhile is delivered, flagged async, on return), and no
+//! program handler nests on top of ours on a small alternate stack.
 
 use crate::sys::{real, stacks};
 use std::cell::Cell;
@@ -146,7 +147,9 @@ pub fn install(claims: Claims, handler: PerfHandler) -> io::Result<()> {
         let mut new: libc::sigaction = std::mem::zeroed();
         new.sa_sigaction = on_sigtrap as *const () as usize;
         new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
-        libc::sigemptyset(&mut new.sa_mask);
+        // Every signal waits while the handler runs (at most a watch window): a program handler
+        // must never nest on top of ours on a small alternate stack.
+        libc::sigfillset(&mut new.sa_mask);
         let mut old: libc::sigaction = std::mem::zeroed();
         if real::sigaction(libc::SIGTRAP, &new, &mut old) != 0 {
             return Err(io::Error::last_os_error());
@@ -375,8 +378,16 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
             if action.sa_flags & libc::SA_RESETHAND != 0 {
                 PROGRAM_HANDLER.store(libc::SIG_DFL, Ordering::Release);
             }
+            // The mask the program's handler would run with: the interrupted one, its sa_mask and
+            // (without SA_NODEFER) SIGTRAP itself.
+            // SAFETY: a non-null `ctx` is the kernel's ucontext for this delivery.
+            let interrupted =
+                unsafe { (ctx as *const libc::ucontext_t).as_ref() }.map_or(from_bits(0), |uc| uc.uc_sigmask);
+            let bits = to_bits(&interrupted) | to_bits(&action.sa_mask);
+            let trap = action.sa_flags & libc::SA_NODEFER == 0;
+            let mask = with_trap(&from_bits(bits), trap);
             let mut old: libc::sigset_t = action.sa_mask;
-            real::pthread_sigmask(libc::SIG_BLOCK, &with_trap(&action.sa_mask, false), &mut old);
+            real::pthread_sigmask(libc::SIG_SETMASK, &mask, &mut old);
             if action.sa_flags & libc::SA_SIGINFO != 0 {
                 // SAFETY: the program installed this as an SA_SIGINFO handler; we pass it the
                 // arguments the kernel gave us.

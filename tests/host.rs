@@ -1,0 +1,884 @@
+//! End to end: the host contract (DESIGN.md "Living inside someone else's process"). With racewatch
+//! preloaded, a program behaves exactly as without it, apart from racewatch's own lines on stderr.
+//!
+//! Every case is a small C program in tests/host/ (built with the metadata flags, tests/host/common.c
+//! prepended) that races for real in covered code while it does the thing under test: signals, seccomp,
+//! descriptors, limits, fork, exec, small stacks, unread pipes. Each case runs three ways: without
+//! racewatch, under `racewatch run` with the default options, and with `-o sample_period_us=1000`
+//! (many samples and watch windows). The exit status, stdout, stderr with racewatch's own output removed
+//! (`racewatch:` lines and complete report blocks between `==================` lines) and the case's
+//! artefacts (data files, directory listings) must be the same in all three; the programs print only
+//! facts that do not depend on timing. A run is killed after its timeout and counts as a hang.
+//!
+//! A few more tests check that the detector really works in these settings: the programs arm
+//! watchpoints, a parent keeps sampling after its forked children exit, and pre-forked workers are
+//! reported.
+//!
+//! `RACEWATCH_HOST_SELF_CHECK=1` runs the "racewatch" modes without racewatch: every case must then
+//! pass, which shows the programs are deterministic and the harness compares the right things.
+
+mod common;
+
+use common::{build_c, check, clang, parallel_map, retry_for, scratch, stat, stats_summary, REPORT_HEADER};
+use std::ffi::OsString;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Prepended to every program: the racing threads and small helpers.
+const COMMON_C: &str = include_str!("host/common.c");
+/// Starts and ends a text race report.
+const SEPARATOR: &str = "==================";
+/// A run still going after this long is killed and fails (a hang is a failure).
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// The sampling rate at which many samples and watch windows happen in a 1 s run.
+const SAMPLE_PERIOD: &str = "sample_period_us=1000";
+/// Bytes of `rw_pattern` the descriptor programs write to their data file.
+const DATA_LEN: usize = 16384;
+
+// ---- The programs ----
+
+struct Program {
+    name: &'static str,
+    source: &'static str,
+    /// Built with `C_FLAGS` (covered code); `false`: plain `clang -O2`.
+    metadata: bool,
+}
+
+const PROGRAMS: &[Program] = &[
+    Program { name: "sigwait", source: include_str!("host/sigwait.c"), metadata: true },
+    Program { name: "signalfd", source: include_str!("host/signalfd.c"), metadata: true },
+    Program { name: "sighup_thread", source: include_str!("host/sighup_thread.c"), metadata: true },
+    Program { name: "itimer_longjmp", source: include_str!("host/itimer_longjmp.c"), metadata: true },
+    Program { name: "unshare", source: include_str!("host/unshare.c"), metadata: true },
+    Program { name: "sig_default", source: include_str!("host/sig_default.c"), metadata: true },
+    Program { name: "trap_handler", source: include_str!("host/trap_handler.c"), metadata: true },
+    Program { name: "sigtimedwait", source: include_str!("host/sigtimedwait.c"), metadata: true },
+    Program { name: "exec_self", source: include_str!("host/exec_self.c"), metadata: true },
+    Program { name: "small_stacks", source: include_str!("host/small_stacks.c"), metadata: true },
+    Program { name: "altstack", source: include_str!("host/altstack.c"), metadata: true },
+    Program { name: "seccomp", source: include_str!("host/seccomp.c"), metadata: true },
+    Program { name: "fds", source: include_str!("host/fds.c"), metadata: true },
+    Program { name: "log_symlink", source: include_str!("host/log_symlink.c"), metadata: true },
+    Program { name: "race_only", source: include_str!("host/race_only.c"), metadata: true },
+    Program { name: "race_only_no_metadata", source: include_str!("host/race_only.c"), metadata: false },
+    Program { name: "nofile", source: include_str!("host/nofile.c"), metadata: true },
+    Program { name: "fork_parent", source: include_str!("host/fork_parent.c"), metadata: true },
+    Program { name: "fork_storm", source: include_str!("host/fork_storm.c"), metadata: true },
+    Program { name: "prefork", source: include_str!("host/prefork.c"), metadata: true },
+    Program { name: "many_races", source: include_str!("host/many_races.c"), metadata: true },
+    Program { name: "rlimit_as", source: include_str!("host/rlimit_as.c"), metadata: true },
+];
+
+/// Builds every program once per test binary (in parallel); `None` (skip) without clang-19.
+fn programs() -> Option<&'static [(&'static str, PathBuf)]> {
+    static BUILT: OnceLock<Option<Vec<(&'static str, PathBuf)>>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let clang = clang()?;
+            let dir = scratch("host-programs");
+            let built = parallel_map(PROGRAMS, |p| {
+                let source = format!("#line 1 \"common.c\"\n{COMMON_C}\n#line 1 \"{}.c\"\n{}", p.name, p.source);
+                let bin = if p.metadata {
+                    build_c(&clang, &dir, p.name, &source, &["-pthread", "-Wall", "-Werror"])
+                } else {
+                    let src_path = dir.join(format!("{}.c", p.name));
+                    std::fs::write(&src_path, &source).expect("write C source");
+                    let out = dir.join(p.name);
+                    let mut cmd = Command::new(&clang);
+                    cmd.args(["-O2", "-pthread", "-Wall", "-Werror"]).arg(&src_path).arg("-o").arg(&out);
+                    check(cmd.output().expect("run clang"), "clang (no metadata)");
+                    out
+                };
+                (p.name, bin)
+            });
+            Some(built)
+        })
+        .as_deref()
+}
+
+fn program(name: &str) -> Option<PathBuf> {
+    let built = programs()?;
+    Some(built.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no program {name}")).1.clone())
+}
+
+// ---- The cases ----
+
+/// How the program is started (the same way in every mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Launch {
+    /// stdout and stderr read concurrently.
+    Plain,
+    /// Through `sh -c 'ulimit -n 16 && exec "$@"' sh ...`: soft and hard RLIMIT_NOFILE 16.
+    Ulimit16,
+    /// stderr is a pipe whose read end was closed before the program started.
+    DeadStderr,
+    /// stdout is read to EOF before stderr is read at all.
+    StdoutFirst,
+}
+
+/// Named facts a run leaves behind: file contents, directory listings.
+type Artefacts = Vec<(String, Vec<u8>)>;
+
+struct Case {
+    name: &'static str,
+    program: &'static str,
+    /// Program arguments; `{dir}` is the run's scratch directory.
+    args: &'static [&'static str],
+    /// Extra `-o` options in the racewatch modes; `{dir}` as above.
+    options: &'static [&'static str],
+    launch: Launch,
+    timeout: Duration,
+    /// Lines the run without racewatch must print (guards the baseline: the test, not racewatch).
+    expect: &'static [&'static str],
+    /// Collects the artefacts from the run's directory.
+    artefacts: fn(&Path) -> Artefacts,
+    /// Extra checks, on every mode (including the run without racewatch).
+    check: fn(&Outcome) -> Result<(), String>,
+}
+
+fn case(name: &'static str, program: &'static str, args: &'static [&'static str]) -> Case {
+    Case {
+        name,
+        program,
+        args,
+        options: &[],
+        launch: Launch::Plain,
+        timeout: TIMEOUT,
+        expect: &[],
+        artefacts: |_| Vec::new(),
+        check: |_| Ok(()),
+    }
+}
+
+impl Case {
+    fn expect(self, expect: &'static [&'static str]) -> Self {
+        Case { expect, ..self }
+    }
+    fn options(self, options: &'static [&'static str]) -> Self {
+        Case { options, ..self }
+    }
+    fn launch(self, launch: Launch) -> Self {
+        Case { launch, ..self }
+    }
+    fn timeout(self, timeout: Duration) -> Self {
+        Case { timeout, ..self }
+    }
+    fn artefacts(self, artefacts: fn(&Path) -> Artefacts) -> Self {
+        Case { artefacts, ..self }
+    }
+    fn check(self, check: fn(&Outcome) -> Result<(), String>) -> Self {
+        Case { check, ..self }
+    }
+}
+
+/// The data file the descriptor programs write, as an artefact.
+fn data_file(dir: &Path) -> Artefacts {
+    vec![("data file".into(), read_or_error(&dir.join("data")))]
+}
+
+/// The symlink target's content and whether the dangling link's target came to exist.
+fn symlink_targets(dir: &Path) -> Artefacts {
+    let absent = dir.join("absent");
+    let exists = std::fs::symlink_metadata(&absent).is_ok();
+    vec![
+        ("target".into(), read_or_error(&dir.join("target"))),
+        ("absent exists".into(), exists.to_string().into_bytes()),
+        ("absent content".into(), if exists { read_or_error(&absent) } else { Vec::new() }),
+    ]
+}
+
+/// The names in the run's directory, one per line.
+fn listing(dir: &Path) -> Artefacts {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read run dir")
+        .map(|e| e.expect("dir entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    vec![("directory listing".into(), names.join("\n").into_bytes())]
+}
+
+/// The file's bytes, or the error (without the directory, which differs between runs).
+fn read_or_error(path: &Path) -> Vec<u8> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    std::fs::read(path).unwrap_or_else(|e| format!("<cannot read {name}: {:?}>", e.kind()).into_bytes())
+}
+
+/// The bytes `rw_pattern` (tests/host/common.c) gives.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i * 131 + i / 251 + 7) & 0xff) as u8).collect()
+}
+
+/// The data file holds exactly the known pattern (no foreign bytes, no racewatch text).
+fn data_is_the_pattern(outcome: &Outcome) -> Result<(), String> {
+    let data = outcome.artefacts.iter().find(|(name, _)| name == "data file").map(|(_, b)| b.as_slice());
+    let data = data.ok_or("no data file artefact")?;
+    if contains(data, b"racewatch") {
+        return Err(format!("the data file contains racewatch text:\n{}", String::from_utf8_lossy(data)));
+    }
+    let expected = pattern(DATA_LEN);
+    if data != expected.as_slice() {
+        return Err(format!("the data file is not the pattern: {}", bytes_diff(&expected, data)));
+    }
+    Ok(())
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// All the cases, in DESIGN.md's order of concerns.
+fn cases() -> Vec<Case> {
+    vec![
+        // 1. SIGTERM blocked and collected with sigwait, single-threaded then racing / racing then collected.
+        case("sigwait_sigterm_single_threaded", "sigwait", &["before"]).expect(&["sigwait: ok, signal 15"]),
+        case("sigwait_sigterm_after_threads", "sigwait", &["after"]).expect(&["sigwait: ok, signal 15"]),
+        // 2. SIGCHLD through a signalfd, five children in turn.
+        case("signalfd_sigchld", "signalfd", &[]).expect(&["child 4: exit 14", "SIGCHLD read: 5"]),
+        // 3. A dedicated sigwait thread for SIGHUP.
+        case("sigwait_thread_sighup", "sighup_thread", &[]).expect(&["SIGHUP count: 3"]),
+        // 4. setitimer + a SIGALRM handler that siglongjmps out of racy code, 20 times.
+        case("itimer_siglongjmp", "itimer_longjmp", &[]).expect(&["jumps: 20"]),
+        // 5. unshare(CLONE_NEWUSER) while single-threaded.
+        case("unshare_newuser_single_threaded", "unshare", &[]).expect(&["done"]),
+        // 6. Every signal reset to SIG_DFL, then racing.
+        case("all_signals_default", "sig_default", &[]).expect(&["survived"]),
+        // 7. The program's own SIGTRAP handler.
+        case("own_sigtrap_handler_after_threads", "trap_handler", &["after"]).expect(&[
+            "handler ran: 3",
+            "SIGTRAPs with another si_code: 0",
+            "sigaction returns our handler: 1",
+        ]),
+        case("own_sigtrap_handler_before_threads", "trap_handler", &["before"]).expect(&[
+            "handler ran: 3",
+            "SIGTRAPs with another si_code: 0",
+            "sigaction returns our handler: 1",
+        ]),
+        case("own_sigtrap_handler_with_signal", "trap_handler", &["signal"])
+            .expect(&["handler ran: 3", "sigaction returns our handler: 1"]),
+        // 8. Threads blocking everything and polling with sigtimedwait.
+        case("sigtimedwait_everything_blocked", "sigtimedwait", &[]).expect(&["signals dequeued: 0"]),
+        // 9. SIGTRAP blocked, execve of itself while racing.
+        case("exec_self_with_sigtrap_blocked", "exec_self", &[]).expect(&["exec", "child ok"]),
+        // 10. PTHREAD_STACK_MIN threads recursing to ~3 KiB from the end of their stacks.
+        case("min_stacks_deep_recursion", "small_stacks", &[])
+            .expect(&["threads that recursed to about 3072 bytes from the end of their stack: 2"]),
+        // 11. SIGUSR1 handler on an 8 KiB alternate stack doing racy work.
+        case("sigaltstack_sigusr1_handler", "altstack", &[]).expect(&[
+            "sent at least 200: 1",
+            "worker 0 handler ran: ok",
+            "worker 1 handler ran: ok",
+        ]),
+        // 12. seccomp.
+        case("seccomp_strict_prctl", "seccomp", &["strict-prctl"]).expect(&["read 1 byte(s): S", "done"]),
+        case("seccomp_strict_syscall", "seccomp", &["strict-syscall"]).expect(&["read 1 byte(s): S", "done"]),
+        case("seccomp_filter_one_thread", "seccomp", &["filter"]).expect(&["read 1 byte(s): S", "done"]),
+        case("seccomp_filter_tsync_all_threads", "seccomp", &["tsync"]).expect(&["tsync filter: ok", "done"]),
+        // 13. Descriptors closed or reused under the runtime.
+        case("fds_close_loop", "fds", &["close", "{dir}/data"])
+            .expect(&["pipe: 65536 bytes, 0 mismatches, checksum ac34ccc3", "data file written"])
+            .artefacts(data_file)
+            .check(data_is_the_pattern),
+        case("fds_close_range", "fds", &["close_range", "{dir}/data"])
+            .expect(&["pipe: 65536 bytes, 0 mismatches, checksum ac34ccc3", "data file written"])
+            .artefacts(data_file)
+            .check(data_is_the_pattern),
+        case("fds_dup2_over_all", "fds", &["dup2", "{dir}/data"])
+            .expect(&["dup2 failures: 0", "pipe: 65536 bytes, 0 mismatches, checksum ac34ccc3", "data file written"])
+            .artefacts(data_file)
+            .check(data_is_the_pattern),
+        // 14. log_path.
+        // stats=1: racewatch has something to write at exit too, when the data file is still open.
+        case("log_path_daemon_close_range", "fds", &["close_range", "{dir}/data"])
+            .options(&["log_path={dir}/rw", "stats=1"])
+            .expect(&["pipe: 65536 bytes, 0 mismatches, checksum ac34ccc3", "data file written"])
+            .artefacts(data_file)
+            .check(data_is_the_pattern),
+        case("log_path_symlink_to_target", "log_symlink", &["{dir}", "target"])
+            .options(&["log_path={dir}/rw", "stats=1"])
+            .expect(&["symlink: ok", "done"])
+            .artefacts(symlink_targets),
+        case("log_path_symlink_dangling", "log_symlink", &["{dir}", "dangling"])
+            .options(&["log_path={dir}/rw", "stats=1"])
+            .expect(&["symlink: ok", "done"])
+            .artefacts(symlink_targets),
+        case("log_path_without_metadata_creates_nothing", "race_only_no_metadata", &[])
+            .options(&["log_path={dir}/rw"])
+            .expect(&["done"])
+            .artefacts(listing),
+        // 15. RLIMIT_NOFILE 16.
+        case("nofile_16_before_threads", "nofile", &["before"]).expect(&["setrlimit: ok", "done"]),
+        case("nofile_16_after_threads", "nofile", &["after"]).expect(&["setrlimit: ok", "done"]),
+        case("nofile_16_from_shell_ulimit", "nofile", &["inherit"])
+            .launch(Launch::Ulimit16)
+            .expect(&["RLIMIT_NOFILE 16/16", "done"]),
+        // 16. fork, parent side: children exit(0) while the parent races.
+        case("fork_children_exit", "fork_parent", &[]).expect(&["children that exited 0: 20", "done"]),
+        // 17. 200 forks while reporting.
+        case("fork_storm_while_reporting", "fork_storm", &[]).expect(&["children that exited 0: 200", "no hang"]),
+        // 18. A pre-fork server.
+        case("prefork_workers", "prefork", &[]).expect(&["worker 0: exit 0", "worker 1: exit 0"]),
+        // 19. stderr a pipe nobody reads.
+        case("stderr_pipe_without_reader", "many_races", &[]).launch(Launch::DeadStderr).expect(&[
+            "racy functions: 200",
+            "SIGPIPE default: 1",
+            "done",
+        ]),
+        // 20. A parent reading stdout to EOF before stderr; the run ends within 10 s of the program's 1 s.
+        case("stdout_read_before_stderr", "many_races", &["stderr"])
+            .launch(Launch::StdoutFirst)
+            .timeout(Duration::from_secs(12))
+            .expect(&["racy functions: 200", "done"]),
+        // 21. RLIMIT_AS of about 40 MiB.
+        case("rlimit_as_40_mib", "rlimit_as", &[]).expect(&["setrlimit(RLIMIT_AS): ok", "threads started", "done"]),
+    ]
+}
+
+// ---- Running ----
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Direct,
+    Default,
+    Sampled,
+}
+
+impl Mode {
+    const ALL: [Mode; 3] = [Mode::Direct, Mode::Default, Mode::Sampled];
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Direct => "without racewatch",
+            Mode::Default => "racewatch run (default options)",
+            Mode::Sampled => "racewatch run -o sample_period_us=1000",
+        }
+    }
+
+    fn slug(self) -> &'static str {
+        match self {
+            Mode::Direct => "direct",
+            Mode::Default => "default",
+            Mode::Sampled => "sampled",
+        }
+    }
+}
+
+/// `RACEWATCH_HOST_SELF_CHECK=1`: the racewatch modes run the program directly.
+fn self_check() -> bool {
+    std::env::var_os("RACEWATCH_HOST_SELF_CHECK").is_some_and(|v| v != "0" && !v.is_empty())
+}
+
+/// One finished (or killed) run.
+#[derive(Debug)]
+struct Outcome {
+    pid: u32,
+    /// `exit N`, `signal N (NAME)`, or a hang; with a note when the pipes stayed open after exit.
+    status: String,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+    artefacts: Artefacts,
+}
+
+/// `racewatch run -o ... -- program args`, or the program alone; `{dir}` substituted.
+fn command_line(case: &Case, mode: Mode, bin: &Path, dir: &Path, options: &[&str]) -> Vec<OsString> {
+    let subst = |s: &str| s.replace("{dir}", &dir.display().to_string());
+    let mut argv: Vec<OsString> = Vec::new();
+    if mode != Mode::Direct && !self_check() {
+        argv.push(env!("CARGO_BIN_EXE_racewatch").into());
+        argv.push("run".into());
+        for option in options.iter().chain(case.options) {
+            argv.push("-o".into());
+            argv.push(subst(option).into());
+        }
+        argv.push("--".into());
+    }
+    argv.push(bin.into());
+    argv.extend(case.args.iter().map(|a| OsString::from(subst(a))));
+    if case.launch == Launch::Ulimit16 {
+        let shell: [OsString; 3] = ["-c".into(), "ulimit -n 16 && exec \"$@\"".into(), "sh".into()];
+        argv = ["sh".into()].into_iter().chain(shell).chain(argv).collect();
+    }
+    argv
+}
+
+/// The write end of a pipe whose read end is already closed.
+fn dead_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors we then own; the read end is closed at once.
+    let write_end = unsafe {
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0, "pipe2");
+        libc::close(fds[0]);
+        OwnedFd::from_raw_fd(fds[1])
+    };
+    Stdio::from(write_end)
+}
+
+fn kill_group(pid: u32) {
+    // SAFETY: signals the process group the child leads (it was started with process_group(0)).
+    unsafe {
+        libc::kill(-(pid as i32), libc::SIGKILL);
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGSYS => "SIGSYS",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGCHLD => "SIGCHLD",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        _ => "?",
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(sig)) => {
+            format!("signal {sig} ({}){}", signal_name(sig), if status.core_dumped() { ", core dumped" } else { "" })
+        }
+        _ => format!("{status}"),
+    }
+}
+
+/// Runs `argv` with stdin from /dev/null, in its own process group, killed after `timeout`.
+fn execute(argv: &[OsString], launch: Launch, timeout: Duration) -> (u32, String, Vec<u8>, Vec<u8>, Duration) {
+    use std::io::Read;
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]).env_remove("RACEWATCH_OPTIONS").env_remove("LD_PRELOAD");
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).process_group(0);
+    cmd.stderr(if launch == Launch::DeadStderr { dead_pipe() } else { Stdio::piped() });
+    let start = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
+    drop(cmd); // our copy of a dead pipe's write end
+    let pid = child.id();
+    let mut out = child.stdout.take().expect("stdout");
+    let err = child.stderr.take();
+    let stdout_first = launch == Launch::StdoutFirst;
+    let reader = std::thread::spawn(move || {
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        if stdout_first {
+            let _ = out.read_to_end(&mut stdout);
+            if let Some(mut err) = err {
+                let _ = err.read_to_end(&mut stderr);
+            }
+        } else {
+            let err_reader = err.map(|mut err| {
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let _ = err.read_to_end(&mut buf);
+                    buf
+                })
+            });
+            let _ = out.read_to_end(&mut stdout);
+            if let Some(r) = err_reader {
+                stderr = r.join().expect("stderr reader");
+            }
+        }
+        (stdout, stderr)
+    });
+    let deadline = start + timeout;
+    let mut status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break describe(status);
+        }
+        if Instant::now() >= deadline {
+            kill_group(pid);
+            child.wait().expect("wait");
+            break format!("hung: killed after {} s", timeout.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let elapsed = start.elapsed();
+    // Exited, but something (a child, a leaked descriptor) may still hold the pipes open.
+    let pipe_deadline = deadline.max(Instant::now() + Duration::from_secs(5));
+    while !reader.is_finished() {
+        if Instant::now() >= pipe_deadline {
+            kill_group(pid);
+            status.push_str(", its stdout/stderr stayed open after it ended (process group killed)");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (stdout, stderr) = reader.join().expect("reader");
+    (pid, status, stdout, stderr, elapsed)
+}
+
+/// Runs `case` in `mode` in a fresh directory, with `extra` options in the racewatch modes.
+fn run_case(case: &Case, mode: Mode, bin: &Path, tag: &str, extra: &[&str]) -> Outcome {
+    let dir = scratch(&format!("host/{}/{tag}{}", case.name, mode.slug()));
+    let options: Vec<&str> =
+        (mode == Mode::Sampled).then_some(SAMPLE_PERIOD).into_iter().chain(extra.iter().copied()).collect();
+    let argv = command_line(case, mode, bin, &dir, &options);
+    let (pid, status, stdout, stderr, elapsed) = execute(&argv, case.launch, case.timeout);
+    Outcome {
+        pid,
+        status,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        elapsed,
+        artefacts: (case.artefacts)(&dir),
+    }
+}
+
+/// stderr without racewatch's output: `racewatch:` lines and complete report blocks.
+fn programs_stderr(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.split_inclusive('\n').collect();
+    let mut kept = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let bare = lines[i].trim_end_matches('\n');
+        if bare == SEPARATOR {
+            if let Some(end) = lines[i + 1..].iter().position(|l| l.trim_end_matches('\n') == SEPARATOR) {
+                i += end + 2;
+                continue;
+            }
+        }
+        if !bare.starts_with("racewatch:") {
+            kept.push_str(lines[i]);
+        }
+        i += 1;
+    }
+    kept
+}
+
+// ---- Comparing ----
+
+/// A line diff (`-` expected, `+` got) of two short texts, at most 80 lines.
+fn line_diff(expected: &str, got: &str) -> String {
+    let a: Vec<&str> = expected.lines().collect();
+    let b: Vec<&str> = got.lines().collect();
+    let mut out: Vec<String> = Vec::new();
+    if a.len() * b.len() > 4_000_000 {
+        out.extend(a.iter().map(|l| format!("    - {l}")));
+        out.extend(b.iter().map(|l| format!("    + {l}")));
+    } else {
+        // Longest common subsequence, then walk it.
+        let mut lcs = vec![vec![0u32; b.len() + 1]; a.len() + 1];
+        for i in (0..a.len()).rev() {
+            for j in (0..b.len()).rev() {
+                lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+            }
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            if i < a.len() && j < b.len() && a[i] == b[j] {
+                out.push(format!("      {}", a[i]));
+                i += 1;
+                j += 1;
+            } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
+                out.push(format!("    - {}", a[i]));
+                i += 1;
+            } else {
+                out.push(format!("    + {}", b[j]));
+                j += 1;
+            }
+        }
+        if a == b {
+            out.push("    (the same lines; they differ in the final newline)".into());
+        }
+    }
+    if out.len() > 80 {
+        let more = out.len() - 80;
+        out.truncate(80);
+        out.push(format!("    ... {more} more lines"));
+    }
+    out.join("\n")
+}
+
+fn bytes_diff(expected: &[u8], got: &[u8]) -> String {
+    let at = expected.iter().zip(got).position(|(a, b)| a != b).unwrap_or(expected.len().min(got.len()));
+    let snippet = |bytes: &[u8]| {
+        format!("{:?}", String::from_utf8_lossy(&bytes[at.min(bytes.len())..(at + 64).min(bytes.len())]))
+    };
+    format!(
+        "expected {} bytes, got {}; first difference at offset {at}: expected {}, got {}",
+        expected.len(),
+        got.len(),
+        snippet(expected),
+        snippet(got)
+    )
+}
+
+fn text_or_bytes_diff(expected: &[u8], got: &[u8]) -> String {
+    match (std::str::from_utf8(expected), std::str::from_utf8(got)) {
+        (Ok(e), Ok(g)) if e.len() + g.len() < 20_000 => format!("(- expected, + got):\n{}", line_diff(e, g)),
+        _ => bytes_diff(expected, got),
+    }
+}
+
+/// The last lines of a text, indented, for context.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let skip = lines.len().saturating_sub(n);
+    let shown: Vec<String> = lines[skip..].iter().map(|l| format!("    | {l}")).collect();
+    if skip > 0 {
+        format!("    | ... ({skip} lines before)\n{}", shown.join("\n"))
+    } else {
+        shown.join("\n")
+    }
+}
+
+/// What differs between the run without racewatch and `got`; empty when nothing does.
+fn differences(expected: &Outcome, got: &Outcome) -> Vec<String> {
+    let mut diffs = Vec::new();
+    if expected.status != got.status {
+        diffs.push(format!("status: expected {}, got {}", expected.status, got.status));
+    }
+    if expected.stdout != got.stdout {
+        diffs.push(format!("stdout differs {}", text_or_bytes_diff(expected.stdout.as_bytes(), got.stdout.as_bytes())));
+    }
+    let (want, have) = (programs_stderr(&expected.stderr), programs_stderr(&got.stderr));
+    if want != have {
+        diffs.push(format!(
+            "stderr (racewatch's lines and reports removed) differs {}",
+            text_or_bytes_diff(want.as_bytes(), have.as_bytes())
+        ));
+    }
+    for ((name, want), (_, have)) in expected.artefacts.iter().zip(&got.artefacts) {
+        if want != have {
+            diffs.push(format!("artefact `{name}` differs: {}", text_or_bytes_diff(want, have)));
+        }
+    }
+    diffs
+}
+
+/// Runs one case in the three modes (in parallel) and panics with every difference found.
+fn check_case(name: &str) {
+    let all = cases();
+    let case = all.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"));
+    let Some(bin) = program(case.program) else { return };
+    if self_check() {
+        eprintln!("{name}: RACEWATCH_HOST_SELF_CHECK: every mode runs without racewatch");
+    }
+    let outcomes = parallel_map(&Mode::ALL, |mode| run_case(case, *mode, &bin, "", &[]));
+    let direct = &outcomes[0];
+
+    // The baseline must be what the program is written to do, or the comparison proves nothing.
+    let mut baseline = Vec::new();
+    if direct.status != "exit 0" {
+        baseline.push(format!("status {} (expected exit 0)", direct.status));
+    }
+    for line in case.expect {
+        if !direct.stdout.lines().any(|l| l == *line) {
+            baseline.push(format!("no line `{line}` on stdout"));
+        }
+    }
+    if let Err(why) = (case.check)(direct) {
+        baseline.push(why);
+    }
+    assert!(
+        baseline.is_empty(),
+        "[{name}] the run without racewatch is not the expected baseline (a bug in the test): {}\nstdout:\n{}\nstderr:\n{}",
+        baseline.join("; "),
+        tail(&direct.stdout, 40),
+        tail(&direct.stderr, 40)
+    );
+
+    let mut failures = Vec::new();
+    for (mode, got) in Mode::ALL.iter().zip(&outcomes).skip(1) {
+        let mut diffs = differences(direct, got);
+        if let Err(why) = (case.check)(got) {
+            diffs.push(why);
+        }
+        let verdict = if diffs.is_empty() { "PASS" } else { "FAIL" };
+        eprintln!(
+            "{verdict} {name} [{}] {:.1} s (without: {:.1} s)",
+            mode.label(),
+            got.elapsed.as_secs_f64(),
+            direct.elapsed.as_secs_f64()
+        );
+        if !diffs.is_empty() {
+            failures.push(format!(
+                "[{name}] {} (pid {}, {:.1} s; without racewatch {:.1} s):\n  {}\n  raw stderr:\n{}",
+                mode.label(),
+                got.pid,
+                got.elapsed.as_secs_f64(),
+                direct.elapsed.as_secs_f64(),
+                diffs.join("\n  "),
+                tail(&got.stderr, 25)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "the host program behaved differently under racewatch:\n{}", failures.join("\n\n"));
+}
+
+macro_rules! host_cases {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                check_case(stringify!($name));
+            }
+        )*
+
+        #[test]
+        fn every_case_has_a_test() {
+            let tested = [$(stringify!($name)),*];
+            let mut names: Vec<&str> = cases().iter().map(|c| c.name).collect();
+            let mut sorted: Vec<&str> = tested.to_vec();
+            names.sort_unstable();
+            sorted.sort_unstable();
+            assert_eq!(names, sorted);
+        }
+    };
+}
+
+host_cases!(
+    sigwait_sigterm_single_threaded,
+    sigwait_sigterm_after_threads,
+    signalfd_sigchld,
+    sigwait_thread_sighup,
+    itimer_siglongjmp,
+    unshare_newuser_single_threaded,
+    all_signals_default,
+    own_sigtrap_handler_after_threads,
+    own_sigtrap_handler_before_threads,
+    own_sigtrap_handler_with_signal,
+    sigtimedwait_everything_blocked,
+    exec_self_with_sigtrap_blocked,
+    min_stacks_deep_recursion,
+    sigaltstack_sigusr1_handler,
+    seccomp_strict_prctl,
+    seccomp_strict_syscall,
+    seccomp_filter_one_thread,
+    seccomp_filter_tsync_all_threads,
+    fds_close_loop,
+    fds_close_range,
+    fds_dup2_over_all,
+    log_path_daemon_close_range,
+    log_path_symlink_to_target,
+    log_path_symlink_dangling,
+    log_path_without_metadata_creates_nothing,
+    nofile_16_before_threads,
+    nofile_16_after_threads,
+    nofile_16_from_shell_ulimit,
+    fork_children_exit,
+    fork_storm_while_reporting,
+    prefork_workers,
+    stderr_pipe_without_reader,
+    stdout_read_before_stderr,
+    rlimit_as_40_mib,
+);
+
+// ---- The detector really runs in these programs ----
+
+/// These tests need racewatch: they have nothing to check in a self-check run.
+fn skip_detection() -> bool {
+    if self_check() {
+        eprintln!("SKIP: RACEWATCH_HOST_SELF_CHECK runs without racewatch");
+    }
+    self_check()
+}
+
+fn find_case(name: &str) -> Case {
+    cases().into_iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"))
+}
+
+/// Every value of `racewatch: stats: <label>: N`, in order (one block per process that printed stats).
+fn stat_values(stderr: &str, label: &str) -> Vec<u64> {
+    let prefix = format!("racewatch: stats: {label}: ");
+    stderr.lines().filter_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok()).collect()
+}
+
+#[test]
+fn the_programs_really_race_under_the_detector() {
+    if skip_detection() {
+        return;
+    }
+    // A suite whose programs never arm a watchpoint would test nothing.
+    let Some(_) = programs() else { return };
+    let racing = [
+        case("race_only", "race_only", &[]),
+        find_case("itimer_siglongjmp"),
+        find_case("fds_dup2_over_all"),
+        find_case("rlimit_as_40_mib"),
+    ];
+    let results = parallel_map(&racing, |case| {
+        let bin = program(case.program).expect("built");
+        let run = run_case(case, Mode::Sampled, &bin, "stats-", &["stats=1"]);
+        (case.name, stat(&run.stderr, "watches armed").unwrap_or(0), stats_summary(&run.stderr))
+    });
+    for (name, armed, summary) in &results {
+        eprintln!("{name}: watches armed {armed}; {summary}");
+    }
+    assert!(
+        results.iter().any(|(_, armed, _)| *armed > 0),
+        "no program armed a watchpoint at {SAMPLE_PERIOD}: the suite would test nothing"
+    );
+}
+
+#[test]
+fn a_parent_keeps_sampling_after_its_forked_children_exit() {
+    if skip_detection() {
+        return;
+    }
+    let case = find_case("fork_children_exit");
+    let Some(bin) = program(case.program) else { return };
+    let run = run_case(&case, Mode::Sampled, &bin, "stats-", &["stats=1"]);
+    assert_eq!(run.status, "exit 0", "{}", tail(&run.stderr, 40));
+    assert!(run.stdout.contains("children that exited 0: 20\n"), "{}", run.stdout);
+    // Stats are printed at each process's exit; the parent (which races 1.5 s after its last child) is last.
+    // Had a child's exit switched the parent's sampling off (the forks take the first ~0.2 s), the parent
+    // could not have taken more than ~400 samples (2 threads x 0.2 s of CPU at 1 ms).
+    let samples = stat_values(&run.stderr, "samples").last().copied();
+    let armed = stat_values(&run.stderr, "watches armed").last().copied();
+    assert!(
+        samples.is_some_and(|n| n >= 500) && armed.is_some_and(|n| n > 0),
+        "the parent took {samples:?} samples and armed {armed:?} watches in 1.5 s of racing after its children \
+         exited (want >= 500 samples and some watches); stats: {}",
+        stats_summary(&run.stderr)
+    );
+}
+
+#[test]
+fn pre_forked_workers_are_reported_with_their_own_pid() {
+    if skip_detection() {
+        return;
+    }
+    // "pids": the parent also prints its workers' pids.
+    let case = Case { args: &["pids"], ..find_case("prefork_workers") };
+    let Some(bin) = program(case.program) else { return };
+    let result = retry_for(Duration::from_secs(30), || {
+        let run = run_case(&case, Mode::Sampled, &bin, "detect-", &[]);
+        if run.status != "exit 0" {
+            return Err(format!("status {}:\n{}", run.status, tail(&run.stderr, 40)));
+        }
+        let workers: Vec<u32> =
+            run.stdout.lines().filter_map(|l| l.strip_prefix("worker pid ")?.parse().ok()).collect();
+        if workers.len() != 2 {
+            return Err(format!("expected two worker pids on stdout:\n{}", run.stdout));
+        }
+        let reported: Vec<u32> = run
+            .stderr
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix(REPORT_HEADER)?.trim().strip_prefix("(pid=")?.strip_suffix(')')?.parse().ok()
+            })
+            .collect();
+        if let Some(other) = reported.iter().find(|pid| !workers.contains(pid)) {
+            return Err(format!(
+                "a report names pid {other}, not a worker {workers:?} (the parent {} never starts a thread)",
+                run.pid
+            ));
+        }
+        Ok(reported.first().copied())
+    });
+    match result {
+        Ok((pid, runs)) => eprintln!("prefork: worker pid {pid} reported after {runs} run(s)"),
+        Err(why) => panic!("no race report from a pre-forked worker: {why}"),
+    }
+}

@@ -1,0 +1,91 @@
+/* Case 12: seccomp sandboxes around racing code.
+ * argv[1] = "strict-prctl":   a worker enters strict mode with prctl(PR_SET_SECCOMP), races ~0.5 s,
+ *                             writes one byte to a pipe and leaves with syscall(SYS_exit, 0).
+ * argv[1] = "strict-syscall": the same with syscall(SYS_seccomp, SECCOMP_SET_MODE_STRICT, 0, NULL).
+ * argv[1] = "filter":         a worker installs a BPF filter (kill the process on anything but a few
+ *                             calls), races ~0.5 s, writes one byte and leaves with SYS_exit.
+ * argv[1] = "tsync":          main filters every thread with SECCOMP_FILTER_FLAG_TSYNC while they race,
+ *                             races on, and exits with exit(0). */
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+
+static int pipe_fds[2];
+static const char *mode;
+
+static int install_filter(const int *allowed, int count, unsigned flags) {
+  struct sock_filter code[64];
+  int n = 0;
+  code[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+  code[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
+  code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  code[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+  for (int i = 0; i < count; i++) {
+    code[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)allowed[i], 0, 1);
+    code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  }
+  code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  struct sock_fprog prog = {(unsigned short)n, code};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+  return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+}
+
+static void *sandboxed(void *arg) {
+  (void)arg;
+  long iterations = rw_calibrate(0.5);
+  long rc;
+  if (strcmp(mode, "strict-prctl") == 0) {
+    rc = prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0);
+  } else if (strcmp(mode, "strict-syscall") == 0) {
+    rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_STRICT, 0, NULL);
+  } else {
+    static const int allowed[] = {SYS_read,   SYS_write,           SYS_exit,      SYS_exit_group, SYS_futex,
+                                  SYS_rt_sigreturn, SYS_clock_nanosleep, SYS_nanosleep, SYS_munmap,     SYS_madvise};
+    rc = install_filter(allowed, sizeof allowed / sizeof allowed[0], 0);
+  }
+  char byte = rc == 0 ? 'S' : 'F';
+  rw_race_iterations(iterations);
+  rw_write_all(pipe_fds[1], &byte, 1);
+  /* Not a return: glibc's thread exit blocks signals (rt_sigprocmask), which no sandbox here allows. */
+  syscall(SYS_exit, 0);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  mode = argc > 1 ? argv[1] : "strict-prctl";
+  printf("mode %s\n", mode);
+  fflush(stdout);
+  if (strcmp(mode, "tsync") == 0) {
+    rw_start(2, 1.0, 0);
+    rw_race_until(rw_now() + 0.2);
+    static const int allowed[] = {SYS_read,          SYS_write,     SYS_futex,   SYS_exit,           SYS_exit_group,
+                                  SYS_rt_sigreturn,  SYS_nanosleep, SYS_clock_nanosleep, SYS_madvise, SYS_munmap,
+                                  SYS_mmap,          SYS_brk,       SYS_rt_sigprocmask,  SYS_sched_yield,
+                                  SYS_getpid,        SYS_gettid};
+    int rc = install_filter(allowed, sizeof allowed / sizeof allowed[0], SECCOMP_FILTER_FLAG_TSYNC);
+    printf("tsync filter: %s\n", rc == 0 ? "ok" : "failed");
+    rw_race_until(rw_now() + 0.8);
+    rw_join();
+    printf("done\n");
+    exit(0);
+  }
+  if (pipe(pipe_fds) != 0) return 1;
+  rw_start(2, 1.0, 0);
+  pthread_t t;
+  pthread_create(&t, NULL, sandboxed, NULL);
+  char byte = 0;
+  ssize_t n = -1;
+  struct pollfd p = {pipe_fds[0], POLLIN, 0};
+  if (poll(&p, 1, 10000) == 1) n = read(pipe_fds[0], &byte, 1);
+  printf("read %zd byte(s): %c\n", n, n == 1 ? byte : '-');
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 5;
+  if (pthread_timedjoin_np(t, NULL, &until) != 0) printf("the sandboxed thread did not end\n");
+  rw_join();
+  printf("done\n");
+  return 0;
+}

@@ -17,11 +17,11 @@ const HIGH_CEILING: u64 = 1 << 16;
 
 /// Moves `fd` (a fresh close-on-exec descriptor of ours) out of the program's way and records it as ours.
 ///
-/// Preferred: just above the soft `RLIMIT_NOFILE` (raised for the `F_DUPFD` and restored at once), where
-/// the program's own `open`s can never land and `getdtablesize()` loops never reach, so the program can
-/// open exactly as many descriptors as without racewatch. When the hard limit leaves no room and the
-/// limit is small, the descriptor is refused (`EMFILE`): the caller runs without detection. With a large
-/// limit it goes high below it. Call while no other thread changes the limit (the first `pthread_create`).
+/// Preferred: just above the soft `RLIMIT_NOFILE` (raised for the `F_DUPFD` and restored at once, the
+/// hard limit too when it leaves no room and the process may raise it), where the program's own `open`s
+/// can never land and `getdtablesize()` loops never reach, so the program can open exactly as many
+/// descriptors as without racewatch. When that is not possible and the limit is small, the descriptor is
+/// refused (`EMFILE`): the caller runs without detection. With a large limit it goes high below it. Call while no other thread changes the limit (the first `pthread_create`).
 pub fn keep_high(fd: i32) -> std::io::Result<i32> {
     let moved = relocate(fd);
     real::close(fd);
@@ -40,9 +40,12 @@ fn relocate(fd: i32) -> std::io::Result<i32> {
         return Err(std::io::Error::last_os_error());
     }
     let soft = limit.rlim_cur;
-    if limit.rlim_max == libc::RLIM_INFINITY || limit.rlim_max > soft.saturating_add(MAX_OWN as u64) {
-        let raised = libc::rlimit { rlim_cur: soft + 2 * MAX_OWN as u64, rlim_max: limit.rlim_max };
-        // SAFETY: both rlimits are live; the soft limit is restored right after the dup.
+    if soft < libc::RLIM_INFINITY - 2 * MAX_OWN as u64 {
+        // Raising the hard limit too needs CAP_SYS_RESOURCE (it fails harmlessly without); lowering it
+        // back never does.
+        let wanted = soft + 2 * MAX_OWN as u64;
+        let raised = libc::rlimit { rlim_cur: wanted, rlim_max: limit.rlim_max.max(wanted) };
+        // SAFETY: both rlimits are live; the limits are restored right after the dup.
         unsafe {
             if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
                 let moved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, soft as libc::c_int);

@@ -158,18 +158,25 @@ fn masked(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t, real
         return real_fn(how, set, old);
     }
     let was_blocked = signal::trap_blocked();
+    let set_ptr = set;
     let set = opt_ref(set);
+    let trap = set.is_some_and(signal::has_trap);
     // Unblocking SIGTRAP is always passed on (it may be blocked for real while one of the program's waits).
-    let kernel_set = set.map(|s| if how == libc::SIG_UNBLOCK { *s } else { signal::with_trap(s, false) });
-    let rc = real_fn(how, kernel_set.as_ref().map_or(std::ptr::null(), |s| s), old);
+    let rc = if trap && how != libc::SIG_UNBLOCK {
+        let kernel_set = set.map(|s| signal::with_trap(s, false));
+        real_fn(how, kernel_set.as_ref().map_or(std::ptr::null(), |s| s), old)
+    } else {
+        real_fn(how, set_ptr, old)
+    };
     if rc != 0 {
         return rc;
     }
-    if let Some(old) = opt_mut(old) {
-        *old = signal::with_trap(old, was_blocked || signal::has_trap(old));
+    if was_blocked {
+        if let Some(old) = opt_mut(old) {
+            signal::add_trap(old);
+        }
     }
-    if let Some(set) = set {
-        let trap = signal::has_trap(set);
+    if set.is_some() {
         let blocked = match how {
             libc::SIG_BLOCK => was_blocked || trap,
             libc::SIG_UNBLOCK => was_blocked && !trap,

@@ -233,6 +233,12 @@ pub fn with_trap(set: &libc::sigset_t, trap: bool) -> libc::sigset_t {
     copy
 }
 
+/// Adds `SIGTRAP` to `set`.
+pub fn add_trap(set: &mut libc::sigset_t) {
+    // SAFETY: writes only the live set.
+    unsafe { libc::sigaddset(set, libc::SIGTRAP) };
+}
+
 /// Whether the program has `SIGTRAP` blocked in the calling thread.
 pub fn trap_blocked() -> bool {
     TRAP_BLOCKED.with(Cell::get)

@@ -10,6 +10,10 @@
 //! artefacts (data files, directory listings) must be the same in all three; the programs print only
 //! facts that do not depend on timing. A run is killed after its timeout and counts as a hang.
 //!
+//! One `#[test]` per case (the harness runs cases in parallel, one per CPU); a case's three modes run in
+//! parallel with `parallel_map`. A failure names the case and the mode and shows each difference
+//! (status, a line diff of stdout or stderr, an artefact) and the tail of the raw stderr.
+//!
 //! A few more tests check that the detector really works in these settings: the programs arm
 //! watchpoints, a parent keeps sampling after its forked children exit, and pre-forked workers are
 //! reported.
@@ -58,6 +62,8 @@ const PROGRAMS: &[Program] = &[
     Program { name: "trap_handler", source: include_str!("host/trap_handler.c"), metadata: true },
     Program { name: "sigtimedwait", source: include_str!("host/sigtimedwait.c"), metadata: true },
     Program { name: "exec_self", source: include_str!("host/exec_self.c"), metadata: true },
+    Program { name: "trap_default", source: include_str!("host/trap_default.c"), metadata: true },
+    Program { name: "spawn", source: include_str!("host/spawn.c"), metadata: true },
     Program { name: "small_stacks", source: include_str!("host/small_stacks.c"), metadata: true },
     Program { name: "altstack", source: include_str!("host/altstack.c"), metadata: true },
     Program { name: "seccomp", source: include_str!("host/seccomp.c"), metadata: true },
@@ -134,11 +140,16 @@ struct Case {
     timeout: Duration,
     /// Lines the run without racewatch must print (guards the baseline: the test, not racewatch).
     expect: &'static [&'static str],
+    /// How the run without racewatch ends (`exit 0` unless the case is about dying).
+    status: &'static str,
     /// Collects the artefacts from the run's directory.
     artefacts: fn(&Path) -> Artefacts,
     /// Extra checks, on every mode (including the run without racewatch).
     check: fn(&Outcome) -> Result<(), String>,
 }
+
+/// How a process killed by `SIGTRAP`'s default action ends.
+const DIED_OF_SIGTRAP: &str = "signal 5 (SIGTRAP)";
 
 fn case(name: &'static str, program: &'static str, args: &'static [&'static str]) -> Case {
     Case {
@@ -149,6 +160,7 @@ fn case(name: &'static str, program: &'static str, args: &'static [&'static str]
         launch: Launch::Plain,
         timeout: TIMEOUT,
         expect: &[],
+        status: "exit 0",
         artefacts: |_| Vec::new(),
         check: |_| Ok(()),
     }
@@ -157,6 +169,9 @@ fn case(name: &'static str, program: &'static str, args: &'static [&'static str]
 impl Case {
     fn expect(self, expect: &'static [&'static str]) -> Self {
         Case { expect, ..self }
+    }
+    fn status(self, status: &'static str) -> Self {
+        Case { status, ..self }
     }
     fn options(self, options: &'static [&'static str]) -> Self {
         Case { options, ..self }
@@ -216,8 +231,9 @@ fn pattern(len: usize) -> Vec<u8> {
 fn data_is_the_pattern(outcome: &Outcome) -> Result<(), String> {
     let data = outcome.artefacts.iter().find(|(name, _)| name == "data file").map(|(_, b)| b.as_slice());
     let data = data.ok_or("no data file artefact")?;
-    if contains(data, b"racewatch") {
-        return Err(format!("the data file contains racewatch text:\n{}", String::from_utf8_lossy(data)));
+    if let Some(at) = find(data, b"racewatch") {
+        let text = String::from_utf8_lossy(&data[at..(at + 300).min(data.len())]).into_owned();
+        return Err(format!("the data file contains racewatch text at offset {at}:\n{}", tail(&text, 6)));
     }
     let expected = pattern(DATA_LEN);
     if data != expected.as_slice() {
@@ -226,8 +242,8 @@ fn data_is_the_pattern(outcome: &Outcome) -> Result<(), String> {
     Ok(())
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// All the cases, in DESIGN.md's order of concerns.
@@ -259,10 +275,28 @@ fn cases() -> Vec<Case> {
         ]),
         case("own_sigtrap_handler_with_signal", "trap_handler", &["signal"])
             .expect(&["handler ran: 3", "sigaction returns our handler: 1"]),
+        // 7b. SIGTRAPs the program raises with the default disposition (dies of SIGTRAP), an SA_RESETHAND
+        // handler, or SIGTRAP blocked (pending, taken by sigwaitinfo).
+        case("own_sigtrap_default_raise", "trap_default", &["raise"]).expect(&["raising"]).status(DIED_OF_SIGTRAP),
+        case("own_sigtrap_default_int3", "trap_default", &["int3"]).expect(&["raising"]).status(DIED_OF_SIGTRAP),
+        case("own_sigtrap_resethand", "trap_default", &["resethand"])
+            .expect(&["handled: 1, reset to default: 1", "raising"])
+            .status(DIED_OF_SIGTRAP),
+        case("own_sigtrap_blocked_pending", "trap_default", &["blocked"]).expect(&[
+            "pending: 1",
+            "sigwaitinfo: 5, si_code: 0",
+            "still blocked: 1",
+        ]),
         // 8. Threads blocking everything and polling with sigtimedwait.
         case("sigtimedwait_everything_blocked", "sigtimedwait", &[]).expect(&["signals dequeued: 0"]),
         // 9. SIGTRAP blocked, execve of itself while racing.
         case("exec_self_with_sigtrap_blocked", "exec_self", &[]).expect(&["exec", "child ok"]),
+        // 9b. Child processes through system(), posix_spawn() and popen().
+        case("children_through_system_spawn_popen", "spawn", &[]).expect(&[
+            "from system",
+            "from posix_spawn",
+            "popen read: from popen",
+        ]),
         // 10. PTHREAD_STACK_MIN threads recursing to ~3 KiB from the end of their stacks.
         case("min_stacks_deep_recursion", "small_stacks", &[])
             .expect(&["threads that recursed to about 3072 bytes from the end of their stack: 2"]),
@@ -669,8 +703,8 @@ fn check_case(name: &str) {
 
     // The baseline must be what the program is written to do, or the comparison proves nothing.
     let mut baseline = Vec::new();
-    if direct.status != "exit 0" {
-        baseline.push(format!("status {} (expected exit 0)", direct.status));
+    if !direct.status.starts_with(case.status) {
+        baseline.push(format!("status {} (expected {})", direct.status, case.status));
     }
     for line in case.expect {
         if !direct.stdout.lines().any(|l| l == *line) {
@@ -750,6 +784,11 @@ host_cases!(
     own_sigtrap_handler_with_signal,
     sigtimedwait_everything_blocked,
     exec_self_with_sigtrap_blocked,
+    own_sigtrap_default_raise,
+    own_sigtrap_default_int3,
+    own_sigtrap_resethand,
+    own_sigtrap_blocked_pending,
+    children_through_system_spawn_popen,
     min_stacks_deep_recursion,
     sigaltstack_sigusr1_handler,
     seccomp_strict_prctl,

@@ -27,8 +27,11 @@
 //! address-only forms (LEA, multi-byte NOP, prefetch).
 
 mod classify;
+mod emulate;
 mod pool;
 mod stream;
+
+pub use emulate::{Bounds, Miss};
 
 use classify::{address, classify, Candidate, Class, GprMask};
 use core::ops::ControlFlow;
@@ -175,6 +178,26 @@ pub fn access_at(code: &dyn CodeReader, regs: &Regs, max_lookahead: usize) -> Op
             ControlFlow::Continue(())
         }
     })
+}
+
+/// Instructions [`reach`] follows at most (GWPSan's emulation goes 20 deep).
+pub const MAX_STEPS: usize = 32;
+
+/// The next memory access the interrupted thread makes outside its own stack, following its real path
+/// from `regs` (branches, calls and returns inside covered code) for at most `max_steps` instructions;
+/// or why there is none to watch. See [`emulate`]. Async-signal-safe after [`warm_up`].
+pub fn reach(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds<'_>, max_steps: usize) -> Result<MemAccess, Miss> {
+    let mut claimed = pool::claim(pool_hint()).ok_or(Miss::Unemulated)?;
+    let factory = claimed.factory().ok_or(Miss::Unemulated)?;
+    emulate::reach(code, factory, regs, bounds, max_steps)
+}
+
+/// Emulates the one register-only instruction at `regs.rip`: the registers after it, the mask of those
+/// known, and the mask of known status flags (tests compare this with the CPU).
+pub fn emulate_step(code: &dyn CodeReader, regs: &Regs) -> Result<(Regs, u16, u64), Miss> {
+    let mut claimed = pool::claim(pool_hint()).ok_or(Miss::Unemulated)?;
+    let factory = claimed.factory().ok_or(Miss::Unemulated)?;
+    emulate::step(code, factory, regs)
 }
 
 /// The access made by the instruction that ends at `rip`, for a data-breakpoint trap (the CPU reports the trap

@@ -1,0 +1,704 @@
+//! Following the interrupted thread's real path to its next memory access.
+//!
+//! A timer sample usually lands a few instructions *after* a loop's access
+//! (`incq [mem]; dec rcx; jnz loop`): straight-line look-ahead stops at the
+//! branch and nothing is watched. [`reach`] instead runs a small x86-64
+//! interpreter from the interrupted registers: integer moves, LEA, ALU ops
+//! with exact RFLAGS, shifts, setcc/cmovcc, push/pop, and jmp/jcc/call/ret
+//! decided by the computed state, for up to `max_steps` instructions. The
+//! first memory access outside the thread's own stack whose address is known
+//! is the answer. Accesses to the thread's own stack are emulated (stores
+//! into a small store buffer, loads from it or from memory, read without
+//! faulting) and passed over. Anything it cannot emulate exactly stops it.
+//!
+//! Flags are tracked bit by bit: a flag an instruction leaves undefined
+//! (AF after a logic op, OF after a multi-bit shift) is unknown, and a
+//! branch that needs an unknown flag stops the walk. Registers are known or
+//! not (a value loaded through FS/GS is not). No allocation, no lock: the
+//! caller provides the decoder factory and the memory reader.
+
+use super::classify::{address, classify, Candidate, Class};
+use super::{access_of, CodeReader, MemAccess, Regs};
+use iced_x86::{
+    ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind,
+    Register,
+};
+
+/// Why [`reach`] found no access to watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Miss {
+    /// Every access within reach was on the thread's own stack.
+    OwnStack,
+    /// `max_steps` instructions ran without a memory access.
+    NoAccess,
+    /// An instruction the interpreter does not emulate (or code it cannot read or decode).
+    Unemulated,
+    /// The next access's address depends on a value the interpreter does not know.
+    AddressUnknown,
+    /// Control left covered code (a call or jump out, a return into uncovered code).
+    LeftCovered,
+}
+
+/// Where the walk may go and what counts as the thread's own stack.
+pub struct Bounds<'a> {
+    /// `[lo, hi)` of the sampled thread's private stack: accesses there are not watched.
+    pub own_stack: (u64, u64),
+    /// Whether a control transfer target lies in covered code.
+    pub covered: &'a dyn Fn(u64) -> bool,
+}
+
+const CF: u64 = 1 << 0;
+const PF: u64 = 1 << 2;
+const AF: u64 = 1 << 4;
+const ZF: u64 = 1 << 6;
+const SF: u64 = 1 << 7;
+const OF: u64 = 1 << 11;
+const STATUS: u64 = CF | PF | AF | ZF | SF | OF;
+
+/// Stores the walk made to the own stack (push, call, spills), newest last.
+const STORES: usize = 16;
+
+struct Machine {
+    gpr: [u64; 16],
+    /// Bit i: `gpr[i]` is known.
+    known: u16,
+    rip: u64,
+    flags: u64,
+    /// Which of the status flags are known.
+    flags_known: u64,
+    stores: [(u64, u8, u64); STORES],
+    nstores: usize,
+}
+
+/// Runs from `regs` for at most `max_steps` instructions; returns the first access to watch.
+pub fn reach(
+    code: &dyn CodeReader,
+    factory: &mut InstructionInfoFactory,
+    regs: &Regs,
+    bounds: &Bounds<'_>,
+    max_steps: usize,
+) -> Result<MemAccess, Miss> {
+    let mut m = Machine {
+        gpr: regs.gpr,
+        known: u16::MAX,
+        rip: regs.rip,
+        flags: regs.rflags,
+        flags_known: STATUS,
+        stores: [(0, 0, 0); STORES],
+        nstores: 0,
+    };
+    let mut saw_own_stack = false;
+    for _ in 0..max_steps {
+        let insn = decode_at(code, m.rip).ok_or(Miss::Unemulated)?;
+        match insn.flow_control() {
+            FlowControl::Next => {}
+            FlowControl::UnconditionalBranch
+            | FlowControl::ConditionalBranch
+            | FlowControl::Call
+            | FlowControl::Return
+            | FlowControl::IndirectBranch
+            | FlowControl::IndirectCall => {
+                m.branch(code, &insn, bounds)?;
+                continue;
+            }
+            _ => return Err(Miss::Unemulated),
+        }
+        let (class, _) = classify(factory, &insn);
+        let stack_op = insn.is_stack_instruction();
+        match class {
+            Class::Stop => return Err(Miss::Unemulated),
+            Class::Access(cand) if !stack_op => {
+                let regs_now = m.regs();
+                let (addr, used) = address(&insn, cand.operand, &regs_now).ok_or(Miss::AddressUnknown)?;
+                if used & !m.known != 0 {
+                    return Err(Miss::AddressUnknown);
+                }
+                if !bounds.in_own_stack(addr) {
+                    return Ok(access_of(&insn, cand, addr, true));
+                }
+                saw_own_stack = true;
+                m.execute(code, &insn, Some((addr, cand)))?;
+            }
+            Class::Skip if !stack_op => {
+                // TLS (FS/GS), string instructions, gathers: not watched, and not emulated.
+                return Err(Miss::Unemulated);
+            }
+            _ => m.execute(code, &insn, None)?,
+        }
+        m.rip = insn.next_ip();
+    }
+    Err(if saw_own_stack { Miss::OwnStack } else { Miss::NoAccess })
+}
+
+/// Emulates the single instruction at `regs.rip` (which must make no access outside the own stack):
+/// the registers after it, which of them are known, and the known status flags. For tests against
+/// the real CPU.
+pub fn step(
+    code: &dyn CodeReader,
+    factory: &mut InstructionInfoFactory,
+    regs: &Regs,
+) -> Result<(Regs, u16, u64), Miss> {
+    let mut m = Machine {
+        gpr: regs.gpr,
+        known: u16::MAX,
+        rip: regs.rip,
+        flags: regs.rflags,
+        flags_known: STATUS,
+        stores: [(0, 0, 0); STORES],
+        nstores: 0,
+    };
+    let insn = decode_at(code, m.rip).ok_or(Miss::Unemulated)?;
+    let (class, _) = classify(factory, &insn);
+    if !matches!(class, Class::NoMem) || insn.flow_control() != FlowControl::Next {
+        return Err(Miss::Unemulated);
+    }
+    m.execute(code, &insn, None)?;
+    m.rip = insn.next_ip();
+    Ok((m.regs(), m.known, m.flags_known))
+}
+
+impl Bounds<'_> {
+    fn in_own_stack(&self, addr: u64) -> bool {
+        (self.own_stack.0..self.own_stack.1).contains(&addr)
+    }
+}
+
+/// Decodes the one instruction at `rip`.
+fn decode_at(code: &dyn CodeReader, rip: u64) -> Option<Instruction> {
+    let mut buf = [0u8; 15];
+    let got = code.read(rip, &mut buf);
+    let bytes = buf.get(..got)?;
+    let mut decoder = Decoder::try_with_ip(64, bytes, rip, DecoderOptions::NONE).ok()?;
+    let insn = decoder.decode();
+    (!insn.is_invalid()).then_some(insn)
+}
+
+fn mask(bits: u32) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+fn parity(value: u64) -> bool {
+    (value as u8).count_ones() % 2 == 0
+}
+
+fn gpr_index(reg: Register) -> Option<usize> {
+    let full = reg.full_register();
+    full.is_gpr64().then(|| full.number())
+}
+
+impl Machine {
+    fn regs(&self) -> Regs {
+        Regs { gpr: self.gpr, rip: self.rip, rflags: self.flags }
+    }
+
+    fn reg(&self, reg: Register) -> Option<u64> {
+        let i = gpr_index(reg)?;
+        if self.known & (1 << i) == 0 {
+            return None;
+        }
+        let full = self.gpr[i];
+        Some(match reg {
+            Register::AH | Register::CH | Register::DH | Register::BH => (full >> 8) & 0xff,
+            _ => full & mask(reg.size() as u32 * 8),
+        })
+    }
+
+    fn set_reg(&mut self, reg: Register, value: Option<u64>) -> Result<(), Miss> {
+        let i = gpr_index(reg).ok_or(Miss::Unemulated)?;
+        let old = (self.known & (1 << i) != 0).then_some(self.gpr[i]);
+        let new = match (reg, reg.size()) {
+            (Register::AH | Register::CH | Register::DH | Register::BH, _) => {
+                old.zip(value).map(|(o, v)| (o & !0xff00) | (v & 0xff) << 8)
+            }
+            (_, 8) => value,
+            (_, 4) => value.map(|v| v & 0xffff_ffff),
+            (_, size) => {
+                let m = mask(size as u32 * 8);
+                old.zip(value).map(|(o, v)| (o & !m) | (v & m))
+            }
+        };
+        match new {
+            Some(v) => {
+                self.gpr[i] = v;
+                self.known |= 1 << i;
+            }
+            None => self.known &= !(1 << i),
+        }
+        Ok(())
+    }
+
+    /// A load of `size` bytes from the own stack: the newest covering store, else memory.
+    fn load(&self, code: &dyn CodeReader, addr: u64, size: u8) -> Option<u64> {
+        for &(at, len, value) in self.stores[..self.nstores].iter().rev() {
+            let overlap = addr < at + u64::from(len) && at < addr + u64::from(size);
+            if overlap {
+                if at <= addr && addr + u64::from(size) <= at + u64::from(len) {
+                    return Some((value >> ((addr - at) * 8)) & mask(u32::from(size) * 8));
+                }
+                return None;
+            }
+        }
+        let mut bytes = [0u8; 8];
+        let buf = bytes.get_mut(..usize::from(size))?;
+        (code.read(addr, buf) == buf.len()).then(|| u64::from_le_bytes(bytes))
+    }
+
+    fn store(&mut self, addr: u64, size: u8, value: Option<u64>) -> Result<(), Miss> {
+        let value = value.ok_or(Miss::Unemulated)?;
+        if self.nstores == STORES {
+            return Err(Miss::Unemulated);
+        }
+        self.stores[self.nstores] = (addr, size, value & mask(u32::from(size) * 8));
+        self.nstores += 1;
+        Ok(())
+    }
+
+    fn push(&mut self, value: Option<u64>) -> Result<(), Miss> {
+        let rsp = self.reg(Register::RSP).ok_or(Miss::AddressUnknown)?.wrapping_sub(8);
+        self.store(rsp, 8, value)?;
+        self.set_reg(Register::RSP, Some(rsp))
+    }
+
+    fn pop(&mut self, code: &dyn CodeReader) -> Result<Option<u64>, Miss> {
+        let rsp = self.reg(Register::RSP).ok_or(Miss::AddressUnknown)?;
+        let value = self.load(code, rsp, 8);
+        self.set_reg(Register::RSP, Some(rsp.wrapping_add(8)))?;
+        Ok(value)
+    }
+
+    fn flag(&self, bit: u64) -> Option<bool> {
+        (self.flags_known & bit == bit).then_some(self.flags & bit != 0)
+    }
+
+    /// Sets the status flags in `defined` from `values`; the flags in `undefined` become unknown.
+    fn set_flags(&mut self, defined: u64, values: u64, undefined: u64) {
+        self.flags = (self.flags & !defined) | (values & defined);
+        self.flags_known = (self.flags_known | defined) & !undefined;
+    }
+
+    fn condition(&self, cc: ConditionCode) -> Option<bool> {
+        let f = |bit| self.flag(bit);
+        Some(match cc {
+            ConditionCode::o => f(OF)?,
+            ConditionCode::no => !f(OF)?,
+            ConditionCode::b => f(CF)?,
+            ConditionCode::ae => !f(CF)?,
+            ConditionCode::e => f(ZF)?,
+            ConditionCode::ne => !f(ZF)?,
+            ConditionCode::be => f(CF)? || f(ZF)?,
+            ConditionCode::a => !f(CF)? && !f(ZF)?,
+            ConditionCode::s => f(SF)?,
+            ConditionCode::ns => !f(SF)?,
+            ConditionCode::p => f(PF)?,
+            ConditionCode::np => !f(PF)?,
+            ConditionCode::l => f(SF)? != f(OF)?,
+            ConditionCode::ge => f(SF)? == f(OF)?,
+            ConditionCode::le => f(ZF)? || f(SF)? != f(OF)?,
+            ConditionCode::g => !f(ZF)? && f(SF)? == f(OF)?,
+            ConditionCode::None => return None,
+        })
+    }
+
+    fn branch(&mut self, code: &dyn CodeReader, insn: &Instruction, bounds: &Bounds<'_>) -> Result<(), Miss> {
+        let next = insn.next_ip();
+        let target = match insn.flow_control() {
+            FlowControl::ConditionalBranch => {
+                if insn.condition_code() == ConditionCode::None {
+                    return Err(Miss::Unemulated); // loop, jrcxz
+                }
+                if self.condition(insn.condition_code()).ok_or(Miss::Unemulated)? {
+                    insn.near_branch_target()
+                } else {
+                    next
+                }
+            }
+            FlowControl::UnconditionalBranch | FlowControl::Call if insn.op0_kind() != OpKind::Register => {
+                if !matches!(insn.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64) {
+                    return Err(Miss::Unemulated);
+                }
+                insn.near_branch_target()
+            }
+            FlowControl::IndirectBranch | FlowControl::IndirectCall | FlowControl::UnconditionalBranch
+                if insn.op0_kind() == OpKind::Register =>
+            {
+                self.reg(insn.op0_register()).ok_or(Miss::Unemulated)?
+            }
+            FlowControl::Return => {
+                if insn.mnemonic() != Mnemonic::Ret {
+                    return Err(Miss::Unemulated);
+                }
+                let target = self.pop(code)?.ok_or(Miss::Unemulated)?;
+                if insn.op_count() == 1 {
+                    let rsp = self.reg(Register::RSP).ok_or(Miss::Unemulated)?;
+                    self.set_reg(Register::RSP, Some(rsp.wrapping_add(u64::from(insn.immediate16()))))?;
+                }
+                target
+            }
+            _ => return Err(Miss::Unemulated),
+        };
+        if !(bounds.covered)(target) {
+            return Err(Miss::LeftCovered);
+        }
+        if matches!(insn.flow_control(), FlowControl::Call | FlowControl::IndirectCall) {
+            self.push(Some(next))?;
+        }
+        self.rip = target;
+        Ok(())
+    }
+
+    /// Value of operand `i` (`mem`: the address and shape of the instruction's memory operand).
+    fn read(&self, code: &dyn CodeReader, insn: &Instruction, i: u32, mem: Option<(u64, Candidate)>) -> Option<u64> {
+        match insn.op_kind(i) {
+            OpKind::Register => self.reg(insn.op_register(i)),
+            OpKind::Memory => mem.and_then(|(addr, cand)| self.load(code, addr, cand.size)),
+            OpKind::Immediate8
+            | OpKind::Immediate16
+            | OpKind::Immediate32
+            | OpKind::Immediate64
+            | OpKind::Immediate8to16
+            | OpKind::Immediate8to32
+            | OpKind::Immediate8to64
+            | OpKind::Immediate32to64 => Some(insn.immediate(i)),
+            _ => None,
+        }
+    }
+
+    fn write(
+        &mut self,
+        insn: &Instruction,
+        i: u32,
+        mem: Option<(u64, Candidate)>,
+        value: Option<u64>,
+    ) -> Result<(), Miss> {
+        match insn.op_kind(i) {
+            OpKind::Register => self.set_reg(insn.op_register(i), value),
+            OpKind::Memory => {
+                let (addr, cand) = mem.ok_or(Miss::Unemulated)?;
+                self.store(addr, cand.size, value)
+            }
+            _ => Err(Miss::Unemulated),
+        }
+    }
+
+    /// Width in bits of the operation (its first operand).
+    fn width(insn: &Instruction, mem: Option<(u64, Candidate)>) -> u32 {
+        match insn.op0_kind() {
+            OpKind::Register => insn.op0_register().size() as u32 * 8,
+            _ => mem.map_or(64, |(_, cand)| u32::from(cand.size) * 8),
+        }
+    }
+
+    fn execute(
+        &mut self,
+        code: &dyn CodeReader,
+        insn: &Instruction,
+        mem: Option<(u64, Candidate)>,
+    ) -> Result<(), Miss> {
+        use Mnemonic::*;
+        let bits = Self::width(insn, mem);
+        let m = mask(bits);
+        let src = |s: &Self, i| s.read(code, insn, i, mem);
+        match insn.mnemonic() {
+            Nop | Endbr64 | Pause | Prefetchnta | Prefetcht0 | Prefetcht1 | Prefetcht2 | Lfence | Mfence | Sfence => {}
+            Mov => {
+                let value = src(self, 1);
+                self.write(insn, 0, mem, value)?;
+            }
+            Movzx => {
+                let value = src(self, 1);
+                self.write(insn, 0, mem, value)?;
+            }
+            Movsx | Movsxd => {
+                let from = match insn.op1_kind() {
+                    OpKind::Register => insn.op1_register().size() as u32 * 8,
+                    _ => mem.map_or(32, |(_, c)| u32::from(c.size) * 8),
+                };
+                let value = src(self, 1).map(|v| sign_extend(v, from) & m);
+                self.write(insn, 0, mem, value)?;
+            }
+            Cdqe => self.set_reg(Register::RAX, self.reg(Register::EAX).map(|v| sign_extend(v, 32)))?,
+            Cwde => self.set_reg(Register::EAX, self.reg(Register::AX).map(|v| sign_extend(v, 16) & mask(32)))?,
+            Cqo => {
+                self.set_reg(Register::RDX, self.reg(Register::RAX).map(|v| if v >> 63 == 1 { u64::MAX } else { 0 }))?
+            }
+            Cdq => self
+                .set_reg(Register::EDX, self.reg(Register::EAX).map(|v| if v >> 31 & 1 == 1 { mask(32) } else { 0 }))?,
+            Lea => {
+                let regs = self.regs();
+                let (addr, used) = address(insn, 1, &regs).ok_or(Miss::Unemulated)?;
+                let value = (used & !self.known == 0).then_some(addr & m);
+                self.set_reg(insn.op0_register(), value)?;
+            }
+            Xchg if mem.is_none() => {
+                let (a, b) = (src(self, 0), src(self, 1));
+                self.write(insn, 0, mem, b)?;
+                self.write(insn, 1, mem, a)?;
+            }
+            Push => {
+                let value = src(self, 0).map(|v| if bits < 64 { sign_extend(v, bits) } else { v });
+                self.push(value)?;
+            }
+            Pop => {
+                let value = self.pop(code)?;
+                self.write(insn, 0, mem, value)?;
+            }
+            Leave => {
+                self.set_reg(Register::RSP, self.reg(Register::RBP))?;
+                let value = self.pop(code)?;
+                self.set_reg(Register::RBP, value)?;
+            }
+            Add | Sub | Cmp | Adc | Sbb => {
+                let carry_in = match insn.mnemonic() {
+                    Adc | Sbb => Some(u64::from(self.flag(CF).ok_or(Miss::Unemulated)?)),
+                    _ => Some(0),
+                };
+                let sub = matches!(insn.mnemonic(), Sub | Cmp | Sbb);
+                let (a, b) = (src(self, 0), src(self, 1).map(|v| v & m));
+                let result = a.zip(b).zip(carry_in).map(|((a, b), c)| arith(a & m, b, c, bits, sub));
+                self.flags_from(result.map(|(_, f)| f), STATUS, 0);
+                if insn.mnemonic() != Cmp {
+                    self.write(insn, 0, mem, result.map(|(r, _)| r))?;
+                }
+            }
+            Inc | Dec => {
+                let a = src(self, 0);
+                let result = a.map(|a| arith(a & m, 1, 0, bits, insn.mnemonic() == Dec));
+                self.flags_from(result.map(|(_, f)| f), STATUS & !CF, 0);
+                self.write(insn, 0, mem, result.map(|(r, _)| r))?;
+            }
+            Neg => {
+                let a = src(self, 0);
+                let result = a.map(|a| arith(0, a & m, 0, bits, true));
+                self.flags_from(result.map(|(_, f)| f), STATUS, 0);
+                self.write(insn, 0, mem, result.map(|(r, _)| r))?;
+            }
+            Not => {
+                let value = src(self, 0).map(|a| !a & m);
+                self.write(insn, 0, mem, value)?;
+            }
+            And | Or | Xor | Test => {
+                // `xor r, r` zeroes r whatever it held.
+                let same = insn.op0_kind() == OpKind::Register
+                    && insn.op1_kind() == OpKind::Register
+                    && insn.op0_register() == insn.op1_register();
+                let (a, b) = (src(self, 0), src(self, 1));
+                let value = match insn.mnemonic() {
+                    Xor if same => Some(0),
+                    And => a.zip(b).map(|(a, b)| a & b & m),
+                    Or => a.zip(b).map(|(a, b)| (a | b) & m),
+                    Xor => a.zip(b).map(|(a, b)| (a ^ b) & m),
+                    _ => a.zip(b).map(|(a, b)| a & b & m),
+                };
+                self.flags_from(value.map(|v| result_flags(v, bits)), STATUS & !AF, AF);
+                if insn.mnemonic() != Test {
+                    self.write(insn, 0, mem, value)?;
+                }
+            }
+            Shl | Sal | Shr | Sar => {
+                let count = src(self, 1).ok_or(Miss::Unemulated)? & if bits == 64 { 0x3f } else { 0x1f };
+                let a = src(self, 0);
+                if count == 0 {
+                    self.write(insn, 0, mem, a)?;
+                } else {
+                    let result = a.map(|a| shift(insn.mnemonic(), a & m, count as u32, bits));
+                    let undefined = if count == 1 { AF } else { AF | OF };
+                    self.flags_from(result.map(|(_, f)| f), STATUS & !undefined, undefined);
+                    self.write(insn, 0, mem, result.map(|(r, _)| r))?;
+                }
+            }
+            Imul if insn.op_count() >= 2 => {
+                let (a, b) =
+                    if insn.op_count() == 3 { (src(self, 1), src(self, 2)) } else { (src(self, 0), src(self, 1)) };
+                let result = a.zip(b).map(|(a, b)| {
+                    let wide =
+                        i128::from(sign_extend(a & m, bits) as i64) * i128::from(sign_extend(b & m, bits) as i64);
+                    let r = (wide as u64) & m;
+                    let overflow = i128::from(sign_extend(r, bits) as i64) != wide;
+                    (r, if overflow { CF | OF } else { 0 })
+                });
+                self.flags_from(result.map(|(_, f)| f), CF | OF, SF | ZF | AF | PF);
+                self.write(insn, 0, mem, result.map(|(r, _)| r))?;
+            }
+            _ if insn.condition_code() != ConditionCode::None && is_setcc_or_cmov(insn.mnemonic()) => {
+                let taken = self.condition(insn.condition_code());
+                if is_setcc(insn.mnemonic()) {
+                    self.write(insn, 0, mem, taken.map(u64::from))?;
+                } else {
+                    match taken {
+                        Some(true) => {
+                            let value = src(self, 1);
+                            self.write(insn, 0, mem, value)?;
+                        }
+                        // cmov with a 32-bit destination zero-extends even when not taken.
+                        Some(false) => {
+                            let value = src(self, 0);
+                            self.write(insn, 0, mem, value)?;
+                        }
+                        None => self.write(insn, 0, mem, None)?,
+                    }
+                }
+            }
+            _ => return Err(Miss::Unemulated),
+        }
+        Ok(())
+    }
+
+    /// Applies computed flags (`None`: the inputs were unknown, so every flag in `defined` is too).
+    fn flags_from(&mut self, flags: Option<u64>, defined: u64, undefined: u64) {
+        match flags {
+            Some(values) => self.set_flags(defined, values, undefined),
+            None => self.flags_known &= !(defined | undefined),
+        }
+    }
+}
+
+fn is_setcc(m: Mnemonic) -> bool {
+    use Mnemonic::*;
+    matches!(
+        m,
+        Seto | Setno
+            | Setb
+            | Setae
+            | Sete
+            | Setne
+            | Setbe
+            | Seta
+            | Sets
+            | Setns
+            | Setp
+            | Setnp
+            | Setl
+            | Setge
+            | Setle
+            | Setg
+    )
+}
+
+fn is_setcc_or_cmov(m: Mnemonic) -> bool {
+    use Mnemonic::*;
+    is_setcc(m)
+        || matches!(
+            m,
+            Cmovo
+                | Cmovno
+                | Cmovb
+                | Cmovae
+                | Cmove
+                | Cmovne
+                | Cmovbe
+                | Cmova
+                | Cmovs
+                | Cmovns
+                | Cmovp
+                | Cmovnp
+                | Cmovl
+                | Cmovge
+                | Cmovle
+                | Cmovg
+        )
+}
+
+fn sign_extend(value: u64, bits: u32) -> u64 {
+    if bits >= 64 {
+        return value;
+    }
+    let shift = 64 - bits;
+    (((value << shift) as i64) >> shift) as u64
+}
+
+/// SF, ZF and PF of a `bits`-wide result.
+fn result_flags(value: u64, bits: u32) -> u64 {
+    let mut flags = 0;
+    if value & mask(bits) == 0 {
+        flags |= ZF;
+    }
+    if value >> (bits - 1) & 1 == 1 {
+        flags |= SF;
+    }
+    if parity(value) {
+        flags |= PF;
+    }
+    flags
+}
+
+/// `a + b + carry` or `a - b - carry` in `bits` bits: the result and all six status flags.
+fn arith(a: u64, b: u64, carry: u64, bits: u32, sub: bool) -> (u64, u64) {
+    let m = mask(bits);
+    let wide = if sub {
+        u128::from(a).wrapping_sub(u128::from(b)).wrapping_sub(u128::from(carry))
+    } else {
+        u128::from(a) + u128::from(b) + u128::from(carry)
+    };
+    let r = (wide as u64) & m;
+    let mut flags = result_flags(r, bits);
+    let carried = if sub { u128::from(a) < u128::from(b) + u128::from(carry) } else { wide >> bits != 0 };
+    if carried {
+        flags |= CF;
+    }
+    let top = bits - 1;
+    let overflow = if sub { ((a ^ b) & (a ^ r)) >> top & 1 } else { (!(a ^ b) & (a ^ r)) >> top & 1 };
+    if overflow == 1 {
+        flags |= OF;
+    }
+    if (a ^ b ^ r) & 0x10 != 0 {
+        flags |= AF;
+    }
+    (r, flags)
+}
+
+/// A shift by `count` (1..bits-1 after masking, possibly >= bits for 8/16-bit operands).
+fn shift(op: Mnemonic, a: u64, count: u32, bits: u32) -> (u64, u64) {
+    let m = mask(bits);
+    let (r, cf) = match op {
+        Mnemonic::Shr => {
+            let cf = if count <= bits { a >> (count - 1) & 1 } else { 0 };
+            (if count >= bits { 0 } else { a >> count }, cf)
+        }
+        Mnemonic::Sar => {
+            let s = sign_extend(a, bits) as i64;
+            let c = count.min(63);
+            (((s >> c) as u64) & m, ((s >> (c - 1).min(63)) & 1) as u64)
+        }
+        _ => {
+            let cf = if count <= bits { a >> (bits - count) & 1 } else { 0 };
+            (if count >= bits { 0 } else { (a << count) & m }, cf)
+        }
+    };
+    let mut flags = result_flags(r, bits);
+    if cf == 1 {
+        flags |= CF;
+    }
+    let of = match op {
+        Mnemonic::Shr => a >> (bits - 1) & 1,
+        Mnemonic::Sar => 0,
+        _ => (r >> (bits - 1) & 1) ^ cf,
+    };
+    if of == 1 {
+        flags |= OF;
+    }
+    (r, flags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_flags_match_the_manual() {
+        // 0x7f + 1 in 8 bits: signed overflow, AF, SF.
+        let (r, f) = arith(0x7f, 1, 0, 8, false);
+        assert_eq!(r, 0x80);
+        assert_eq!(f & (OF | SF | AF | CF | ZF), OF | SF | AF);
+        // 0 - 1 in 32 bits: borrow, SF, PF (0xff has even parity).
+        let (r, f) = arith(0, 1, 0, 32, true);
+        assert_eq!(r, 0xffff_ffff);
+        assert_eq!(f & (CF | SF | PF | OF), CF | SF | PF);
+        // u64::MAX + 1: carry, zero.
+        let (r, f) = arith(u64::MAX, 1, 0, 64, false);
+        assert_eq!((r, f & (CF | ZF)), (0, CF | ZF));
+    }
+}

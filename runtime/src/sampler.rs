@@ -163,17 +163,30 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
         stats::bump(Counter::SamplesBusy);
         return;
     }
-    let Some(found) = decode::access_at(&OwnMemory, &watch::decoder_regs(regs), decode::MAX_LOOKAHEAD) else {
-        stats::bump(Counter::SamplesNoAccess);
-        return;
+    let mut pcs = [0u64; MAX_FRAMES];
+    let walk = stack::walk_interrupted(regs, Some(function.start), regs.rip, &mut pcs);
+    let own_stack = own_stack(regs, walk.top);
+    let covered = |pc: u64| registry::with_index(|idx| idx.function_containing(pc).is_some());
+    let bounds = decode::Bounds { own_stack, covered: &covered };
+    let found = match decode::reach(&OwnMemory, &watch::decoder_regs(regs), &bounds, decode::MAX_STEPS) {
+        Ok(found) => found,
+        Err(miss) => {
+            stats::bump(match miss {
+                decode::Miss::OwnStack => Counter::SamplesOwnStack,
+                decode::Miss::NoAccess => Counter::SamplesNoAccess,
+                decode::Miss::Unemulated => Counter::SamplesUnemulated,
+                decode::Miss::AddressUnknown => Counter::SamplesAddressUnknown,
+                decode::Miss::LeftCovered => Counter::SamplesLeftCovered,
+            });
+            return;
+        }
     };
     let class = registry::with_index(|idx| idx.classify(found.pc));
-    let mut pcs = [0u64; MAX_FRAMES];
-    let walk = stack::walk_interrupted(regs, Some(function.start), found.pc, &mut pcs);
-    if class == Access::Uncovered || !found.addr_known || on_own_stack(found.addr, regs, walk.top) {
-        stats::bump(Counter::SamplesNoAccess);
+    if class == Access::Uncovered {
+        stats::bump(Counter::SamplesLeftCovered);
         return;
     }
+    pcs[0] = found.pc;
     let access = AccessRecord {
         tid,
         pc: found.pc,
@@ -192,12 +205,12 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
     }
 }
 
-/// Whether `addr` lies in the part of the interrupted thread's stack between its red zone and the outermost
-/// frame the walk reached (or RBP, when the walk got nowhere).
-fn on_own_stack(addr: u64, regs: &Regs, walk_top: u64) -> bool {
+/// The part of the interrupted thread's stack that is private to it: from below its red zone up to the
+/// outermost frame the walk reached (or RBP, when the walk got nowhere). Accesses there are not watched.
+fn own_stack(regs: &Regs, walk_top: u64) -> (u64, u64) {
     let bottom = regs.rsp().saturating_sub(RED_ZONE);
     let top = walk_top.max(regs.rbp()).max(regs.rsp()).saturating_add(16);
-    (bottom..top).contains(&addr)
+    (bottom, top)
 }
 
 #[cfg(test)]
@@ -209,12 +222,16 @@ mod tests {
         let mut regs = Regs::default();
         regs.gpr[Regs::RSP] = 0x7000_1000;
         regs.gpr[Regs::RBP] = 0x7000_1040;
-        assert!(on_own_stack(0x7000_1000 - 8, &regs, 0x7000_2000));
-        assert!(on_own_stack(0x7000_1ff8, &regs, 0x7000_2000));
-        assert!(!on_own_stack(0x7000_1000 - 200, &regs, 0x7000_2000));
-        assert!(!on_own_stack(0x7000_3000, &regs, 0x7000_2000));
-        assert!(!on_own_stack(0x5555_0000, &regs, 0));
-        assert!(on_own_stack(0x7000_1048, &regs, 0));
+        let on = |addr: u64, top: u64| {
+            let (lo, hi) = own_stack(&regs, top);
+            (lo..hi).contains(&addr)
+        };
+        assert!(on(0x7000_1000 - 8, 0x7000_2000));
+        assert!(on(0x7000_1ff8, 0x7000_2000));
+        assert!(!on(0x7000_1000 - 200, 0x7000_2000));
+        assert!(!on(0x7000_3000, 0x7000_2000));
+        assert!(!on(0x5555_0000, 0));
+        assert!(on(0x7000_1048, 0));
     }
 
     #[test]

@@ -19,7 +19,11 @@ counters! {
     AtomicPcs: "atomic PCs",
     Samples: "samples",
     SamplesUncovered: "samples in uncovered code",
-    SamplesNoAccess: "samples with no memory access",
+    SamplesNoAccess: "samples with no memory access within reach",
+    SamplesOwnStack: "samples with only own-stack accesses within reach",
+    SamplesUnemulated: "samples stopped at an instruction not emulated",
+    SamplesAddressUnknown: "samples with an access at an unknown address",
+    SamplesLeftCovered: "samples whose path left covered code",
     SamplesBusy: "samples with every watchpoint busy",
     WatchesArmed: "watches armed",
     Traps: "watchpoint traps",
@@ -67,6 +71,12 @@ pub fn render() -> String {
         .zip(VALUES.iter())
         .map(|(label, value)| format!("racewatch: stats: {label}: {}\n", value.load(Ordering::Relaxed)))
         .collect();
+    let covered_samples = get(Counter::Samples).saturating_sub(get(Counter::SamplesUncovered));
+    let armed = get(Counter::WatchesArmed);
+    let yield_pct = if covered_samples == 0 { 0.0 } else { 100.0 * armed as f64 / covered_samples as f64 };
+    out.push_str(&format!(
+        "racewatch: stats: sample yield: {yield_pct:.1}% ({armed} watches armed of {covered_samples} samples in covered code)\n"
+    ));
     let (per_sample, per_watch) = mean_costs();
     out.push_str(&format!("racewatch: stats: mean ns per sample: {per_sample}\n"));
     out.push_str(&format!("racewatch: stats: mean ns per armed watch: {per_watch}\n"));

@@ -9,8 +9,10 @@
 //! pub struct MemAccess { pub pc: u64, pub len: u8, pub addr: u64, pub addr_known: bool, pub size: u8,
 //!                        pub is_read: bool, pub is_write: bool, pub locked: bool }
 //! pub const MAX_LOOKAHEAD: usize = 8;
+//! pub const MAX_STEPS: usize = 32;
 //! pub fn warm_up();
-//! pub fn access_at(code: &dyn CodeReader, regs: &Regs, max_lookahead: usize) -> Option<MemAccess>;
+//! pub fn reach(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds, max_steps: usize) -> Result<MemAccess, Miss>;
+//! pub fn access_at(code: &dyn CodeReader, regs: &Regs, max_lookahead: usize) -> Option<MemAccess>; // straight-line reach
 //! pub fn access_ending_at(code: &dyn CodeReader, func_start: u64, func_size: u64, rip: u64, regs: &Regs)
 //!     -> Option<MemAccess>;
 //! ```
@@ -18,8 +20,8 @@
 //! Signal safety: after [`warm_up`] nothing here allocates (a pool of pre-grown iced `InstructionInfoFactory`s
 //! is claimed with a non-blocking try-lock; `tests/decode_noalloc.rs` checks this with a counting allocator),
 //! takes a blocking lock, or indexes without a check. Code bytes are read only through the caller's
-//! [`CodeReader`] into a fixed stack buffer. Without [`warm_up`], or with every pool slot busy, both entry
-//! points return `None`.
+//! [`CodeReader`] into a fixed stack buffer. Without [`warm_up`], or with every pool slot busy, the entry
+//! points find nothing. [`reach`] follows the thread's path with the interpreter in `emulate`.
 //!
 //! Only the first explicit memory operand of an instruction is reported. Not reported (`None`): FS/GS
 //! (thread-local) operands, implicit stack operations (push, pop, call, ret, enter, leave), REP/REPNE string
@@ -33,10 +35,10 @@ mod stream;
 
 pub use emulate::{Bounds, Miss};
 
-use classify::{address, classify, Candidate, Class, GprMask};
+use classify::{address, classify, Candidate, Class};
 use core::ops::ControlFlow;
 use iced_x86::Instruction;
-use stream::{scan, MAX_INSN_LEN};
+use stream::scan;
 
 /// The interrupted thread's integer registers, as saved in its signal frame.
 ///
@@ -134,50 +136,13 @@ fn access_of(insn: &Instruction, cand: Candidate, addr: u64, addr_known: bool) -
     }
 }
 
-/// The memory access the thread interrupted at `regs.rip` is about to make.
-///
-/// Decodes the instruction at `regs.rip`. If it has a watchable explicit memory operand, returns it with the
-/// address computed from `regs` (RIP-relative: from the instruction's next IP). If it is an excluded access
-/// (see the module docs) or ends straight-line code, returns `None`. If it touches no memory, looks at up to
-/// `max_lookahead` following instructions and returns the first watchable access whose address registers none
-/// of the instructions in between wrote. The look-ahead stops (returns `None`) at branches, calls, returns,
-/// syscalls, interrupts, privileged or undecodable instructions, and at LOCK-prefixed or XCHG accesses;
-/// it passes over excluded accesses and over accesses whose address registers were overwritten.
+/// The memory access the thread interrupted at `regs.rip` is about to make, looking only at straight-line
+/// code: [`reach`] with no covered code to branch into and nothing counted as the own stack, for at most
+/// `max_lookahead + 1` instructions. `None` when there is none.
 pub fn access_at(code: &dyn CodeReader, regs: &Regs, max_lookahead: usize) -> Option<MemAccess> {
-    let mut claimed = pool::claim(pool_hint())?;
-    let factory = claimed.factory()?;
-    let window = (max_lookahead.saturating_add(1)).saturating_mul(MAX_INSN_LEN) as u64;
-    let mut clobbered: GprMask = 0;
-    let mut step = 0usize;
-    scan(code, regs.rip, regs.rip.saturating_add(window), |insn| {
-        let first = step == 0;
-        step += 1;
-        let (class, written) = classify(factory, insn);
-        match class {
-            Class::Stop => return ControlFlow::Break(None),
-            Class::Skip if first => return ControlFlow::Break(None),
-            Class::Access(cand) => {
-                if !first && cand.locked {
-                    return ControlFlow::Break(None);
-                }
-                if let Some((addr, used)) = address(insn, cand.operand, regs) {
-                    if used & clobbered == 0 {
-                        return ControlFlow::Break(Some(access_of(insn, cand, addr, true)));
-                    }
-                }
-                if first {
-                    return ControlFlow::Break(None);
-                }
-            }
-            Class::Skip | Class::NoMem => {}
-        }
-        clobbered |= written;
-        if step > max_lookahead {
-            ControlFlow::Break(None)
-        } else {
-            ControlFlow::Continue(())
-        }
-    })
+    let nowhere = |_: u64| false;
+    let bounds = Bounds { own_stack: (0, 0), covered: &nowhere };
+    reach(code, regs, &bounds, max_lookahead.saturating_add(1)).ok()
 }
 
 /// Instructions [`reach`] follows at most (GWPSan's emulation goes 20 deep).

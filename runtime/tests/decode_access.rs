@@ -166,15 +166,15 @@ fn lookahead_passes_arithmetic_on_other_registers() {
 }
 
 #[test]
-fn lookahead_rejects_an_address_register_written_on_the_way() {
-    // xor edx, edx ; mov rcx, rdx ; mov rcx, qword ptr [rcx + 8]
-    assert_eq!(at(b"\x31\xd2\x48\x89\xd1\x48\x8b\x49\x08"), None);
-    // add rcx, 1 ; mov eax, dword ptr [ecx + 4]   (the 32-bit alias of a written register)
-    assert_eq!(at(b"\x48\x83\xc1\x01\x67\x8b\x41\x04"), None);
-    // push rbx ; mov qword ptr [rsp + 8], rax     (push moves rsp)
-    assert_eq!(at(b"\x53\x48\x89\x44\x24\x08"), None);
-    // imul rdx, rdx ; mov dword ptr [rdi + 4*rsi - 32], edx   (the stored value may change, the address not)
+fn lookahead_computes_addresses_through_register_writes() {
     let r = regs();
+    // xor edx, edx ; mov rcx, rdx ; mov rcx, qword ptr [rcx + 8]   (rcx is 0 by then)
+    assert_eq!(at(b"\x31\xd2\x48\x89\xd1\x48\x8b\x49\x08"), Some(access(BASE + 5, 4, 8, 8, true, false, false)));
+    // add rcx, 1 ; mov eax, dword ptr [ecx + 4]   (the 32-bit alias of the written register: 3 + 1 + 4)
+    assert_eq!(at(b"\x48\x83\xc1\x01\x67\x8b\x41\x04"), Some(access(BASE + 4, 4, 8, 4, true, false, false)));
+    // push rbx ; mov qword ptr [rsp + 8], rax     (push moves rsp by 8: the store lands at the old rsp)
+    assert_eq!(at(b"\x53\x48\x89\x44\x24\x08"), Some(access(BASE + 1, 5, r.gpr[RSP], 8, false, true, false)));
+    // imul rdx, rdx ; mov dword ptr [rdi + 4*rsi - 32], edx   (the stored value changes, the address not)
     assert_eq!(
         at(b"\x48\x0f\xaf\xd2\x89\x54\xb7\xe0"),
         Some(access(BASE + 4, 4, r.gpr[RDI] + 4 * 5 - 32, 4, false, true, false))
@@ -182,21 +182,18 @@ fn lookahead_rejects_an_address_register_written_on_the_way() {
 }
 
 #[test]
-fn lookahead_passes_over_excluded_accesses() {
+fn lookahead_stops_at_accesses_it_does_not_emulate() {
     // xor edx, edx ; rep movsb ; mov qword ptr [rax + 8], rax
-    let r = regs();
-    assert_eq!(
-        at(b"\x31\xd2\xf3\xa4\x48\x89\x40\x08"),
-        Some(access(BASE + 4, 4, r.gpr[RAX] + 8, 8, false, true, false))
-    );
-    // xor edx, edx ; mov rax, qword ptr fs:[40] ; mov qword ptr [rax + 8], rax   (rax now comes from TLS)
+    assert_eq!(at(b"\x31\xd2\xf3\xa4\x48\x89\x40\x08"), None);
+    // xor edx, edx ; mov rax, qword ptr fs:[40] ; mov qword ptr [rax + 8], rax   (rax would come from TLS)
     assert_eq!(at(b"\x31\xd2\x64\x48\x8b\x04\x25\x28\x00\x00\x00\x48\x89\x40\x08"), None);
 }
 
 #[test]
-fn lookahead_stops_at_control_flow_and_atomics() {
+fn lookahead_stops_at_control_flow_and_finds_atomics() {
     // mov qword ptr [rax + 8], rax
     let store: &[u8] = b"\x48\x89\x40\x08";
+    // Straight-line only: no branch target is covered code.
     for (what, stopper) in [
         ("jmp +5", &b"\xeb\x05"[..]),
         ("call +0", b"\xe8\x00\x00\x00\x00"),
@@ -208,10 +205,14 @@ fn lookahead_stops_at_control_flow_and_atomics() {
         let code = [ARITH, stopper, store].concat();
         assert_eq!(at(&code), None, "{what}");
     }
-    // add rcx, 1 ; xor edx, edx ; lock xadd qword ptr [rdi], rax : the atomic is not a look-ahead candidate
-    assert_eq!(at(&[ARITH, b"\xf0\x48\x0f\xc1\x07"].concat()), None);
-    // add rcx, 1 ; xor edx, edx ; xchg qword ptr [rdi], rax
-    assert_eq!(at(&[ARITH, b"\x48\x87\x07"].concat()), None);
+    let r = regs();
+    // add rcx, 1 ; xor edx, edx ; lock xadd qword ptr [rdi], rax : an atomic access, flagged as such
+    assert_eq!(
+        at(&[ARITH, b"\xf0\x48\x0f\xc1\x07"].concat()),
+        Some(access(BASE + 6, 5, r.gpr[RDI], 8, true, true, true))
+    );
+    // add rcx, 1 ; xor edx, edx ; xchg qword ptr [rdi], rax (implicitly locked)
+    assert_eq!(at(&[ARITH, b"\x48\x87\x07"].concat()), Some(access(BASE + 6, 3, r.gpr[RDI], 8, true, true, true)));
 }
 
 #[test]

@@ -201,15 +201,16 @@ fn adjacent_fields_have_disjoint_byte_ranges() {
 }
 
 #[test]
-fn atomic_rmw_is_locked_and_not_a_lookahead_target() {
+fn atomic_rmw_is_locked_and_found_by_the_lookahead() {
     let Some(obj) = object() else { return };
     let (start, _) = obj.func("fetch_add");
     let r = regs(start, OBJ, 0, 0);
-    // mov eax, 1 then lock xadd: the look-ahead stops at the atomic
-    assert_eq!(access_at(&obj.code(), &r, MAX_LOOKAHEAD), None);
-    // sampled on the atomic itself
+    // mov eax, 1 then lock xadd: the look-ahead reaches the atomic, flagged locked
     let ends = obj.insn_ends("fetch_add");
     let xadd_pc = ends[0];
+    let ahead = access_at(&obj.code(), &r, MAX_LOOKAHEAD).expect("xadd ahead");
+    assert_eq!((ahead.pc, ahead.addr, ahead.locked), (xadd_pc, OBJ, true));
+    // sampled on the atomic itself
     let a = access_at(&obj.code(), &Regs { rip: xadd_pc, ..r }, 0).expect("xadd");
     assert_eq!((a.addr, a.size, a.is_read, a.is_write, a.locked), (OBJ, 4, true, true, true));
     same_on_trap(obj, "fetch_add", a, &r);

@@ -233,10 +233,11 @@ impl Machine {
 
     /// A load of `size` bytes from the own stack: the newest covering store, else memory.
     fn load(&self, code: &dyn CodeReader, addr: u64, size: u8) -> Option<u64> {
+        let (lo, hi) = (u128::from(addr), u128::from(addr) + u128::from(size));
         for &(at, len, value) in self.stores[..self.nstores].iter().rev() {
-            let overlap = addr < at + u64::from(len) && at < addr + u64::from(size);
-            if overlap {
-                if at <= addr && addr + u64::from(size) <= at + u64::from(len) {
+            let (at_lo, at_hi) = (u128::from(at), u128::from(at) + u128::from(len));
+            if lo < at_hi && at_lo < hi {
+                if at_lo <= lo && hi <= at_hi {
                     return Some((value >> ((addr - at) * 8)) & mask(u32::from(size) * 8));
                 }
                 return None;

@@ -150,6 +150,7 @@ extern "C" fn after_fork_in_child() {
         reporter::forget_after_fork();
         thread::forget_runtime_threads();
         stats::reset();
+        crate::bias::reset();
         OWNER.store(0, Ordering::Release);
         STATE.store(IDLE, Ordering::Release);
     } else if STATE.load(Ordering::Acquire) == STARTING {

@@ -8,6 +8,7 @@
 //! [`reporter`] ([`symbolize`], [`report`]). All `unsafe` FFI lives in [`sys`].
 
 pub mod api;
+pub mod bias;
 pub mod decode;
 pub mod detector;
 pub mod event;

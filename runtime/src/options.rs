@@ -45,6 +45,8 @@ pub struct Options {
     pub verbosity: u32,
     pub stats: bool,
     pub seed: Option<u64>,
+    /// Watch a PC less often the more often it was watched (cold code gets the watches).
+    pub cold_bias: bool,
 }
 
 impl Options {
@@ -62,6 +64,7 @@ impl Options {
         verbosity: 0,
         stats: false,
         seed: None,
+        cold_bias: true,
     };
 }
 
@@ -135,6 +138,7 @@ fn apply(o: &mut Options, key: &str, v: &str, warnings: &mut Vec<String>) -> Opt
         }
         .map(|f| o.report_format = f),
         "seed" => parse_u64(v).map(|n| o.seed = Some(n)),
+        "cold_bias" => parse_bool(v).map(|b| o.cold_bias = b),
         _ => return None,
     };
     Some(result)

@@ -20,7 +20,7 @@ use crate::sys::perf::{PerfFd, SampleTimer, SAMPLE_SIG_DATA};
 use crate::sys::signal::{self, PerfSignal, Regs};
 use crate::sys::thread;
 use crate::watch::{self, OwnMemory, Watch};
-use crate::{decode, registry, stack};
+use crate::{bias, decode, registry, stack};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 /// Timer signals per kept sample.
@@ -34,6 +34,7 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 static DELAY_US: AtomicU64 = AtomicU64::new(0);
 static REPORT_ATOMIC_RACES: AtomicBool = AtomicBool::new(true);
 static SEED: AtomicU64 = AtomicU64::new(0);
+static COLD_BIAS: AtomicBool = AtomicBool::new(true);
 
 fn timer() -> Option<SampleTimer> {
     let fd = TIMER.load(Ordering::Acquire);
@@ -51,6 +52,7 @@ pub fn start(options: &Options) -> Result<(), String> {
     DELAY_US.store(options.delay_us, Ordering::Relaxed);
     REPORT_ATOMIC_RACES.store(options.report_atomic_races, Ordering::Relaxed);
     SEED.store(options.seed.unwrap_or(0x9e37_79b9_7f4a_7c15), Ordering::Relaxed);
+    COLD_BIAS.store(options.cold_bias, Ordering::Relaxed);
     let period_ns = options.sample_period_us.saturating_mul(1000) / THINNING;
     let timer = SampleTimer::open(period_ns.max(1))
         .map_err(|e| format!("cannot open the sampling timer (perf_event_open: {e})"))?;
@@ -184,6 +186,10 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
     let class = registry::with_index(|idx| idx.classify(found.pc));
     if class == Access::Uncovered {
         stats::bump(Counter::SamplesLeftCovered);
+        return;
+    }
+    if COLD_BIAS.load(Ordering::Relaxed) && !bias::should_watch(found.pc, random >> 2) {
+        stats::bump(Counter::SamplesBackedOff);
         return;
     }
     pcs[0] = found.pc;

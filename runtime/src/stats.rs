@@ -24,6 +24,7 @@ counters! {
     SamplesUnemulated: "samples stopped at an instruction not emulated",
     SamplesAddressUnknown: "samples with an access at an unknown address",
     SamplesLeftCovered: "samples whose path left covered code",
+    SamplesBackedOff: "samples declined by the cold-code bias (PC watched often)",
     SamplesBusy: "samples with every watchpoint busy",
     WatchesArmed: "watches armed",
     Traps: "watchpoint traps",
@@ -71,11 +72,14 @@ pub fn render() -> String {
         .zip(VALUES.iter())
         .map(|(label, value)| format!("racewatch: stats: {label}: {}\n", value.load(Ordering::Relaxed)))
         .collect();
-    let covered_samples = get(Counter::Samples).saturating_sub(get(Counter::SamplesUncovered));
+    let covered_samples = get(Counter::Samples)
+        .saturating_sub(get(Counter::SamplesUncovered))
+        .saturating_sub(get(Counter::SamplesBackedOff));
     let armed = get(Counter::WatchesArmed);
     let yield_pct = if covered_samples == 0 { 0.0 } else { 100.0 * armed as f64 / covered_samples as f64 };
     out.push_str(&format!(
-        "racewatch: stats: sample yield: {yield_pct:.1}% ({armed} watches armed of {covered_samples} samples in covered code)\n"
+        "racewatch: stats: sample yield: {yield_pct:.1}% ({armed} watches armed of {covered_samples} samples in covered code, \
+         not declined by the bias)\n"
     ));
     let (per_sample, per_watch) = mean_costs();
     out.push_str(&format!("racewatch: stats: mean ns per sample: {per_sample}\n"));

@@ -224,6 +224,63 @@ fn every_instruction_matches_the_cpu() {
     }
 }
 
+/// One-operand multiplies and divides, with inputs that never fault (a non-zero divisor larger than
+/// the high half, so the quotient fits).
+const WIDENING: &[(&str, &[u8], u32)] = &[
+    ("mul rcx", b"\x48\xf7\xe1", 64),
+    ("mul ecx", b"\xf7\xe1", 32),
+    ("mul cl", b"\xf6\xe1", 8),
+    ("imul rcx", b"\x48\xf7\xe9", 64),
+    ("imul cx", b"\x66\xf7\xe9", 16),
+    ("div rcx", b"\x48\xf7\xf1", 64),
+    ("div ecx", b"\xf7\xf1", 32),
+    ("div cl", b"\xf6\xf1", 8),
+    ("idiv rcx", b"\x48\xf7\xf9", 64),
+    ("idiv ecx", b"\xf7\xf9", 32),
+];
+
+#[test]
+fn multiplies_and_divides_match_the_cpu() {
+    decode::warm_up();
+    let mut rng = fastrand::Rng::with_seed(0xd1f);
+    for (text, bytes, bits) in WIDENING {
+        let m = if *bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        for round in 0..400 {
+            let mut gpr = [0u64; 16];
+            for (i, r) in gpr.iter_mut().enumerate() {
+                *r = if i == 4 { 0 } else { value(&mut rng) };
+            }
+            if text.starts_with("div") || text.starts_with("idiv") {
+                // Divisor in rcx/cl: positive and above the high half (rdx, or AH for bytes).
+                let divisor = (value(&mut rng) & (m >> 1)).max(2);
+                gpr[1] = divisor;
+                if *bits == 8 {
+                    gpr[0] = (gpr[0] & !0xffff) | (rng.u64(..divisor.min(0x40)) << 8) | (gpr[0] & 0xff);
+                } else {
+                    // A signed quotient must fit in bits-1 bits: the high half stays below half the divisor.
+                    let signed = text.starts_with("idiv");
+                    gpr[2] = rng.u64(..if signed { divisor / 2 } else { divisor });
+                    gpr[0] &= if signed { m >> 1 } else { m };
+                }
+            }
+            let (cpu, cpu_flags) = native(bytes, gpr, 0);
+            let code = CodeSlice { base: 0x40_0000, bytes };
+            let regs = Regs { gpr, rip: 0x40_0000, rflags: 0 };
+            let (emu, _, flags_known) =
+                decode::emulate_step(&code, &regs).unwrap_or_else(|m| panic!("{text}: not emulated ({m:?})"));
+            for i in (0..16).filter(|&i| i != 4) {
+                assert_eq!(emu.gpr[i], cpu[i], "{text} (round {round}): register {i}; inputs {gpr:#x?}");
+            }
+            let checked = flags_known & STATUS;
+            assert_eq!(emu.rflags & checked, cpu_flags & checked, "{text} (round {round}): flags");
+        }
+    }
+    // A division by zero faults on the CPU: the interpreter stops instead.
+    let code = CodeSlice { base: 0x40_0000, bytes: b"\x48\xf7\xf1" };
+    let regs = Regs { gpr: [0; 16], rip: 0x40_0000, rflags: 0 };
+    assert_eq!(decode::emulate_step(&code, &regs), Err(Miss::Unemulated));
+}
+
 /// `reach` from every PC of a loop must find the next of the loop's shared accesses (at `accesses`,
 /// offsets in the loop): not the stack, not nothing.
 fn check_loop(name: &str, code: &[u8], accesses: &[u64], regs_for: impl Fn(&mut [u64; 16])) {

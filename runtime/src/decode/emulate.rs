@@ -511,6 +511,7 @@ impl Machine {
                     self.write(insn, 0, mem, result.map(|(r, _)| r))?;
                 }
             }
+            Mul | Imul | Div | Idiv if insn.op_count() == 1 => self.widening(code, insn, mem, bits)?,
             Imul if insn.op_count() >= 2 => {
                 let (a, b) =
                     if insn.op_count() == 3 { (src(self, 1), src(self, 2)) } else { (src(self, 0), src(self, 1)) };
@@ -546,6 +547,68 @@ impl Machine {
             _ => return Err(Miss::Unemulated),
         }
         Ok(())
+    }
+
+    /// One-operand `mul`/`imul` (into rDX:rAX, or AX for bytes) and `div`/`idiv` (of rDX:rAX, or AX).
+    /// A division that would fault (by zero, or a quotient too wide) is not emulated.
+    fn widening(
+        &mut self,
+        code: &dyn CodeReader,
+        insn: &Instruction,
+        mem: Option<(u64, Candidate)>,
+        bits: u32,
+    ) -> Result<(), Miss> {
+        let m = mask(bits);
+        let signed = matches!(insn.mnemonic(), Mnemonic::Imul | Mnemonic::Idiv);
+        let src = self.read(code, insn, 0, mem).ok_or(Miss::Unemulated)? & m;
+        let (lo_reg, hi_reg) = match bits {
+            8 => (Register::AL, Register::AH),
+            16 => (Register::AX, Register::DX),
+            32 => (Register::EAX, Register::EDX),
+            _ => (Register::RAX, Register::RDX),
+        };
+        // For bytes the whole AX is the dividend; the product only needs AL.
+        let lo = self.reg(if bits == 8 { Register::AX } else { lo_reg }).ok_or(Miss::Unemulated)?;
+        let as_int = |v: u64| if signed { i128::from(sign_extend(v & m, bits) as i64) } else { i128::from(v & m) };
+        if matches!(insn.mnemonic(), Mnemonic::Mul | Mnemonic::Imul) {
+            // Unsigned 64 x 64 needs all 128 bits; signed products fit an i128.
+            let wide = if signed { (as_int(lo) * as_int(src)) as u128 } else { u128::from(lo & m) * u128::from(src) };
+            let (low, high) = ((wide as u64) & m, ((wide >> bits) as u64) & m);
+            let fits = if signed { as_int(low) == wide as i128 } else { high == 0 };
+            self.set_flags(CF | OF, if fits { 0 } else { CF | OF }, SF | ZF | AF | PF);
+            if bits == 8 {
+                return self.set_reg(Register::AX, Some(low | high << 8));
+            }
+            self.set_reg(lo_reg, Some(low))?;
+            return self.set_reg(hi_reg, Some(high));
+        }
+        let high = if bits == 8 { (lo >> 8) & 0xff } else { self.reg(hi_reg).ok_or(Miss::Unemulated)? };
+        let dividend_bits = (u128::from(high & m) << bits) | u128::from(lo & m);
+        let dividend = if signed {
+            ((dividend_bits << (128 - 2 * bits)) as i128) >> (128 - 2 * bits)
+        } else {
+            dividend_bits as i128
+        };
+        let divisor = as_int(src);
+        if divisor == 0 {
+            return Err(Miss::Unemulated);
+        }
+        let (quotient, remainder) = (dividend / divisor, dividend % divisor);
+        let fits = if signed {
+            quotient >= -(1i128 << (bits - 1)) && quotient < (1i128 << (bits - 1))
+        } else {
+            quotient < (1i128 << bits)
+        };
+        if !fits {
+            return Err(Miss::Unemulated);
+        }
+        self.flags_known &= !STATUS;
+        let (q, r) = ((quotient as u64) & m, (remainder as u64) & m);
+        if bits == 8 {
+            return self.set_reg(Register::AX, Some(q | r << 8));
+        }
+        self.set_reg(lo_reg, Some(q))?;
+        self.set_reg(hi_reg, Some(r))
     }
 
     /// Applies computed flags (`None`: the inputs were unknown, so every flag in `defined` is too).

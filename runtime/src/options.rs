@@ -198,7 +198,8 @@ mod tests {
     fn every_key() {
         let (o, w) = parse(
             "sample_period_us=500:delay_us=50:watchpoints=4:report_atomic_races=0:log_path=/tmp/rw:\
-             halt_on_error=1:exitcode=3:report_format=json:suppressions=/tmp/s:verbosity=1:stats=true:seed=0x2a",
+             halt_on_error=1:exitcode=3:report_format=json:suppressions=/tmp/s:verbosity=1:stats=true:seed=0x2a:\
+             cold_bias=0",
         );
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(
@@ -216,6 +217,7 @@ mod tests {
                 verbosity: 1,
                 stats: true,
                 seed: Some(42),
+                cold_bias: false,
             }
         );
     }

@@ -146,6 +146,30 @@ fn cargo_test_runs_tests_with_the_runtime() {
 }
 
 #[test]
+fn cargo_options_reach_the_program_and_release_builds_keep_line_tables() {
+    let dir = tiny_crate("rw_cargo_options", COUNTER_MAIN);
+    let out = racewatch_cargo(&dir, &["-o", "stats=1", "run", "--release", "--quiet"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    check(out, "racewatch cargo -o stats=1 run --release");
+    assert!(stderr.contains("racewatch: programs run at the test rate sample_period_us=1000"), "{stderr}");
+    assert!(stderr.contains("racewatch: stats: covered functions: "), "-o stats=1 did not reach the program: {stderr}");
+    let exe = dir.join("target/racewatch/release/rw_cargo_options");
+    assert!(
+        elf_sections(&exe).iter().any(|(n, size)| n == ".debug_line" && *size > 0),
+        "the release build lost its line tables: {}",
+        exe.display()
+    );
+    // A rate the user chose is kept, and then no test-rate line is printed.
+    let out = racewatch_cargo(&dir, &["run", "--release", "--quiet"])
+        .env("RACEWATCH_OPTIONS", "sample_period_us=5000")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    check(out, "racewatch cargo run with RACEWATCH_OPTIONS");
+    assert!(!stderr.contains("test rate"), "{stderr}");
+}
+
+#[test]
 fn missing_rustc_is_explained() {
     let dir = tiny_crate("rw_cargo_norustc", COUNTER_MAIN);
     let out = racewatch_cargo(&dir, &["build"]).env("RUSTC", "/nonexistent/rustc").output().unwrap();

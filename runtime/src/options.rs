@@ -192,7 +192,7 @@ mod tests {
         assert_eq!(o, Options::DEFAULT);
         assert!(w.is_empty());
         assert_eq!(get().watchpoints, 1);
-        assert_eq!((o.sample_period_us, o.delay_us, o.exitcode), (1_000_000, 100, 66));
+        assert_eq!((o.sample_period_us, o.delay_us, o.exitcode, o.cold_bias), (100_000, 100, 66, true));
     }
 
     #[test]

@@ -1,7 +1,10 @@
-//! `racewatch cargo <cargo args…>`: cargo with the metadata flags, in its own
-//! target directory (`<target dir>/racewatch`), so the user's normal build is
-//! untouched. For `test`, `run` and `bench` the built programs run with the
-//! runtime preloaded (`racewatch run --` as the cargo runner).
+//! `racewatch cargo [-o KEY=VALUE]… <cargo args…>`: cargo with the metadata
+//! flags, in its own target directory (`<target dir>/racewatch`), so the
+//! user's normal build is untouched; release builds keep their line tables
+//! (cargo would strip them). For `test`, `run` and `bench` the built programs
+//! run with the runtime preloaded (`racewatch run -o … --` as the cargo
+//! runner), at the test rate `sample_period_us=1000` unless the user set a
+//! rate: tests want detection, not 0.1% overhead.
 
 use super::run::self_exe;
 use racewatch_instrument::toolchain::{self, RUST_FLAGS};
@@ -12,6 +15,10 @@ use std::process::{Command, ExitCode};
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// A runtime option `key=value` for the programs cargo runs (test, run, bench); repeatable, before
+    /// the cargo subcommand.
+    #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
+    options: Vec<String>,
     /// Arguments for cargo, e.g. `build --release` or `test`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CARGO_ARGS")]
     args: Vec<OsString>,
@@ -19,6 +26,9 @@ pub struct Args {
 
 /// Subcommands (and their aliases) whose programs are run by cargo.
 const RUNNING_SUBCOMMANDS: &[&str] = &["test", "t", "run", "r", "bench"];
+
+/// The sampling rate of programs run by `racewatch cargo test|run|bench` unless the user chose one.
+pub const TEST_RATE: &str = "sample_period_us=1000";
 
 /// cargo's global options that take a separate value.
 const GLOBAL_OPTIONS_WITH_VALUE: &[&str] = &["--config", "-Z", "-C", "--color"];
@@ -45,10 +55,28 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
 
+    // cargo strips release builds' debug info by default, line tables included: reports would lose file:line.
+    for var in ["CARGO_PROFILE_RELEASE_STRIP", "CARGO_PROFILE_BENCH_STRIP"] {
+        if std::env::var_os(var).is_none() {
+            cmd.env(var, "false");
+        }
+    }
+
     if subcommand(&args.args).is_some_and(|s| RUNNING_SUBCOMMANDS.contains(&s)) {
         let triple = option_value(&args.args, "--target").or(rustc.host);
         if let Some(triple) = triple {
-            let runner = format!("{} run --", self_exe().display());
+            let options = runner_options(&args.options, std::env::var("RACEWATCH_OPTIONS").ok().as_deref());
+            if options.first().map(String::as_str) == Some(TEST_RATE) {
+                eprintln!(
+                    "racewatch: programs run at the test rate {TEST_RATE} (`racewatch cargo -o sample_period_us=N …` \
+                     to change)"
+                );
+            }
+            let mut runner = format!("{} run", self_exe().display());
+            for option in &options {
+                runner.push_str(&format!(" -o {option}"));
+            }
+            runner.push_str(" --");
             cmd.env(runner_var(&triple), runner);
         }
     }
@@ -56,6 +84,15 @@ pub fn run(args: Args) -> ExitCode {
     let err = cmd.exec();
     eprintln!("racewatch: cannot run `{}`: {err}", cargo.to_string_lossy());
     ExitCode::from(127)
+}
+
+/// The `-o` options of the runner: the test rate first unless the user's `-o` options or
+/// `RACEWATCH_OPTIONS` set `sample_period_us`, then the user's `-o` options (later wins in `racewatch run`).
+fn runner_options(user: &[String], env: Option<&str>) -> Vec<String> {
+    let sets_rate = |kv: &str| kv.split(':').any(|kv| kv.trim().starts_with("sample_period_us="));
+    let rate_chosen = user.iter().any(|o| sets_rate(o)) || env.is_some_and(sets_rate);
+    let test_rate = (!rate_chosen).then(|| TEST_RATE.to_string());
+    test_rate.into_iter().chain(user.iter().cloned()).collect()
 }
 
 /// The user's own rustflags: CARGO_ENCODED_RUSTFLAGS wins over RUSTFLAGS,
@@ -162,6 +199,14 @@ mod tests {
         let enc = user_rustflags(Some("-Ca b\x1f-Cb".into()), Some("ignored".into()));
         assert_eq!(enc, ["-Ca b", "-Cb"]);
         assert_eq!(encoded_rustflags(&[]).split('\x1f').count(), RUST_FLAGS.len());
+    }
+
+    #[test]
+    fn the_test_rate_applies_unless_the_user_chose_a_rate() {
+        assert_eq!(runner_options(&[], None), [TEST_RATE]);
+        assert_eq!(runner_options(&["stats=1".into()], Some("verbosity=1")), [TEST_RATE, "stats=1"]);
+        assert_eq!(runner_options(&["sample_period_us=5".into()], None), ["sample_period_us=5"]);
+        assert!(runner_options(&[], Some("stats=1:sample_period_us=100000")).is_empty());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::report::{self, AccessReport, RaceReport, ThreadNames};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::{log, queue, stats, sys};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Name of the reporter thread.
@@ -89,11 +89,27 @@ pub fn parse_suppressions(text: &str) -> (Vec<String>, Vec<String>) {
     (patterns, warnings)
 }
 
+/// Where an access is, for deduplication: file and line of its first user frame, or its PC when there
+/// is no line information.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Location {
+    Line(String, u32),
+    Pc(u64),
+}
+
+fn location(stack: &[Frame], pc: u64) -> Location {
+    match report::summary_frame(stack) {
+        Some(Frame { file: Some(file), line: Some(line), .. }) if *line > 0 => Location::Line(file.clone(), *line),
+        _ => Location::Pc(pc),
+    }
+}
+
 /// Turns race events into printed reports: dedup, symbolization, suppression, rendering.
 pub struct Reporter {
     config: Config,
     pid: u32,
     seen: HashSet<(u64, u64)>,
+    seen_locations: HashSet<(Location, Location)>,
     threads: ThreadNames,
     symbolizer: Symbolizer,
 }
@@ -101,7 +117,14 @@ pub struct Reporter {
 impl Reporter {
     /// A reporter for process `pid`.
     pub fn new(config: Config, pid: u32) -> Reporter {
-        Reporter { config, pid, seen: HashSet::new(), threads: ThreadNames::new(pid), symbolizer: Symbolizer::new() }
+        Reporter {
+            config,
+            pid,
+            seen: HashSet::new(),
+            seen_locations: HashSet::new(),
+            threads: ThreadNames::new(pid),
+            symbolizer: Symbolizer::new(),
+        }
     }
 
     /// The rendered report for `event`, or `None` when this unordered pair of
@@ -110,11 +133,20 @@ impl Reporter {
     pub fn render(&mut self, event: &RaceEvent) -> Option<String> {
         let (a, b) = (event.current.pc, event.previous.pc);
         if !self.seen.insert((a.min(b), a.max(b))) {
+            stats::bump(stats::Counter::RacesRepeated);
             return None;
         }
         let current_stack = self.symbolize(&event.current);
         let previous_stack = self.symbolize(&event.previous);
         if self.is_suppressed(&current_stack) || self.is_suppressed(&previous_stack) {
+            return None;
+        }
+        // One report per unordered pair of source locations: an unrolled or vectorised loop has many
+        // PCs on one line.
+        let (here, there) = (location(&current_stack, a), location(&previous_stack, b));
+        let key = if here <= there { (here, there) } else { (there, here) };
+        if !self.seen_locations.insert(key) {
+            stats::bump(stats::Counter::RacesRepeated);
             return None;
         }
         // Threads are numbered only once their race is really reported.
@@ -129,9 +161,12 @@ impl Reporter {
 
     /// Renders, prints and counts `event`; halts the process when configured to.
     pub fn handle(&mut self, event: &RaceEvent) {
-        let Some(text) = self.render(event) else { return };
+        PHASE.store(SYMBOLIZING, Ordering::Release);
+        let rendered = self.render(event);
+        PHASE.store(IDLE, Ordering::Release);
+        let Some(text) = rendered else { return };
         log::write(&text);
-        stats::bump(stats::Counter::Races);
+        stats::bump(stats::Counter::ReportsPrinted);
         if self.config.halt_on_error {
             if self.config.stats {
                 log::write(&stats::render());
@@ -178,8 +213,15 @@ static REPORTER_TID: AtomicI32 = AtomicI32::new(0);
 /// Set to make the reporter thread drain the queue once more and end.
 static STOP: AtomicBool = AtomicBool::new(false);
 
-/// How long exit, and a sandbox entry, wait for the reporter to print what is queued.
+/// How long exit, and a sandbox entry, wait for the reporter to print what is queued: about a second,
+/// longer (up to `DRAIN_SYMBOLIZING_MS`) while it is reading debug info, never for a blocked write.
 const DRAIN_MS: u64 = 1000;
+const DRAIN_SYMBOLIZING_MS: u64 = 5000;
+
+/// What the reporter thread is doing: reading debug info for a report, or anything else.
+static PHASE: AtomicU8 = AtomicU8::new(IDLE);
+const IDLE: u8 = 0;
+const SYMBOLIZING: u8 = 1;
 
 fn state() -> Option<MutexGuard<'static, Option<Reporter>>> {
     let mutex = sys::ptr::leaked_ref(STATE.load(Ordering::Acquire))?;
@@ -240,9 +282,18 @@ pub fn shutdown() {
     } else {
         STOP.store(true, Ordering::Release);
         sys::wake::notify();
-        if !sys::thread::join_for(thread, DRAIN_MS) {
-            // Still writing (a full pipe): leave it; the process is about to exit or be sandboxed.
-            REPORTER_TID.store(0, Ordering::Release);
+        let start = sys::thread::monotonic_ns();
+        loop {
+            if sys::thread::join_for(thread, 100) {
+                break;
+            }
+            let waited_ms = (sys::thread::monotonic_ns() - start) / 1_000_000;
+            let symbolizing = PHASE.load(Ordering::Acquire) == SYMBOLIZING;
+            if waited_ms >= DRAIN_SYMBOLIZING_MS || (waited_ms >= DRAIN_MS && !symbolizing) {
+                // Still writing (a full pipe) or stuck: leave it; the process is about to exit or be sandboxed.
+                REPORTER_TID.store(0, Ordering::Release);
+                break;
+            }
         }
     }
     while queue::pop().is_some() {

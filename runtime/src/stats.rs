@@ -29,6 +29,8 @@ counters! {
     WatchesArmed: "watches armed",
     Traps: "watchpoint traps",
     Races: "races",
+    RacesRepeated: "races at already reported locations (not printed)",
+    ReportsPrinted: "reports printed",
     ReportsDropped: "reports dropped",
     OutputDropped: "output not written",
     SkippedForStack: "signals skipped for lack of stack",

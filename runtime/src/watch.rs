@@ -257,7 +257,8 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
             reported[races as usize] = record.access.pc;
             races += 1;
             stats::bump(stats::Counter::Races);
-            if !queue::push(&RaceEvent { current: record.access, previous: *access }) {
+            // In time order: the trapped access ran during the window; the sampled one runs after it.
+            if !queue::push(&RaceEvent { current: *access, previous: record.access }) {
                 stats::bump(stats::Counter::ReportsDropped);
             }
         }

@@ -81,16 +81,20 @@ fn text_report_names_both_stacks_and_threads() {
 }
 
 #[test]
-fn each_unordered_pair_of_pcs_is_reported_once() {
+fn each_unordered_pair_of_source_locations_is_reported_once() {
     let mut reporter = Reporter::new(config(ReportFormat::Text, &[]), 1);
     assert!(reporter.render(&event(10, 11)).is_some());
     assert!(reporter.render(&event(12, 13)).is_none(), "same PCs, other threads");
     let mut swapped = event(11, 10);
     std::mem::swap(&mut swapped.current, &mut swapped.previous);
     assert!(reporter.render(&swapped).is_none(), "same pair in the other order");
+    // Another PC inside the same instruction (so on the same source line): the same race.
+    let mut same_line = event(10, 11);
+    same_line.previous.pc += 1;
+    assert!(reporter.render(&same_line).is_none(), "another PC of the same line");
     let mut other = event(10, 11);
-    other.previous.pc += 1;
-    let text = reporter.render(&other).expect("a different pair is new");
+    other.previous = record(11, writer_side, false, 0x7f00_0000_1000);
+    let text = reporter.render(&other).expect("a different pair of lines is new");
     // Thread numbers stay stable across reports.
     assert!(text.contains("by thread T1 (tid 10):") && text.contains("by thread T2 (tid 11):"), "{text}");
 }
@@ -219,12 +223,12 @@ fn child_drain() {
     assert!(reporter::is_reporter_thread(reporter_tid));
     let first = event(me + 1, me);
     let mut second = first;
-    second.current.pc += 1;
+    second.previous = record(me, writer_side, false, 0x7f00_0000_1000);
     for e in [first, second, first, second] {
         assert!(queue::push(&e));
     }
     reporter::shutdown();
-    println!("races counted: {}", racewatch::stats::get(racewatch::stats::Counter::Races));
+    println!("reports printed: {}", racewatch::stats::get(racewatch::stats::Counter::ReportsPrinted));
 }
 
 #[test]
@@ -234,5 +238,5 @@ fn shutdown_prints_every_pending_race_once_and_counts_it() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stderr.matches("WARNING: racewatch: data race").count(), 2, "{stderr}");
-    assert!(stdout.contains("races counted: 2"), "{stdout}");
+    assert!(stdout.contains("reports printed: 2"), "{stdout}");
 }

@@ -311,3 +311,30 @@ fn corrupt_table_is_reported_and_rows_still_printed() {
     assert!(text.contains("  error: sanmd_covered2: truncated features"));
     assert!(text.contains("summary: "));
 }
+
+#[test]
+fn output_goes_to_a_file_with_dash_o_and_a_closed_pipe_ends_quietly() {
+    let Some((dir, exe)) = build_two_tu("cov_output") else { return };
+    // -o FILE: the same bytes as stdout, nothing on stdout.
+    let file = dir.join("report.html");
+    let out = common::racewatch().args(["coverage", "--format", "html", "-o"]).arg(&file).arg(&exe).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty());
+    let to_stdout = coverage("html", &[&exe]);
+    assert_eq!(std::fs::read(&file).unwrap(), to_stdout.stdout);
+    // `racewatch dump … | head -c 10`: the reader goes away; racewatch neither panics nor complains.
+    for args in [&["dump", "--format", "json"][..], &["coverage"], &["verify"]] {
+        let mut child = common::racewatch()
+            .args(args)
+            .arg(&exe)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+        assert!(out.status.code().is_some_and(|c| c <= 1), "{args:?}: {:?} {stderr}", out.status);
+    }
+}

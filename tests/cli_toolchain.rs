@@ -170,6 +170,20 @@ fn cargo_options_reach_the_program_and_release_builds_keep_line_tables() {
 }
 
 #[test]
+fn cargo_plus_toolchain_checks_that_toolchains_rustc() {
+    let rustup_stable = Command::new("rustc").args(["+stable", "-vV"]).output().is_ok_and(|o| o.status.success());
+    if !rustup_stable {
+        eprintln!("SKIP: no rustup `stable` toolchain");
+        return;
+    }
+    let dir = tiny_crate("rw_cargo_plus", COUNTER_MAIN);
+    check(racewatch_cargo(&dir, &["+stable", "build", "--quiet"]).output().unwrap(), "racewatch cargo +stable build");
+    let out = racewatch_cargo(&dir, &["+no-such-toolchain", "build"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("no-such-toolchain"), "{stderr}");
+}
+
+#[test]
 fn missing_rustc_is_explained() {
     let dir = tiny_crate("rw_cargo_norustc", COUNTER_MAIN);
     let out = racewatch_cargo(&dir, &["build"]).env("RUSTC", "/nonexistent/rustc").output().unwrap();

@@ -137,9 +137,24 @@ pub fn check_rustc() -> Result<ToolchainInfo, ToolchainError> {
     check_rustc_at(&rustc_program())
 }
 
+/// Checks the rustc that `cargo +TOOLCHAIN` would use: rustup's proxy given `+TOOLCHAIN` (unless
+/// `RUSTC` names a compiler).
+pub fn check_rustc_for(toolchain: Option<&str>) -> Result<ToolchainInfo, ToolchainError> {
+    match toolchain {
+        Some(name) if std::env::var_os("RUSTC").is_none_or(|v| v.is_empty()) => {
+            check_rustc_with(Path::new("rustc"), &[&format!("+{name}"), "-vV"])
+        }
+        _ => check_rustc(),
+    }
+}
+
 /// Checks a specific rustc.
 pub fn check_rustc_at(program: &Path) -> Result<ToolchainInfo, ToolchainError> {
-    let text = version_output(program, &["-vV"], RUSTC_INSTALL_HINT)?;
+    check_rustc_with(program, &["-vV"])
+}
+
+fn check_rustc_with(program: &Path, args: &[&str]) -> Result<ToolchainInfo, ToolchainError> {
+    let text = version_output(program, args, RUSTC_INSTALL_HINT)?;
     let first_line = || text.lines().next().unwrap_or("").to_owned();
     let parsed = parse_rustc_verbose_version(&text).ok_or_else(|| ToolchainError::Unrecognized {
         program: program.to_owned(),

@@ -34,14 +34,20 @@ pub const TEST_RATE: &str = "sample_period_us=1000";
 const GLOBAL_OPTIONS_WITH_VALUE: &[&str] = &["--config", "-Z", "-C", "--color"];
 
 pub fn run(args: Args) -> ExitCode {
-    let rustc = match toolchain::check_rustc() {
+    // `racewatch cargo +stable test`: check the compiler of that toolchain.
+    let toolchain_arg = args.args.first().and_then(|a| a.to_str()).and_then(|a| a.strip_prefix('+'));
+    let rustc = match toolchain::check_rustc_for(toolchain_arg) {
         Ok(info) => info,
         Err(err) => {
             eprintln!("racewatch: {err}");
             return ExitCode::FAILURE;
         }
     };
-    let cargo = std::env::var_os("CARGO").filter(|c| !c.is_empty()).unwrap_or_else(|| "cargo".into());
+    // `+toolchain` needs rustup's proxy; `$CARGO` (set inside cargo) is a toolchain's own binary.
+    let cargo = match toolchain_arg {
+        Some(_) => OsString::from("cargo"),
+        None => std::env::var_os("CARGO").filter(|c| !c.is_empty()).unwrap_or_else(|| "cargo".into()),
+    };
     let mut cmd = Command::new(&cargo);
     cmd.args(&args.args);
 

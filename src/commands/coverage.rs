@@ -22,6 +22,9 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Write the output to FILE instead of stdout.
+    #[arg(long = "output", short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
     /// ELF executables or shared libraries.
     #[arg(required = true)]
     files: Vec<PathBuf>,
@@ -51,7 +54,9 @@ pub fn run(args: Args) -> ExitCode {
             Format::Json => json::render(&modules),
             Format::Html => html::render(&modules),
         };
-        print!("{out}");
+        if let Err(failed) = super::emit(&out, args.output.as_deref()) {
+            return failed;
+        }
     }
     ExitCode::from(status)
 }

@@ -19,6 +19,9 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Write the output to FILE instead of stdout.
+    #[arg(long = "output", short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
     /// The ELF executable or shared library.
     file: PathBuf,
 }
@@ -36,7 +39,9 @@ pub fn run(args: Args) -> ExitCode {
             s
         }
     };
-    print!("{out}");
+    if let Err(status) = super::emit(&out, args.output.as_deref()) {
+        return status;
+    }
     let mut failed = false;
     for e in module.decode_errors() {
         eprintln!("racewatch: {}: {e}", args.file.display());

@@ -9,8 +9,25 @@ pub mod run;
 pub mod verify;
 
 use racewatch_instrument::elf::Module;
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
+
+/// Writes a command's output to `file`, or to stdout. A reader that went away (`| head`) ends the
+/// output quietly; any other failure is one line on stderr and exit status 2.
+pub fn emit(out: &str, file: Option<&Path>) -> Result<(), ExitCode> {
+    let result = match file {
+        Some(path) => std::fs::write(path, out).map_err(|e| format!("cannot write {}: {e}", path.display())),
+        None => match std::io::stdout().lock().write_all(out.as_bytes()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("cannot write the output: {e}")),
+            _ => Ok(()),
+        },
+    };
+    result.map_err(|why| {
+        eprintln!("racewatch: {why}");
+        ExitCode::from(2)
+    })
+}
 
 /// Output format of `dump` and `verify`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -17,6 +17,9 @@ pub struct Args {
     /// (fences, the tail of a lowered atomic).
     #[arg(long, short)]
     verbose: bool,
+    /// Write the output to FILE instead of stdout.
+    #[arg(long = "output", short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
     /// The executable or shared library to check.
     file: PathBuf,
 }
@@ -33,14 +36,17 @@ pub fn run(args: Args) -> ExitCode {
             args.file.display()
         );
     }
-    match args.format {
-        Format::Text => print!("{}", text(&args.file.display().to_string(), &report, args.verbose)),
+    let out = match args.format {
+        Format::Text => text(&args.file.display().to_string(), &report, args.verbose),
         Format::Json => {
             let mut value = serde_json::to_value(&report).expect("report serializes");
             value["file"] = args.file.display().to_string().into();
             value["passed"] = report.passed().into();
-            println!("{value}");
+            format!("{value}\n")
         }
+    };
+    if let Err(status) = super::emit(&out, args.output.as_deref()) {
+        return status;
     }
     if report.passed() {
         ExitCode::SUCCESS

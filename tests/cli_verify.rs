@@ -115,3 +115,23 @@ fn binary_without_metadata_passes_with_a_note() {
     assert!(stdout.ends_with("0 atomic PCs checked in 0 covered functions: ok\n"), "{stdout}");
     assert!(stderr.contains("no sanmd_* tables"), "{stderr}");
 }
+
+#[test]
+fn tagged_inline_asm_passes_and_known_asm_atomic_crates_are_listed_not_failed() {
+    // racewatch_instrument::atomic! tags the demo's own inline asm: no gap, and the tags are in the table.
+    let tagged = common::demo("rust", "clean_asm_atomics");
+    let (status, stdout, _) = verify(&[], &tagged.bin);
+    assert_eq!(status, 0, "{stdout}");
+    let dump = common::racewatch().arg("dump").arg(&tagged.bin).output().unwrap();
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    for function in ["asm_load+", "asm_store+"] {
+        assert!(dump.contains(function), "no atomic PC in {function}: {dump}");
+    }
+    // atomic-maybe-uninit's untagged MOVs: listed as covered by the rule, and verify still passes.
+    let krate = common::demo("rust", "clean_asm_crate");
+    let (status, stdout, _) = verify(&[], &krate.bin);
+    assert_eq!(status, 0, "{stdout}");
+    let notes: Vec<&str> = stdout.lines().filter(|l| l.contains("treated as atomic by rule")).collect();
+    assert!(notes.len() >= 2, "the load and the store: {stdout}");
+    assert!(notes.iter().all(|l| l.contains("atomic-maybe-uninit")), "{stdout}");
+}

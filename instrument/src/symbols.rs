@@ -110,6 +110,23 @@ impl<'a> SourceMap<'a> {
         Some(SourceMap { ctx })
     }
 
+    /// The address ranges `[start, end)` whose line-table file satisfies `wanted`, merged.
+    pub fn ranges_in_files(&self, wanted: impl Fn(&str) -> bool) -> Vec<(u64, u64)> {
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        let Ok(rows) = self.ctx.find_location_range(0, u64::MAX) else { return ranges };
+        for (addr, len, loc) in rows {
+            if !loc.file.is_some_and(&wanted) {
+                continue;
+            }
+            match ranges.last_mut() {
+                Some(last) if last.1 == addr => last.1 = addr + len,
+                _ => ranges.push((addr, addr + len)),
+            }
+        }
+        ranges.sort_unstable();
+        ranges
+    }
+
     /// File, line and column of the instruction at link-time address `addr`.
     pub fn location(&self, addr: u64) -> Option<SourceLocation> {
         let loc = self.ctx.find_location(addr).ok()??;

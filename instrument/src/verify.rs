@@ -177,6 +177,18 @@ pub struct Report {
     pub findings: Vec<Finding>,
     /// Accepted tagged non-memory instructions, sorted by PC.
     pub explained: Vec<Explained>,
+    /// Untagged memory accesses in known inline-assembly atomic code (`tags::ASM_ATOMIC_CODE`): gaps in
+    /// the tables that the runtime's rule covers (so not failures), sorted by PC.
+    pub rule_atomics: Vec<RuleAtomic>,
+}
+
+/// An untagged memory access whose source line is in known inline-assembly atomic code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RuleAtomic {
+    pub pc: u64,
+    pub function: String,
+    pub disassembly: String,
+    pub file: String,
 }
 
 impl Report {
@@ -196,7 +208,50 @@ pub fn verify(module: &crate::elf::Module) -> Report {
         message: e.to_string(),
     });
     report.findings.splice(0..0, malformed);
+    report.rule_atomics = rule_atomics(module);
     report
+}
+
+/// Untagged memory accesses of covered functions whose line-table file is known asm-atomic code.
+fn rule_atomics(module: &crate::elf::Module) -> Vec<RuleAtomic> {
+    let Some(map) = module.source_map() else { return Vec::new() };
+    let ranges = map.ranges_in_files(crate::tags::is_asm_atomic_file);
+    if ranges.is_empty() {
+        return Vec::new();
+    }
+    let in_ranges = |pc: u64| {
+        let i = ranges.partition_point(|r| r.1 <= pc);
+        ranges.get(i).is_some_and(|r| r.0 <= pc)
+    };
+    let mut disasm = Disassembler::new();
+    let mut found = Vec::new();
+    let mut functions: Vec<(u64, u64)> = module.covered.iter().map(|c| (c.pc, c.size)).collect();
+    functions.sort_unstable();
+    functions.dedup();
+    for (pc, size) in functions {
+        if size == 0 || size > MAX_FUNCTION_SIZE || !in_ranges_overlap(&ranges, pc, pc + size) {
+            continue;
+        }
+        let Some(bytes) = module.read_at(pc, size as usize) else { continue };
+        for insn in decode(bytes, pc) {
+            if accesses_memory(&insn) && module.atomics.binary_search(&insn.ip()).is_err() && in_ranges(insn.ip()) {
+                found.push(RuleAtomic {
+                    pc: insn.ip(),
+                    function: module.function_name(insn.ip()).unwrap_or_else(|| format!("{pc:#x}")),
+                    disassembly: disasm.format(&insn),
+                    file: map.location(insn.ip()).map(|l| l.file).unwrap_or_default(),
+                });
+            }
+        }
+    }
+    found.sort_by_key(|r| r.pc);
+    found.dedup_by_key(|r| r.pc);
+    found
+}
+
+fn in_ranges_overlap(ranges: &[(u64, u64)], start: u64, end: u64) -> bool {
+    let i = ranges.partition_point(|r| r.1 <= start);
+    ranges.get(i).is_some_and(|r| r.0 < end)
 }
 
 /// Checks `covered` and `atomics` (link-time addresses, any order) against

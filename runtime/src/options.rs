@@ -48,6 +48,8 @@ pub struct Options {
     pub seed: Option<u64>,
     /// Watch a PC less often the more often it was watched (cold code gets the watches).
     pub cold_bias: bool,
+    /// Substrings of source paths or function names whose accesses are atomic (inline-assembly atomics).
+    pub atomic_code: Vec<String>,
 }
 
 impl Options {
@@ -66,6 +68,7 @@ impl Options {
         stats: false,
         seed: None,
         cold_bias: true,
+        atomic_code: Vec::new(),
     };
 }
 
@@ -140,6 +143,10 @@ fn apply(o: &mut Options, key: &str, v: &str, warnings: &mut Vec<String>) -> Opt
         .map(|f| o.report_format = f),
         "seed" => parse_u64(v).map(|n| o.seed = Some(n)),
         "cold_bias" => parse_bool(v).map(|b| o.cold_bias = b),
+        "atomic_code" => {
+            o.atomic_code = v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_string).collect();
+            Ok(())
+        }
         _ => return None,
     };
     Some(result)
@@ -200,7 +207,7 @@ mod tests {
         let (o, w) = parse(
             "sample_period_us=500:delay_us=50:watchpoints=4:report_atomic_races=0:log_path=/tmp/rw:\
              halt_on_error=1:exitcode=3:report_format=json:suppressions=/tmp/s:verbosity=1:stats=true:seed=0x2a:\
-             cold_bias=0",
+             cold_bias=0:atomic_code=vendor/lock.c,my_asm_",
         );
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(
@@ -219,6 +226,7 @@ mod tests {
                 stats: true,
                 seed: Some(42),
                 cold_bias: false,
+                atomic_code: vec!["vendor/lock.c".into(), "my_asm_".into()],
             }
         );
     }

@@ -35,6 +35,12 @@ pub struct Config {
     pub suppressions: Vec<String>,
     /// Print the `stats=1` block before halting.
     pub stats: bool,
+    /// Report a plain access racing an atomic one.
+    pub report_atomic_races: bool,
+    /// The user's `atomic_code` patterns: an access whose own source file or function contains one
+    /// is atomic (inline-assembly atomics the compiler pass cannot tag), besides the built-in
+    /// `racewatch_instrument::tags::ASM_ATOMIC_CODE`.
+    pub atomic_code: Vec<String>,
 }
 
 impl Config {
@@ -63,6 +69,8 @@ impl Config {
             exitcode: options.exitcode,
             suppressions,
             stats: options.stats,
+            report_atomic_races: options.report_atomic_races,
+            atomic_code: options.atomic_code.clone(),
         }
     }
 }
@@ -141,6 +149,17 @@ impl Reporter {
         if self.is_suppressed(&current_stack) || self.is_suppressed(&previous_stack) {
             return None;
         }
+        // Accesses made by atomic inline assembly (a rule) are atomic: judge again.
+        let mut current_record = event.current;
+        let mut previous_record = event.previous;
+        current_record.is_atomic |= self.is_atomic_code(&current_stack);
+        previous_record.is_atomic |= self.is_atomic_code(&previous_stack);
+        let both_atomic = current_record.is_atomic && previous_record.is_atomic;
+        let mixed = current_record.is_atomic != previous_record.is_atomic;
+        if both_atomic || (mixed && !self.config.report_atomic_races) {
+            stats::bump(stats::Counter::RacesAtomicByRule);
+            return None;
+        }
         // One report per unordered pair of source locations: an unrolled or vectorised loop has many
         // PCs on one line.
         let (here, there) = (location(&current_stack, a), location(&previous_stack, b));
@@ -150,8 +169,8 @@ impl Reporter {
             return None;
         }
         // Threads are numbered only once their race is really reported.
-        let current = self.access(&event.current, current_stack);
-        let previous = self.access(&event.previous, previous_stack);
+        let current = self.access(&current_record, current_stack);
+        let previous = self.access(&previous_record, previous_stack);
         let race = RaceReport { pid: self.pid, current, previous };
         Some(match self.config.format {
             ReportFormat::Text => report::render_text(&race),
@@ -194,6 +213,17 @@ impl Reporter {
             address: record.addr,
             stack: report::short_backtrace(stack),
         }
+    }
+
+    /// Whether the access's own frame (innermost, inlined included) is in atomic inline-assembly code:
+    /// a built-in rule (`racewatch_instrument::tags::ASM_ATOMIC_CODE`) or one of the user's `atomic_code`
+    /// patterns.
+    fn is_atomic_code(&self, stack: &[Frame]) -> bool {
+        let Some(frame) = stack.first() else { return false };
+        let file = frame.file.as_deref().unwrap_or("");
+        let function = frame.function.as_deref().unwrap_or("");
+        racewatch_instrument::tags::is_asm_atomic_file(file)
+            || self.config.atomic_code.iter().any(|p| file.contains(p.as_str()) || function.contains(p.as_str()))
     }
 
     fn is_suppressed(&self, stack: &[Frame]) -> bool {

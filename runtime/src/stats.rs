@@ -31,6 +31,7 @@ counters! {
     Races: "races",
     RacesRepeated: "races at already reported locations (not printed)",
     ReportsPrinted: "reports printed",
+    RacesAtomicByRule: "races dropped: atomic inline-assembly code (rule)",
     ReportsDropped: "reports dropped",
     OutputDropped: "output not written",
     SkippedForStack: "signals skipped for lack of stack",

@@ -53,7 +53,32 @@ fn config(format: ReportFormat, suppressions: &[&str]) -> Config {
         exitcode: 66,
         suppressions: suppressions.iter().map(|s| s.to_string()).collect(),
         stats: false,
+        report_atomic_races: true,
+        atomic_code: Vec::new(),
     }
+}
+
+#[test]
+fn accesses_in_atomic_code_are_atomic_and_two_of_them_do_not_race() {
+    // Only the reader side is in "atomic code": a plain write racing an atomic read is still a race...
+    let mut reporter =
+        Reporter::new(Config { atomic_code: vec!["reader_side".into()], ..config(ReportFormat::Text, &[]) }, 1);
+    let text = reporter.render(&event(10, 11)).expect("plain vs atomic is a race");
+    assert!(text.contains("Previous atomic read"), "{text}");
+    // ...unless plain-vs-atomic races are off.
+    let mut reporter = Reporter::new(
+        Config {
+            atomic_code: vec!["reader_side".into()],
+            report_atomic_races: false,
+            ..config(ReportFormat::Text, &[])
+        },
+        1,
+    );
+    assert!(reporter.render(&event(10, 11)).is_none());
+    // Both sides in atomic code (a file pattern this time): not a race.
+    let mut reporter =
+        Reporter::new(Config { atomic_code: vec!["report_reporter.rs".into()], ..config(ReportFormat::Text, &[]) }, 1);
+    assert!(reporter.render(&event(10, 11)).is_none());
 }
 
 #[test]

@@ -71,6 +71,13 @@ fn text(file: &str, report: &Report, verbose: bool) -> String {
                 &format!("racewatch verify: {file}: note: {:#x} in {}: {} ({why})\n", e.pc, e.function, e.disassembly);
         }
     }
+    for r in &report.rule_atomics {
+        out += &format!(
+            "racewatch verify: {file}: note: {:#x} in {}: untagged {} in inline-assembly atomic code ({}): \
+             treated as atomic by rule\n",
+            r.pc, r.function, r.disassembly, r.file
+        );
+    }
     let summary = format!("{} atomic PCs checked in {} covered functions", report.atomic_pcs, report.covered_functions);
     if report.passed() {
         out += &format!("racewatch verify: {file}: {summary}: ok\n");

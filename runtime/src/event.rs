@@ -65,8 +65,10 @@ pub struct AccessRecord {
     pub size: u8,
     /// A store (or read-modify-write).
     pub is_write: bool,
-    /// An atomic instruction according to the index.
+    /// An atomic instruction according to the index (its PC is tagged), or LOCK-prefixed.
     pub is_atomic: bool,
+    /// LOCK-prefixed or XCHG with memory: atomic whatever the tags say.
+    pub locked: bool,
     /// The thread's stack at the access.
     pub stack: Stack,
 }

@@ -152,7 +152,10 @@ fn decode(words: &[AtomicU64; EVENT_WORDS]) -> RaceEvent {
 }
 
 fn encode_record(record: &AccessRecord, words: &[AtomicU64]) {
-    let flags = u64::from(record.size) | u64::from(record.is_write) << 8 | u64::from(record.is_atomic) << 9;
+    let flags = u64::from(record.size)
+        | u64::from(record.is_write) << 8
+        | u64::from(record.is_atomic) << 9
+        | u64::from(record.locked) << 10;
     let len = record.stack.len.min(MAX_FRAMES);
     let head = [record.tid as u32 as u64, record.pc, record.addr, flags, len as u64];
     for (word, value) in words.iter().zip(head.iter().chain(record.stack.pcs.iter())) {
@@ -174,6 +177,7 @@ fn decode_record(words: &[AtomicU64]) -> AccessRecord {
         size: flags as u8,
         is_write: flags & (1 << 8) != 0,
         is_atomic: flags & (1 << 9) != 0,
+        locked: flags & (1 << 10) != 0,
         stack,
     }
 }
@@ -194,6 +198,7 @@ mod tests {
                 size: 8,
                 is_write: n % 2 == 0,
                 is_atomic: n % 3 == 0,
+                locked: n % 7 == 0,
                 stack: Stack::from_pcs(&frames),
             },
             previous: AccessRecord {
@@ -203,6 +208,7 @@ mod tests {
                 size: (n % 9) as u8,
                 is_write: n % 5 == 0,
                 is_atomic: false,
+                locked: false,
                 stack: Stack::from_pcs(&[n]),
             },
         }

@@ -200,6 +200,7 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
         size: found.size,
         is_write: found.is_write,
         is_atomic: class == Access::Atomic || found.locked,
+        locked: found.locked,
         stack: Stack::from_pcs(&pcs[..walk.frames]),
     };
     // Jitter the window too: uniform in [delay/2, 3*delay/2].

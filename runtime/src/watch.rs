@@ -56,8 +56,16 @@ struct Record {
     access: AccessRecord,
 }
 
-const EMPTY_ACCESS: AccessRecord =
-    AccessRecord { tid: 0, pc: 0, addr: 0, size: 0, is_write: false, is_atomic: false, stack: Stack::EMPTY };
+const EMPTY_ACCESS: AccessRecord = AccessRecord {
+    tid: 0,
+    pc: 0,
+    addr: 0,
+    size: 0,
+    is_write: false,
+    is_atomic: false,
+    locked: false,
+    stack: Stack::EMPTY,
+};
 
 struct Slot {
     busy: AtomicBool,
@@ -253,12 +261,18 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
         if reported[..races as usize].contains(&record.access.pc) {
             continue;
         }
-        if judge::judge(&previous, &current, request.report_atomic_races).is_race() {
+        let verdict = judge::judge(&previous, &current, request.report_atomic_races);
+        // Both atomic only because of tags (not LOCK): a tag can be a compiler-only fence's label on a
+        // plain access. The reporter, which reads the debug info, has the last word on those.
+        let review = verdict == judge::Verdict::BothAtomic && !(access.locked && record.access.locked);
+        if verdict.is_race() || review {
             reported[races as usize] = record.access.pc;
             races += 1;
-            stats::bump(stats::Counter::Races);
+            if verdict.is_race() {
+                stats::bump(stats::Counter::Races);
+            }
             // In time order: the trapped access ran during the window; the sampled one runs after it.
-            if !queue::push(&RaceEvent { current: *access, previous: record.access }) {
+            if !queue::push(&RaceEvent { current: *access, previous: record.access }) && verdict.is_race() {
                 stats::bump(stats::Counter::ReportsDropped);
             }
         }
@@ -332,6 +346,7 @@ fn trapped_access(signal: &PerfSignal, tid: i32) -> Option<(AccessRecord, bool)>
         size,
         is_write: found.is_write,
         is_atomic: class == Access::Atomic || found.locked,
+        locked: found.locked,
         stack: Stack::from_pcs(&pcs[..frames]),
     };
     Some((access, class != Access::Uncovered))

@@ -35,6 +35,7 @@ fn record(tid: i32, function: fn() -> u64, is_write: bool, addr: u64) -> AccessR
         size: 8,
         is_write,
         is_atomic: false,
+        locked: false,
         stack: Stack::from_pcs(&[pc_of(function)]),
     }
 }

@@ -5,6 +5,35 @@ pub fn run_seconds(default: f64) -> f64 {
     std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
+/// Runs a writer thread calling `write(1)`, `write(2)`, … and a reader thread calling `read()` in
+/// batches of 100 until `seconds` have passed; returns how many values were written.
+pub fn writer_and_reader(seconds: f64, write: fn(u64), read: fn() -> u64) -> u64 {
+    use std::time::{Duration, Instant};
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let writer = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while Instant::now() < until {
+            for _ in 0..100 {
+                n += 1;
+                write(n);
+            }
+        }
+        n
+    });
+    let reader = std::thread::spawn(move || {
+        let mut seen = 0u64;
+        while Instant::now() < until {
+            for _ in 0..100 {
+                seen = seen.wrapping_add(read());
+            }
+        }
+        seen
+    });
+    let written = writer.join().expect("writer panicked");
+    std::hint::black_box(reader.join().expect("reader panicked"));
+    written
+}
+
 /// Where the threads of the cold/hot race pair (`racy_cold_path`, `racy_hot_path`) spend their time: a
 /// loop over a thread-private buffer (plain loads and stores, never racing) and, between its rounds, a
 /// short path that updates a shared counter without synchronisation. `racy_share` is the fraction of

@@ -5,7 +5,6 @@
 //!
 //! Usage: `clean_asm_atomics [SECONDS]` (default 5). Prints a line; exits 0.
 
-use std::time::{Duration, Instant};
 
 struct Word(std::cell::UnsafeCell<u64>);
 // SAFETY: every access goes through the atomic MOVs below.
@@ -28,27 +27,6 @@ fn asm_store(value: u64) {
 }
 
 fn main() {
-    let until = Instant::now() + Duration::from_secs_f64(racewatch_demos::run_seconds(5.0));
-    let writer = std::thread::spawn(move || {
-        let mut n = 0u64;
-        while Instant::now() < until {
-            for _ in 0..100 {
-                n += 1;
-                asm_store(n);
-            }
-        }
-        n
-    });
-    let reader = std::thread::spawn(move || {
-        let mut seen = 0u64;
-        while Instant::now() < until {
-            for _ in 0..100 {
-                seen += u64::from(asm_load() != 0);
-            }
-        }
-        seen
-    });
-    let stores = writer.join().expect("writer");
-    reader.join().expect("reader");
+    let stores = racewatch_demos::writer_and_reader(racewatch_demos::run_seconds(5.0), asm_store, asm_load);
     println!("clean_asm_atomics: done ({})", stores > 0);
 }

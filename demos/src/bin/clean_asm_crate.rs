@@ -7,7 +7,6 @@
 use atomic_maybe_uninit::AtomicMaybeUninit;
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 static WORD: AtomicMaybeUninit<u64> = AtomicMaybeUninit::new(MaybeUninit::new(0));
 
@@ -23,27 +22,6 @@ fn store(value: u64) {
 }
 
 fn main() {
-    let until = Instant::now() + Duration::from_secs_f64(racewatch_demos::run_seconds(5.0));
-    let writer = std::thread::spawn(move || {
-        let mut n = 0u64;
-        while Instant::now() < until {
-            for _ in 0..100 {
-                n += 1;
-                store(n);
-            }
-        }
-        n
-    });
-    let reader = std::thread::spawn(move || {
-        let mut seen = 0u64;
-        while Instant::now() < until {
-            for _ in 0..100 {
-                seen += u64::from(load() != 0);
-            }
-        }
-        seen
-    });
-    let stores = writer.join().expect("writer");
-    reader.join().expect("reader");
+    let stores = racewatch_demos::writer_and_reader(racewatch_demos::run_seconds(5.0), store, load);
     println!("clean_asm_crate: done ({})", stores > 0);
 }

@@ -4,7 +4,6 @@
 //! Usage: `clean_fence_atomic [SECONDS]` (default 5). Prints a line; exits 0.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 static WORD: AtomicU64 = AtomicU64::new(0);
 
@@ -20,26 +19,6 @@ fn observe() -> u64 {
 }
 
 fn main() {
-    let until = Instant::now() + Duration::from_secs_f64(racewatch_demos::run_seconds(5.0));
-    let writer = std::thread::spawn(move || {
-        let mut n = 0u64;
-        while Instant::now() < until {
-            for _ in 0..100 {
-                n += 1;
-                publish(n);
-            }
-        }
-    });
-    let reader = std::thread::spawn(move || {
-        let mut seen = 0u64;
-        while Instant::now() < until {
-            for _ in 0..100 {
-                seen = seen.wrapping_add(observe());
-            }
-        }
-        seen
-    });
-    writer.join().expect("writer");
-    reader.join().expect("reader");
+    racewatch_demos::writer_and_reader(racewatch_demos::run_seconds(5.0), publish, observe);
     println!("clean_fence_atomic: done");
 }

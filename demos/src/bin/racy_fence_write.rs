@@ -8,7 +8,6 @@
 //! Usage: `racy_fence_write [SECONDS]` (default 3). Prints a line; exits 0.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
 static WORD: AtomicU64 = AtomicU64::new(0);
 
@@ -25,26 +24,6 @@ fn observe() -> u64 {
 }
 
 fn main() {
-    let until = Instant::now() + Duration::from_secs_f64(racewatch_demos::run_seconds(3.0));
-    let writer = std::thread::spawn(move || {
-        let mut n = 0u64;
-        while Instant::now() < until {
-            for _ in 0..100 {
-                n += 1;
-                publish(n);
-            }
-        }
-    });
-    let reader = std::thread::spawn(move || {
-        let mut seen = 0u64;
-        while Instant::now() < until {
-            for _ in 0..100 {
-                seen = seen.wrapping_add(observe());
-            }
-        }
-        seen
-    });
-    writer.join().expect("writer");
-    reader.join().expect("reader");
+    racewatch_demos::writer_and_reader(racewatch_demos::run_seconds(3.0), publish, observe);
     println!("racy_fence_write: done");
 }

@@ -78,15 +78,7 @@ pub fn reach(
     bounds: &Bounds<'_>,
     max_steps: usize,
 ) -> Result<MemAccess, Miss> {
-    let mut m = Machine {
-        gpr: regs.gpr,
-        known: u16::MAX,
-        rip: regs.rip,
-        flags: regs.rflags,
-        flags_known: STATUS,
-        stores: [(0, 0, 0); STORES],
-        nstores: 0,
-    };
+    let mut m = Machine::new(regs);
     let mut saw_own_stack = false;
     for _ in 0..max_steps {
         let insn = decode_at(code, m.rip).ok_or(Miss::Unemulated)?;
@@ -138,15 +130,7 @@ pub fn step(
     factory: &mut InstructionInfoFactory,
     regs: &Regs,
 ) -> Result<(Regs, u16, u64), Miss> {
-    let mut m = Machine {
-        gpr: regs.gpr,
-        known: u16::MAX,
-        rip: regs.rip,
-        flags: regs.rflags,
-        flags_known: STATUS,
-        stores: [(0, 0, 0); STORES],
-        nstores: 0,
-    };
+    let mut m = Machine::new(regs);
     let insn = decode_at(code, m.rip).ok_or(Miss::Unemulated)?;
     let (class, _) = classify(factory, &insn);
     if !matches!(class, Class::NoMem) || insn.flow_control() != FlowControl::Next {
@@ -191,6 +175,19 @@ fn gpr_index(reg: Register) -> Option<usize> {
 }
 
 impl Machine {
+    /// The interrupted state: every register and status flag known, nothing stored yet.
+    fn new(regs: &Regs) -> Machine {
+        Machine {
+            gpr: regs.gpr,
+            known: u16::MAX,
+            rip: regs.rip,
+            flags: regs.rflags,
+            flags_known: STATUS,
+            stores: [(0, 0, 0); STORES],
+            nstores: 0,
+        }
+    }
+
     fn regs(&self) -> Regs {
         Regs { gpr: self.gpr, rip: self.rip, rflags: self.flags }
     }

@@ -229,3 +229,58 @@ fn text_report_has_the_contract_shape() {
         assert!(marked, "#0 is not on a racy line {racy_lines:?}: {text}");
     }
 }
+
+const OPENMP_RACE: &str = r#"
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+  double seconds = argc > 1 ? atof(argv[1]) : 3;
+  long sum = 0; /* shared: a local on the master thread's stack */
+  double start = omp_get_wtime();
+  while (omp_get_wtime() - start < seconds) {
+#pragma omp parallel for num_threads(2)
+    for (int i = 0; i < 1000000; i++) {
+      *(volatile long *)&sum += i; /* racewatch: racy (no reduction) */
+    }
+  }
+  printf("openmp: done %d\n", sum != 0);
+  return 0;
+}
+"#;
+
+/// An OpenMP `parallel for` updating a shared local (it lives on the master's stack, which the master's
+/// own samples treat as private): the workers' accesses are watched and the race is reported.
+#[test]
+fn openmp_race_on_a_shared_local_is_reported() {
+    let Some(clang) = common::clang() else { return };
+    let dir = common::scratch("detect_openmp");
+    let src = dir.join("openmp.c");
+    std::fs::write(&src, OPENMP_RACE).unwrap();
+    let bin = dir.join("openmp");
+    let built = std::process::Command::new(&clang)
+        .args(racewatch_instrument::toolchain::C_FLAGS)
+        .args(["-O2", "-fopenmp"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .output()
+        .unwrap();
+    if !built.status.success() {
+        eprintln!(
+            "SKIP: clang-19 -fopenmp failed (apt-get install libomp-19-dev):\n{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        return;
+    }
+    let (run, runs) = retry_for(DETECTION_BUDGET, || {
+        let run = run_under(&[SAMPLE_PERIOD, "stats=1"], &bin, &[RACY_RUN_SECONDS]);
+        if !run.status.success() || !run.stdout.contains("openmp: done 1") {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+        }
+        Ok(run.stderr.contains(REPORT_HEADER).then_some(run))
+    })
+    .unwrap_or_else(|why| panic!("the OpenMP race was not reported: {why}"));
+    assert!(run.stderr.contains("openmp.c:12"), "the report names the racing line: {}", run.stderr);
+    eprintln!("openmp: reported after {runs} run(s); {}", stats_summary(&run.stderr));
+}

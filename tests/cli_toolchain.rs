@@ -62,9 +62,14 @@ fn tiny_crate(name: &str, main_rs: &str) -> PathBuf {
 fn racewatch_cargo(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = racewatch();
     cmd.arg("cargo").args(args).current_dir(dir);
-    for var in
-        ["CARGO_TARGET_DIR", "RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_RUSTFLAGS", "RACEWATCH_OPTIONS"]
-    {
+    for var in [
+        "CARGO_TARGET_DIR",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "RACEWATCH_OPTIONS",
+        "RUSTDOCFLAGS",
+    ] {
         cmd.env_remove(var);
     }
     cmd
@@ -181,6 +186,33 @@ fn cargo_plus_toolchain_checks_that_toolchains_rustc() {
     let out = racewatch_cargo(&dir, &["+no-such-toolchain", "build"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("no-such-toolchain"), "{stderr}");
+}
+
+const RACY_DOCTEST_LIB: &str = r#"
+/// Two threads bump a `static mut` for up to 10 s: a data race in a doctest.
+///
+/// ```
+/// static mut HITS: u64 = 0;
+/// #[inline(never)]
+/// fn bump() { unsafe { HITS += 1 } }
+/// let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+/// let t: Vec<_> = (0..2).map(|_| std::thread::spawn(move || while std::time::Instant::now() < until {
+///     for _ in 0..1000 { bump() }
+/// })).collect();
+/// for t in t { t.join().unwrap(); }
+/// ```
+pub fn documented() {}
+"#;
+
+#[test]
+fn doctests_are_instrumented_and_run_under_the_detector() {
+    let dir = tiny_crate("rw_cargo_doctest", COUNTER_MAIN);
+    std::fs::write(dir.join("src/lib.rs"), RACY_DOCTEST_LIB).unwrap();
+    // halt_on_error makes the racy doctest fail, so rustdoc shows its output (the report).
+    let out = racewatch_cargo(&dir, &["-o", "halt_on_error=1", "test", "--doc"]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "the racy doctest should have been halted: {text}");
+    assert!(text.contains("WARNING: racewatch: data race"), "no report from the doctest: {text}");
 }
 
 #[test]

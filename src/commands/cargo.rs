@@ -4,7 +4,8 @@
 //! (cargo would strip them). For `test`, `run` and `bench` the built programs
 //! run with the runtime preloaded (`racewatch run -o … --` as the cargo
 //! runner), at the test rate `sample_period_us=1000` unless the user set a
-//! rate: tests want detection, not 0.1% overhead.
+//! rate: tests want detection, not 0.1% overhead. Doctests are compiled with
+//! the metadata flags too (RUSTDOCFLAGS) and run through the same runner.
 
 use super::run::self_exe;
 use racewatch_instrument::toolchain::{self, RUST_FLAGS};
@@ -54,6 +55,11 @@ pub fn run(args: Args) -> ExitCode {
     let user_flags = user_rustflags(std::env::var_os("CARGO_ENCODED_RUSTFLAGS"), std::env::var_os("RUSTFLAGS"));
     cmd.env("CARGO_ENCODED_RUSTFLAGS", encoded_rustflags(&user_flags));
     cmd.env_remove("RUSTFLAGS");
+    // Doctests too: rustdoc compiles them with the metadata flags, and they run through the runner.
+    let user_doc_flags =
+        user_rustflags(std::env::var_os("CARGO_ENCODED_RUSTDOCFLAGS"), std::env::var_os("RUSTDOCFLAGS"));
+    cmd.env("CARGO_ENCODED_RUSTDOCFLAGS", encoded_rustflags(&user_doc_flags));
+    cmd.env_remove("RUSTDOCFLAGS");
 
     if !has_option(&args.args, "--target-dir") {
         if let Some(dir) = target_directory(&cargo, &args.args) {

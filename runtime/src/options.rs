@@ -50,6 +50,8 @@ pub struct Options {
     pub cold_bias: bool,
     /// Substrings of source paths or function names whose accesses are atomic (inline-assembly atomics).
     pub atomic_code: Vec<String>,
+    /// Text reports keep every frame and full names (no folding of standard-library frames).
+    pub full_stacks: bool,
 }
 
 impl Options {
@@ -69,6 +71,7 @@ impl Options {
         seed: None,
         cold_bias: true,
         atomic_code: Vec::new(),
+        full_stacks: false,
     };
 }
 
@@ -143,6 +146,7 @@ fn apply(o: &mut Options, key: &str, v: &str, warnings: &mut Vec<String>) -> Opt
         .map(|f| o.report_format = f),
         "seed" => parse_u64(v).map(|n| o.seed = Some(n)),
         "cold_bias" => parse_bool(v).map(|b| o.cold_bias = b),
+        "full_stacks" => parse_bool(v).map(|b| o.full_stacks = b),
         "atomic_code" => {
             o.atomic_code = v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_string).collect();
             Ok(())
@@ -207,7 +211,7 @@ mod tests {
         let (o, w) = parse(
             "sample_period_us=500:delay_us=50:watchpoints=4:report_atomic_races=0:log_path=/tmp/rw:\
              halt_on_error=1:exitcode=3:report_format=json:suppressions=/tmp/s:verbosity=1:stats=true:seed=0x2a:\
-             cold_bias=0:atomic_code=vendor/lock.c,my_asm_",
+             cold_bias=0:atomic_code=vendor/lock.c,my_asm_:full_stacks=1",
         );
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(
@@ -227,6 +231,7 @@ mod tests {
                 seed: Some(42),
                 cold_bias: false,
                 atomic_code: vec!["vendor/lock.c".into(), "my_asm_".into()],
+                full_stacks: true,
             }
         );
     }

@@ -123,13 +123,19 @@ pub fn summary_frame(stack: &[Frame]) -> Option<&Frame> {
     stack.iter().find(|f| !in_std(f) && !f.in_runtime).or(stack.first())
 }
 
-/// The human report, TSan-like, ending with a newline.
+/// The human report, TSan-like, ending with a newline: Rust names without generic arguments, and runs of
+/// standard-library frames folded into one line (see [`render_text_with`]).
 pub fn render_text(report: &RaceReport) -> String {
+    render_text_with(report, false)
+}
+
+/// The human report; `full_stacks` prints every frame with its full name (the `full_stacks=1` option).
+pub fn render_text_with(report: &RaceReport, full_stacks: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{SEPARATOR}");
     let _ = writeln!(out, "WARNING: racewatch: data race (pid={})", report.pid);
-    render_access(&mut out, &report.current, false);
-    render_access(&mut out, &report.previous, true);
+    render_access(&mut out, &report.current, false, full_stacks);
+    render_access(&mut out, &report.previous, true, full_stacks);
     let _ = writeln!(out, "SUMMARY: racewatch: {}", summary_with(report, Paths::Short));
     let _ = writeln!(out, "{SEPARATOR}");
     out
@@ -159,7 +165,7 @@ fn summary_with(report: &RaceReport, paths: Paths) -> String {
     }
 }
 
-fn render_access(out: &mut String, access: &AccessReport, previous: bool) {
+fn render_access(out: &mut String, access: &AccessReport, previous: bool, full_stacks: bool) {
     let kind = access_kind(access);
     let what = match (previous, access.is_atomic) {
         (false, false) => capitalize(kind),
@@ -175,13 +181,52 @@ fn render_access(out: &mut String, access: &AccessReport, previous: bool) {
     if access.stack.is_empty() {
         let _ = writeln!(out, "    <empty stack>");
     }
-    for (i, frame) in access.stack.iter().enumerate() {
-        let _ = write!(out, "    #{i} {}", function(frame));
+    let stack = &access.stack;
+    let mut i = 0;
+    while i < stack.len() {
+        // A run of two or more standard-library frames after the access's own frame: one line.
+        let run = stack[i..].iter().take_while(|f| in_std(f)).count();
+        if !full_stacks && i > 0 && run >= 2 {
+            let _ = writeln!(out, "    #{i}..#{} ({run} frames of the Rust standard library)", i + run - 1);
+            i += run;
+            continue;
+        }
+        let frame = &stack[i];
+        let name = if full_stacks { function(frame).to_string() } else { without_generics(function(frame)) };
+        let _ = write!(out, "    #{i} {name}");
         if frame.file.is_some() {
             let _ = write!(out, " {}", location(frame, Paths::Short));
         }
         let _ = writeln!(out, " {}", module_offset(frame));
+        i += 1;
     }
+}
+
+/// A Rust function name without generic arguments, as Rust's own backtraces print paths:
+/// `{closure#0}<app::main::{closure_env#0}, u64>` is `{closure#0}`, and
+/// `<alloc::boxed::Box<dyn FnOnce<()>> as core::ops::FnOnce<()>>::call_once` is
+/// `<alloc::boxed::Box as core::ops::FnOnce>::call_once`. A `<` that opens a qualified path is kept.
+pub fn without_generics(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut skipping = 0usize;
+    let mut previous = ' ';
+    for c in name.chars() {
+        if skipping > 0 {
+            match c {
+                '<' => skipping += 1,
+                '>' => skipping -= 1,
+                _ => {}
+            }
+            continue;
+        }
+        if c == '<' && (previous.is_alphanumeric() || matches!(previous, '_' | '}' | '>')) {
+            skipping = 1;
+            continue;
+        }
+        out.push(c);
+        previous = c;
+    }
+    out
 }
 
 fn access_kind(access: &AccessReport) -> &'static str {
@@ -353,7 +398,7 @@ mod tests {
 ==================
 WARNING: racewatch: data race (pid=1234)
   Write of size 8 at 0x7f1234567890 by thread T2 (tid 5678):
-    #0 write_volatile<u64> library/core/src/ptr/mod.rs:2178:9 (racy_flag+0x1c1cb)
+    #0 write_volatile library/core/src/ptr/mod.rs:2178:9 (racy_flag+0x1c1cb)
     #1 racy_flag::publish demos/src/bin/racy_flag.rs:15:9 (racy_flag+0x1c1cb)
     #2 {closure#0} demos/src/bin/racy_flag.rs:40:17 (racy_flag+0x1b76b)
   Previous atomic read of size 4 at 0x7f1234567894 by thread T1 (tid 5677):
@@ -363,6 +408,28 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
 ==================
 ";
         assert_eq!(render_text(&sample()), expected);
+    }
+
+    #[test]
+    fn rust_names_lose_their_generic_arguments_and_std_runs_fold() {
+        assert_eq!(without_generics("{closure#0}<app::main::{closure_env#0}, u64>"), "{closure#0}");
+        assert_eq!(
+            without_generics("<alloc::boxed::Box<dyn core::ops::FnOnce<()>> as core::ops::FnOnce<()>>::call_once"),
+            "<alloc::boxed::Box as core::ops::FnOnce>::call_once"
+        );
+        assert_eq!(without_generics("core::ptr::drop_in_place<[u8]>"), "core::ptr::drop_in_place");
+        assert_eq!(without_generics("bump"), "bump");
+        let std_frame = |name: &str| frame(name, &format!("{STD}/std/src/thread/mod.rs"), 1, 1, 0x10, true);
+        let mut report = sample();
+        let user = report.current.stack[1].clone();
+        report.current.stack = vec![user.clone(), std_frame("a<T>"), std_frame("b"), std_frame("c"), user];
+        let text = render_text(&report);
+        assert!(
+            text.contains("    #1..#3 (3 frames of the Rust standard library)\n    #4 racy_flag::publish"),
+            "{text}"
+        );
+        let full = render_text_with(&report, true);
+        assert!(full.contains("    #1 a<T> library/std/src/thread/mod.rs:1:1"), "{full}");
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub struct Config {
     pub stats: bool,
     /// Report a plain access racing an atomic one.
     pub report_atomic_races: bool,
+    /// Text reports print every frame with its full name.
+    pub full_stacks: bool,
     /// The user's `atomic_code` patterns: an access whose own source file or function contains one
     /// is atomic (inline-assembly atomics the compiler pass cannot tag), besides the built-in
     /// `racewatch_instrument::tags::ASM_ATOMIC_CODE`.
@@ -70,6 +72,7 @@ impl Config {
             suppressions,
             stats: options.stats,
             report_atomic_races: options.report_atomic_races,
+            full_stacks: options.full_stacks,
             atomic_code: options.atomic_code.clone(),
         }
     }
@@ -196,7 +199,7 @@ impl Reporter {
         let previous = self.access(&previous_record, previous_stack);
         let race = RaceReport { pid: self.pid, current, previous };
         Some(match self.config.format {
-            ReportFormat::Text => report::render_text(&race),
+            ReportFormat::Text => report::render_text_with(&race, self.config.full_stacks),
             ReportFormat::Json => report::render_json(&race),
         })
     }

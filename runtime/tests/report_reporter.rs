@@ -55,6 +55,7 @@ fn config(format: ReportFormat, suppressions: &[&str]) -> Config {
         suppressions: suppressions.iter().map(|s| s.to_string()).collect(),
         stats: false,
         report_atomic_races: true,
+        full_stacks: false,
         atomic_code: Vec::new(),
     }
 }

@@ -252,9 +252,10 @@ fn location(frame: &Frame, paths: Paths) -> String {
         Paths::Full => file,
         Paths::Short => short_path(file),
     });
+    let approx = if frame.line_approximate { "~" } else { "" };
     match (file, frame.line.filter(|&l| l > 0), frame.column.filter(|&c| c > 0)) {
-        (Some(file), Some(line), Some(column)) => format!("{file}:{line}:{column}"),
-        (Some(file), Some(line), None) => format!("{file}:{line}"),
+        (Some(file), Some(line), Some(column)) => format!("{file}:{approx}{line}:{column}"),
+        (Some(file), Some(line), None) => format!("{file}:{approx}{line}"),
         (Some(file), None, _) => file.to_string(),
         (None, _, _) => module_offset(frame),
     }
@@ -301,6 +302,7 @@ fn frame_json(frame: &Frame) -> Value {
         "module": frame.module,
         "offset": format!("{:#x}", frame.offset),
         "inlined": frame.inlined,
+        "line_approximate": frame.line_approximate,
     })
 }
 

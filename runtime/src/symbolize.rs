@@ -43,6 +43,9 @@ pub struct Frame {
     pub inlined: bool,
     /// In racewatch's own shared library (never the user's code).
     pub in_runtime: bool,
+    /// The debug info gave this PC line 0 (a load the compiler hoisted or merged from several lines):
+    /// `line` is the nearest real line of the same code instead.
+    pub line_approximate: bool,
 }
 
 /// Maps runtime PCs to frames. Build and use it on one ordinary thread.
@@ -110,6 +113,16 @@ impl Symbolizer {
                     inlined: true,
                     ..Frame::default()
                 });
+            }
+        }
+        if let (Some(first), Some(loader)) = (frames.first_mut(), file.loader.as_ref()) {
+            if first.line.is_none_or(|l| l == 0) {
+                if let Some((near_file, line)) = nearest_line(loader, probe) {
+                    first.file = Some(display_path(&near_file, cwd.as_deref()));
+                    first.line = Some(line);
+                    first.column = None;
+                    first.line_approximate = true;
+                }
             }
         }
         let symbol = file.function_at(probe).map(|f| f.name.as_str());
@@ -231,6 +244,18 @@ impl ModuleFile {
         });
         find_function(functions, addr)
     }
+}
+
+/// The nearest line-table row with a real line around `addr` (forward first: a hoisted load's line is
+/// usually the use that follows), within a few instructions.
+fn nearest_line(loader: &addr2line::Loader, addr: u64) -> Option<(String, u32)> {
+    const REACH: u64 = 32;
+    let at = |a: u64| {
+        let loc = loader.find_location(a).ok()??;
+        let line = loc.line.filter(|&l| l > 0)?;
+        Some((loc.file?.to_string(), line))
+    };
+    (1..=REACH).find_map(|d| at(addr + d).or_else(|| at(addr.checked_sub(d)?)))
 }
 
 /// Whether reading `path`'s symbols and DWARF (mapped and parsed: a few times its size) fits in the

@@ -31,6 +31,15 @@ int main(int argc, char **argv) {
   printf("%d\n", r);
   return 0;
 }
+__attribute__((noinline)) long pick(int c, long *p) {
+  long r;
+  if (c) {
+    r = *p + 1;
+  } else {
+    r = *p + 2;
+  }
+  return r;
+}
 "#;
 
 /// clang-19 (or `$RACEWATCH_CLANG`); `None` prints a visible skip.
@@ -250,4 +259,17 @@ fn rust_frame_names_by_debuginfo_level() {
         let summary = summary_frame(&frames).unwrap();
         assert_eq!((summary.function.as_deref(), summary.line), (Some(inlined_fn), Some(5)), "{debuginfo}");
     }
+}
+
+#[test]
+fn a_hoisted_load_with_line_zero_gets_the_nearest_line_marked_approximate() {
+    let Some(binary) = build("line0", &["-gline-tables-only", "-fno-omit-frame-pointer"]) else { return };
+    // clang hoists `*p` out of both branches of `pick` and gives the load line 0.
+    let (load, _) = find_instruction(&binary, "pick", |i| i.op_count() == 2 && i.op1_kind() == OpKind::Memory);
+    let frames = Symbolizer::new().symbolize_in_module(&binary, load, false);
+    let frame = &frames[0];
+    assert!(frame.line_approximate, "{frames:?}");
+    assert_eq!(file_name(frame), Some("prog.c"));
+    assert!(matches!(frame.line, Some(20..=28)), "a line of pick: {frames:?}");
+    assert_eq!(frame.function.as_deref(), Some("pick"));
 }

@@ -323,7 +323,7 @@ mod tests {
             module: Some(EXE.to_string()),
             offset,
             inlined,
-            in_runtime: false,
+            ..Frame::default()
         }
     }
 

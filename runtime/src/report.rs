@@ -294,7 +294,7 @@ fn access_json(access: &AccessReport) -> Value {
 }
 
 fn frame_json(frame: &Frame) -> Value {
-    json!({
+    let mut value = json!({
         "function": frame.function,
         "file": frame.file,
         "line": frame.line,
@@ -302,8 +302,12 @@ fn frame_json(frame: &Frame) -> Value {
         "module": frame.module,
         "offset": format!("{:#x}", frame.offset),
         "inlined": frame.inlined,
-        "line_approximate": frame.line_approximate,
-    })
+    });
+    // Only when set: the line is the nearest real one (the PC's own is line 0).
+    if frame.line_approximate {
+        value["line_approximate"] = true.into();
+    }
+    value
 }
 
 #[cfg(test)]

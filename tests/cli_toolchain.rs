@@ -215,6 +215,37 @@ fn doctests_are_instrumented_and_run_under_the_detector() {
     assert!(text.contains("WARNING: racewatch: data race"), "no report from the doctest: {text}");
 }
 
+const ONCE_PER_PROCESS_LIB: &str = r#"
+static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Panics when called twice in one process (like rayon's global pool builder).
+pub fn start_once() {
+    assert!(!STARTED.swap(true, std::sync::atomic::Ordering::SeqCst), "started twice in one process");
+}
+
+/// ```
+/// rw_doctest_2024::start_once();
+/// ```
+pub fn first() {}
+
+/// ```
+/// rw_doctest_2024::start_once();
+/// ```
+pub fn second() {}
+"#;
+
+#[test]
+fn merged_doctests_of_edition_2024_still_run_one_process_each() {
+    let dir = tiny_crate("rw_doctest_2024", COUNTER_MAIN);
+    let manifest = "[workspace]\n\n[package]\nname = \"rw_doctest_2024\"\nversion = \"0.1.0\"\nedition = \"2024\"\n";
+    std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
+    std::fs::write(dir.join("src/lib.rs"), ONCE_PER_PROCESS_LIB).unwrap();
+    let out = racewatch_cargo(&dir, &["test", "--doc"]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "doctests must pass as under plain cargo test: {text}");
+    assert!(text.contains("2 passed"), "{text}");
+}
+
 #[test]
 fn missing_rustc_is_explained() {
     let dir = tiny_crate("rw_cargo_norustc", COUNTER_MAIN);

@@ -84,7 +84,7 @@ pub fn run(args: Args) -> ExitCode {
                      to change)"
                 );
             }
-            let mut runner = format!("{} run", self_exe().display());
+            let mut runner = format!("{} run --cargo-runner", self_exe().display());
             for option in &options {
                 runner.push_str(&format!(" -o {option}"));
             }

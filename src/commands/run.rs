@@ -20,6 +20,9 @@ pub struct Args {
     /// A runtime option `key=value` (see RACEWATCH_OPTIONS); repeatable, later wins.
     #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
     options: Vec<String>,
+    /// Set by `racewatch cargo` in the runner it gives cargo (see `merged_doctest_env`).
+    #[arg(long, hide = true)]
+    cargo_runner: bool,
     /// The program to run and its arguments (put them after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     command: Vec<OsString>,
@@ -35,6 +38,11 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     cmd.args(rest);
+    if args.cargo_runner {
+        if let Some((var, path)) = merged_doctest_env(program) {
+            cmd.env(var, path);
+        }
+    }
     // Only returns on failure.
     let err = cmd.exec();
     eprintln!("racewatch: cannot run `{}`: {err}", program.to_string_lossy());
@@ -120,6 +128,18 @@ pub fn merge_options(inherited: &str, overrides: &[String]) -> Result<String, St
     Ok(entries.join(":"))
 }
 
+/// rustdoc's merged doctests (edition 2024) run each test in a process of its own only when their binary
+/// (`rustdoctest*/rust_out`) finds its own path in `RUSTDOC_DOCTEST_BIN_PATH`, which rustdoc does not
+/// set when a runner starts the binary: they would all share one process (rayon-core's doctests then
+/// fail). The variable to set for `program`, when it is such a binary and the variable is not set.
+fn merged_doctest_env(program: &OsStr) -> Option<(&'static str, PathBuf)> {
+    const VAR: &str = "RUSTDOC_DOCTEST_BIN_PATH";
+    let path = std::path::Path::new(program);
+    let in_doctest_dir = path.parent()?.file_name()?.to_str()?.starts_with("rustdoctest");
+    (path.file_name()? == "rust_out" && in_doctest_dir && std::env::var_os(VAR).is_none())
+        .then(|| (VAR, path.to_path_buf()))
+}
+
 /// The racewatch executable itself (for cargo runners).
 pub fn self_exe() -> PathBuf {
     std::env::current_exe().unwrap_or_else(|_| PathBuf::from("racewatch"))
@@ -128,6 +148,14 @@ pub fn self_exe() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merged_doctest_binaries_get_their_own_path() {
+        let bundle = OsStr::new("/tmp/rustdoctestAb12/rust_out");
+        assert_eq!(merged_doctest_env(bundle), Some(("RUSTDOC_DOCTEST_BIN_PATH", PathBuf::from(bundle))));
+        assert_eq!(merged_doctest_env(OsStr::new("/tmp/other/rust_out")), None);
+        assert_eq!(merged_doctest_env(OsStr::new("/tmp/rustdoctestAb12/prog")), None);
+    }
 
     #[test]
     fn later_option_wins_and_inherited_entries_stay() {

@@ -64,6 +64,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "exec_self", source: include_str!("host/exec_self.c"), metadata: true },
     Program { name: "trap_default", source: include_str!("host/trap_default.c"), metadata: true },
     Program { name: "spawn", source: include_str!("host/spawn.c"), metadata: true },
+    Program { name: "process_ops", source: include_str!("host/process_ops.c"), metadata: true },
     Program { name: "small_stacks", source: include_str!("host/small_stacks.c"), metadata: true },
     Program { name: "altstack", source: include_str!("host/altstack.c"), metadata: true },
     Program { name: "seccomp", source: include_str!("host/seccomp.c"), metadata: true },
@@ -291,6 +292,10 @@ fn cases() -> Vec<Case> {
         case("sigtimedwait_everything_blocked", "sigtimedwait", &[]).expect(&["signals dequeued: 0"]),
         // 9. SIGTRAP blocked, execve of itself while racing.
         case("exec_self_with_sigtrap_blocked", "exec_self", &[]).expect(&["exec", "child ok"]),
+        // 9c. setuid/setgid (glibc signals every thread), vfork + exec, exec from a thread other than main.
+        case("setxid_broadcast_reaches_every_thread", "process_ops", &["setxid"]).expect(&["setuid: 0, setgid: 0"]),
+        case("vfork_and_exec", "process_ops", &["vfork"]).expect(&["vfork children failed: 0"]),
+        case("exec_from_a_thread", "process_ops", &["exec-thread"]).expect(&["exec from a thread"]),
         // 9b. Child processes through system(), posix_spawn() and popen().
         case("children_through_system_spawn_popen", "spawn", &[]).expect(&[
             "from system",
@@ -789,6 +794,9 @@ host_cases!(
     own_sigtrap_resethand,
     own_sigtrap_blocked_pending,
     children_through_system_spawn_popen,
+    setxid_broadcast_reaches_every_thread,
+    vfork_and_exec,
+    exec_from_a_thread,
     min_stacks_deep_recursion,
     sigaltstack_sigusr1_handler,
     seccomp_strict_prctl,

@@ -358,6 +358,23 @@ fn atomic_shortly_before(code: &[Instruction], tags: &[Option<Tag>], idx: usize)
     None
 }
 
+/// The tagged atomic right before a conditional branch to `code[idx]`: the label of a compiler-only fence
+/// on the taken side (`lock dec [rdx]; je L … L: mov rdi, rdx; call drop_slow`, `Arc::drop`'s
+/// `fence(Acquire)`), which is not laid out after the atomic.
+fn atomic_branching_here(code: &[Instruction], tags: &[Option<Tag>], idx: usize) -> Option<u64> {
+    let here = code[idx].ip();
+    (1..idx).find_map(|p| {
+        let branch = &code[p];
+        if branch.flow_control() != iced_x86::FlowControl::ConditionalBranch || branch.near_branch_target() != here {
+            return None;
+        }
+        match tags[p - 1] {
+            Some(Tag::Root(atomic) | Tag::Lowered(atomic)) => Some(atomic),
+            _ => None,
+        }
+    })
+}
+
 impl<I: Image> Checker<'_, I> {
     /// Indices of the tagged PCs in `[pc, pc + size)`.
     fn tagged_range(&self, pc: u64, size: u64) -> std::ops::Range<usize> {
@@ -440,7 +457,9 @@ impl<I: Image> Checker<'_, I> {
             } else if let Some(atomic) = tagged_access_right_after(&code, tagged, idx) {
                 self.explain(at, &name, insn, Explanation::LoweringOf { atomic });
                 Tag::Lowered(atomic)
-            } else if let Some(atomic) = atomic_shortly_before(&code, &tags, idx) {
+            } else if let Some(atomic) =
+                atomic_shortly_before(&code, &tags, idx).or_else(|| atomic_branching_here(&code, &tags, idx))
+            {
                 self.explain(at, &name, insn, Explanation::FenceLabel { atomic });
                 Tag::FenceLabel
             } else {
@@ -771,6 +790,25 @@ mod tests {
             bytes.extend_from_slice(p);
         }
         (Blob { base: BASE, bytes }, starts)
+    }
+
+    #[test]
+    fn fence_label_at_the_target_of_the_branch_after_an_atomic_is_explained() {
+        // Arc::drop: lock dec [rdi]; je L; (the other side: a table load, jmp rcx); L: mov rdi, rdx (tagged)
+        let (blob, s) = assemble(&[
+            &[0xf0, 0x48, 0xff, 0x0f], // lock dec qword [rdi] (tagged)
+            &[0x74, 0x06],             // je +6 -> mov rdi, rdx
+            &[0x48, 0x63, 0x0c, 0x88], // movsxd rcx, dword [rax + rcx*4]
+            &[0xff, 0xe1],             // jmp rcx
+            &[0x48, 0x89, 0xd7],       // mov rdi, rdx (tagged: the fence's label)
+            &[0xc3],
+        ]);
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0], s[4]]);
+        assert!(report.passed(), "{:#?}", report.findings);
+        assert!(report.explained.iter().any(|e| e.pc == s[4] && e.why == Explanation::FenceLabel { atomic: s[0] }));
+        // Not after an atomic: the same label is a bad PC.
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[4]]);
+        assert!(!report.passed());
     }
 
     #[test]

@@ -87,11 +87,6 @@ pub fn forget_own(fd: i32) -> bool {
     OWN.iter().any(|slot| slot.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Relaxed).is_ok())
 }
 
-/// Closes a descriptor of ours.
-pub fn close_own(fd: i32) {
-    real::close(fd);
-}
-
 /// Forgets every descriptor of ours without closing it (the program closed them).
 pub fn forget_all_own() {
     for slot in &OWN {
@@ -223,7 +218,7 @@ fn open(path: &str, extra: i32) -> std::io::Result<i32> {
     }
 }
 
-/// Closes a descriptor the runtime opened for a moment (a log file).
+/// Closes a descriptor of the runtime's (a perf event it forgot, a log file opened for one write).
 pub fn close(fd: i32) {
     real::close(fd);
 }

@@ -110,7 +110,7 @@ impl PerfFd {
     /// Closes the descriptor (unless the program took its number already).
     pub fn close(self) {
         if fd::forget_own(self.0) {
-            fd::close_own(self.0);
+            fd::close(self.0);
         }
     }
 

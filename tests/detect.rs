@@ -290,7 +290,61 @@ fn openmp_race_on_a_shared_local_is_reported() {
     })
     .unwrap_or_else(|why| panic!("the OpenMP race was not reported: {why}"));
     assert!(run.stderr.contains("openmp.c:12"), "the report names the racing line: {}", run.stderr);
+    // One of the two threads is the master: its stack goes through libomp (no frame pointers) to main.
+    let report = first_text_report(&run.stderr).unwrap_or_default().join("\n");
+    assert!(report.contains("__kmpc_fork_call") && report.contains(" main "), "stack through libomp: {report}");
     eprintln!("openmp: reported after {runs} run(s); {}", stats_summary(&run.stderr));
+}
+
+const NO_FRAME_POINTERS: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static long counter;
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+__attribute__((noinline)) void bump(void) { counter++; }
+__attribute__((noinline)) void level_two(int n) { for (int i = 0; i < n; i++) bump(); __asm__ volatile("" ::: "memory"); }
+__attribute__((noinline)) void level_one(int n) { level_two(n); __asm__ volatile("" ::: "memory"); }
+static double until;
+static void *worker(void *arg) { while (now() < until) level_one(1000); return arg; }
+int main(int argc, char **argv) {
+  until = now() + (argc > 1 ? atof(argv[1]) : 3);
+  pthread_t t;
+  pthread_create(&t, 0, worker, 0);
+  worker(0);
+  pthread_join(t, 0);
+  printf("nofp: done %d\n", counter != 0);
+  return 0;
+}
+"#;
+
+/// Code built without frame pointers (`-fomit-frame-pointer`, like most of libc and prebuilt
+/// libraries): both stacks are unwound by the `.eh_frame` CFI through every level, the main thread's to
+/// `main` and the other's to libc's thread start.
+#[test]
+fn stacks_are_unwound_through_code_without_frame_pointers() {
+    let Some(clang) = common::clang() else { return };
+    let dir = common::scratch("detect_nofp");
+    let bin = common::build_c(&clang, &dir, "nofp", NO_FRAME_POINTERS, &["-fomit-frame-pointer", "-lpthread"]);
+    let (run, _) = retry_for(DETECTION_BUDGET, || {
+        let run = run_under(&[SAMPLE_PERIOD], &bin, &[RACY_RUN_SECONDS]);
+        if !run.status.success() || !run.stdout.contains("nofp: done 1") {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+        }
+        Ok(run.stderr.contains(REPORT_HEADER).then_some(run))
+    })
+    .unwrap_or_else(|why| panic!("the race was not reported: {why}"));
+    let report = first_text_report(&run.stderr).expect("a text report").join("\n");
+    let (current, previous) = report.split_once("  Previous").expect("two accesses");
+    for (access, text) in [("current", current), ("previous", previous)] {
+        let order: Vec<usize> = [" bump ", " level_two ", " level_one ", " worker "]
+            .iter()
+            .map(|name| text.find(name).unwrap_or_else(|| panic!("{access} lacks{name}: {report}")))
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{access} frames out of order: {report}");
+    }
+    assert!(report.contains(" main "), "the main thread's stack reaches main: {report}");
 }
 
 /// crossbeam's `AtomicCell<[u64; 4]>` (a seqlock): the optimistic read races with the writer's plain

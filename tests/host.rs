@@ -78,6 +78,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "prefork", source: include_str!("host/prefork.c"), metadata: true },
     Program { name: "many_races", source: include_str!("host/many_races.c"), metadata: true },
     Program { name: "rlimit_as", source: include_str!("host/rlimit_as.c"), metadata: true },
+    Program { name: "dl_cycle", source: include_str!("host/dl_cycle.c"), metadata: true },
 ];
 
 /// Builds every program once per test binary (in parallel); `None` (skip) without clang-19.
@@ -302,6 +303,8 @@ fn cases() -> Vec<Case> {
             "from posix_spawn",
             "popen read: from popen",
         ]),
+        // 9d. A library loaded and unloaded 200 times while threads race.
+        case("dlopen_dlclose_while_racing", "dl_cycle", &[]).expect(&["dlopen/dlclose cycles: 200, failures: 0"]),
         // 10. PTHREAD_STACK_MIN threads recursing to ~3 KiB from the end of their stacks.
         case("min_stacks_deep_recursion", "small_stacks", &[])
             .expect(&["threads that recursed to about 3072 bytes from the end of their stack: 2"]),
@@ -777,6 +780,7 @@ macro_rules! host_cases {
 }
 
 host_cases!(
+    dlopen_dlclose_while_racing,
     sigwait_sigterm_single_threaded,
     sigwait_sigterm_after_threads,
     signalfd_sigchld,

@@ -99,6 +99,48 @@ pub struct MemAccess {
     pub is_write: bool,
     /// LOCK prefix, or XCHG with memory (implicitly locked).
     pub locked: bool,
+    /// How [`reach`] got from the interrupted PC to this access across calls and returns.
+    pub path: CallPath,
+}
+
+/// Calls and returns [`reach`] followed on its way to the access, to place the access in the stack that
+/// was unwound from the interrupted registers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallPath {
+    /// Return addresses of calls made and not returned from, outermost first (the first `depth`).
+    pub entered: [u64; CallPath::MAX_DEPTH],
+    pub depth: u8,
+    /// Frames of the interrupted stack returned from.
+    pub left: u8,
+}
+
+impl CallPath {
+    pub const MAX_DEPTH: usize = 4;
+
+    /// The stack of the access: `access_pc`, the return addresses of the calls entered (innermost
+    /// first), then the callers of the interrupted frame (`callers[0]` is its return address) minus
+    /// the frames returned from. Writes into `out`; returns how many entries.
+    pub fn stack_of(&self, access_pc: u64, callers: &[u64], out: &mut [u64]) -> usize {
+        let entered = self.entered[..usize::from(self.depth).min(Self::MAX_DEPTH)].iter().rev();
+        let kept = callers.get(usize::from(self.left)..).unwrap_or_default();
+        let all = std::iter::once(&access_pc).chain(entered).chain(kept);
+        out.iter_mut().zip(all).map(|(slot, &pc)| *slot = pc).count()
+    }
+
+    fn called(&mut self, return_address: u64) {
+        if let Some(slot) = self.entered.get_mut(usize::from(self.depth)) {
+            *slot = return_address;
+        }
+        self.depth = self.depth.saturating_add(1);
+    }
+
+    fn returned(&mut self) {
+        if self.depth > 0 {
+            self.depth -= 1;
+        } else {
+            self.left = self.left.saturating_add(1);
+        }
+    }
 }
 
 /// A sensible `max_lookahead` for [`access_at`].
@@ -133,6 +175,7 @@ fn access_of(insn: &Instruction, cand: Candidate, addr: u64, addr_known: bool) -
         is_read: cand.is_read,
         is_write: cand.is_write,
         locked: cand.locked,
+        path: CallPath::default(),
     }
 }
 
@@ -197,5 +240,34 @@ pub fn access_ending_at(
     match address(&insn, cand.operand, regs) {
         Some((addr, used)) => Some(access_of(&insn, cand, addr, used & written == 0)),
         None => Some(access_of(&insn, cand, 0, false)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_path_places_the_access_in_the_unwound_stack() {
+        let callers = [0x100, 0x200, 0x300];
+        let mut out = [0u64; 8];
+        // Same frame: the access, then the interrupted frame's callers.
+        let n = CallPath::default().stack_of(0xa, &callers, &mut out);
+        assert_eq!(&out[..n], &[0xa, 0x100, 0x200, 0x300]);
+        // Two calls entered on the way: their return addresses, innermost first.
+        let mut path = CallPath::default();
+        path.called(0x50);
+        path.called(0x60);
+        let n = path.stack_of(0xa, &callers, &mut out);
+        assert_eq!(&out[..n], &[0xa, 0x60, 0x50, 0x100, 0x200, 0x300]);
+        // A call and its return, then a return out of the interrupted frame.
+        let mut path = CallPath::default();
+        path.called(0x50);
+        path.returned();
+        path.returned();
+        let n = path.stack_of(0xa, &callers, &mut out);
+        assert_eq!(&out[..n], &[0xa, 0x200, 0x300]);
+        // Bounded by `out`.
+        assert_eq!(CallPath::default().stack_of(0xa, &callers, &mut out[..2]), 2);
     }
 }

@@ -24,7 +24,7 @@
 //!   its own detector (pre-fork servers run their workers in children).
 
 use crate::options::{self, Options};
-use crate::sys::{fd, perf, signal, stacks, thread};
+use crate::sys::{fd, perf, signal, stacks, thread, unwind_info};
 use crate::{log, queue, registry, reporter, sampler, stats, watch};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 
@@ -78,6 +78,7 @@ fn thread_count() -> usize {
 
 fn start(opts: &Options) -> bool {
     thread::init_exit_hook(thread_exit_hook);
+    unwind_info::refresh();
     reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
         log::warn(format_args!("{err}; race detection disabled"));

@@ -15,6 +15,9 @@
 //! - `prctl(PR_SET_SECCOMP)` and `syscall` (`seccomp`, `prctl`, and the
 //!   descriptor calls above made as raw syscalls): the detector is switched
 //!   off before a sandbox goes in.
+//! - `dlclose`: the unwinder's table of mapped `.eh_frame` sections is emptied
+//!   (and its readers waited for) before a module can be unmapped, and rebuilt
+//!   after.
 //!
 //! The symbols are exported only with the `preload` feature (the cdylib the
 //! CLI embeds); without it they are plain Rust functions (tests, benches).
@@ -24,7 +27,7 @@
 
 use crate::sys::ptr::{opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
-use crate::sys::{fd, signal, thread};
+use crate::sys::{fd, signal, thread, unwind_info};
 use crate::{detector, log};
 use std::ffi::{c_int, c_long, c_uint, c_ulong, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -272,4 +275,15 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
         _ => {}
     }
     real::syscall(number, [a, b, c, d, e, f])
+}
+
+/// Interposed `dlclose`: no stack unwind may read a module's `.eh_frame` while the loader unmaps it.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    let rebuild = unwind_info::suspend();
+    let rc = real::dlclose(handle);
+    if rebuild {
+        unwind_info::refresh();
+    }
+    rc
 }

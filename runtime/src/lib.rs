@@ -27,4 +27,5 @@ pub mod stack;
 pub mod stats;
 pub mod symbolize;
 pub mod sys;
+pub mod unwind;
 pub mod watch;

@@ -299,6 +299,7 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
     sys::thread::set_name(c"racewatch-repor");
     let _ = std::panic::catch_unwind(|| loop {
         let token = sys::wake::token();
+        sys::unwind_info::refresh_if_stale();
         drain();
         if STOP.load(Ordering::Acquire) {
             break;

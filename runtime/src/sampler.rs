@@ -206,7 +206,13 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
     // Jitter the window too: uniform in [delay/2, 3*delay/2].
     let delay = DELAY_US.load(Ordering::Relaxed);
     let delay_us = delay / 2 + (random >> 32) % delay.max(1);
-    let request = Watch { access: &access, delay_us, report_atomic_races: REPORT_ATOMIC_RACES.load(Ordering::Relaxed) };
+    let request = Watch {
+        access: &access,
+        regs,
+        path: found.path,
+        delay_us,
+        report_atomic_races: REPORT_ATOMIC_RACES.load(Ordering::Relaxed),
+    };
     if watch::watch(&request) == watch::Outcome::Busy {
         stats::bump(Counter::SamplesBusy);
     }

@@ -16,14 +16,14 @@
 //! closed window is ever written. Everything here is async-signal-safe: fixed
 //! static storage, atomics, a `try_lock` that cannot block, raw syscalls.
 
-use crate::decode::{self, CodeReader, MemAccess};
+use crate::decode::{self, CallPath, CodeReader, MemAccess};
 use crate::event::{AccessRecord, RaceEvent, Stack, MAX_FRAMES};
 use crate::index::Access;
 use crate::judge::{self, Side};
 use crate::sys::perf::{PerfFd, WatchKind, Watchpoint};
 use crate::sys::signal::{PerfSignal, Regs, TRAP_PERF_FLAG_ASYNC};
 use crate::sys::{mem, thread};
-use crate::{queue, registry, stack, stats};
+use crate::{queue, registry, stats, unwind};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// x86-64 has four debug registers.
@@ -195,6 +195,10 @@ pub fn window(addr: u64, size: u8) -> (u64, u64) {
 /// What the sampled thread asks to watch.
 pub struct Watch<'a> {
     pub access: &'a AccessRecord,
+    /// A's registers where it was interrupted: its full stack is unwound from them when a race is found.
+    pub regs: &'a Regs,
+    /// How the access was reached from there.
+    pub path: CallPath,
     /// How long to keep the window open.
     pub delay_us: u64,
     pub report_atomic_races: bool,
@@ -249,8 +253,11 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
 
     let traps = slot.count.load(Ordering::Acquire);
     let mut races = 0;
+    // A's stack so far is the cheap frame-pointer walk; a race gets the full unwind (once).
+    let mut access = *access;
+    let mut unwound = false;
     let mut reported = [0u64; MAX_RECORDS];
-    let previous = Side::of(access, true);
+    let previous = Side::of(&access, true);
     for cell in slot.records.iter().take((traps as usize).min(MAX_RECORDS)) {
         let Some(record) = cell.try_lock() else { continue };
         if record.generation != generation {
@@ -271,8 +278,12 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
             if verdict.is_race() {
                 stats::bump(stats::Counter::Races);
             }
+            if !unwound {
+                access.stack = unwound_stack(request.regs, access.pc, &request.path);
+                unwound = true;
+            }
             // In time order: the trapped access ran during the window; the sampled one runs after it.
-            if !queue::push(&RaceEvent { current: *access, previous: record.access }) && verdict.is_race() {
+            if !queue::push(&RaceEvent { current: access, previous: record.access }) && verdict.is_race() {
                 stats::bump(stats::Counter::ReportsDropped);
             }
         }
@@ -307,12 +318,14 @@ pub fn on_trap(signal: &PerfSignal) -> bool {
     if tid == slot.owner.load(Ordering::Relaxed) {
         return true;
     }
-    let Some((access, covered)) = trapped_access(signal, tid) else { return true };
+    let Some((mut access, covered)) = trapped_access(signal, tid) else { return true };
 
     slot.writers.fetch_add(1, Ordering::SeqCst);
     if slot.armed.load(Ordering::SeqCst) == generation {
         let at = slot.count.fetch_add(1, Ordering::AcqRel) as usize;
         if let Some(mut record) = slot.records.get(at).and_then(|cell| cell.try_lock()) {
+            // Only a kept record pays for the unwind.
+            access.stack = unwound_stack(&signal.regs, access.pc, &CallPath::default());
             *record = Record { generation, covered, access };
         }
     }
@@ -337,8 +350,6 @@ fn trapped_access(signal: &PerfSignal, tid: i32) -> Option<(AccessRecord, bool)>
         (signal.addr, len as u8)
     };
     let class = registry::with_index(|idx| idx.classify(found.pc));
-    let mut pcs = [0u64; MAX_FRAMES];
-    let frames = stack::walk_interrupted(&signal.regs, Some(function.start), found.pc, &mut pcs).frames;
     let access = AccessRecord {
         tid,
         pc: found.pc,
@@ -347,9 +358,18 @@ fn trapped_access(signal: &PerfSignal, tid: i32) -> Option<(AccessRecord, bool)>
         is_write: found.is_write,
         is_atomic: class == Access::Atomic || found.locked,
         locked: found.locked,
-        stack: Stack::from_pcs(&pcs[..frames]),
+        stack: Stack::EMPTY,
     };
     Some((access, class != Access::Uncovered))
+}
+
+/// The stack of the thread interrupted at `regs` when it makes the access at `pc`, reached by `path`.
+fn unwound_stack(regs: &Regs, pc: u64, path: &CallPath) -> Stack {
+    let mut callers = [0u64; MAX_FRAMES];
+    let found = unwind::capture(regs, &mut callers);
+    let mut pcs = [0u64; MAX_FRAMES];
+    let frames = path.stack_of(pc, &callers[..found], &mut pcs);
+    Stack::from_pcs(&pcs[..frames])
 }
 
 /// The length of the window armed at `addr` (the alignment of a window start bounds it).

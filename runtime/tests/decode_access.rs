@@ -35,7 +35,7 @@ fn at(code: &[u8]) -> Option<MemAccess> {
 }
 
 fn access(pc: u64, len: u8, addr: u64, size: u8, is_read: bool, is_write: bool, locked: bool) -> MemAccess {
-    MemAccess { pc, len, addr, addr_known: true, size, is_read, is_write, locked }
+    MemAccess { pc, len, addr, addr_known: true, size, is_read, is_write, locked, path: Default::default() }
 }
 
 #[test]

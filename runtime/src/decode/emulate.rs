@@ -18,7 +18,7 @@
 //! caller provides the decoder factory and the memory reader.
 
 use super::classify::{address, classify, Candidate, Class};
-use super::{access_of, CodeReader, MemAccess, Regs};
+use super::{access_of, CallPath, CodeReader, MemAccess, Regs};
 use iced_x86::{
     ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind,
     Register,
@@ -68,6 +68,7 @@ struct Machine {
     flags_known: u64,
     stores: [(u64, u8, u64); STORES],
     nstores: usize,
+    path: CallPath,
 }
 
 /// Runs from `regs` for at most `max_steps` instructions; returns the first access to watch.
@@ -106,7 +107,7 @@ pub fn reach(
                     return Err(Miss::AddressUnknown);
                 }
                 if !bounds.in_own_stack(addr) {
-                    return Ok(access_of(&insn, cand, addr, true));
+                    return Ok(MemAccess { path: m.path, ..access_of(&insn, cand, addr, true) });
                 }
                 saw_own_stack = true;
                 m.execute(code, &insn, Some((addr, cand)))?;
@@ -185,6 +186,7 @@ impl Machine {
             flags_known: STATUS,
             stores: [(0, 0, 0); STORES],
             nstores: 0,
+            path: CallPath::default(),
         }
     }
 
@@ -341,8 +343,13 @@ impl Machine {
         if !(bounds.covered)(target) {
             return Err(Miss::LeftCovered);
         }
-        if matches!(insn.flow_control(), FlowControl::Call | FlowControl::IndirectCall) {
-            self.push(Some(next))?;
+        match insn.flow_control() {
+            FlowControl::Call | FlowControl::IndirectCall => {
+                self.push(Some(next))?;
+                self.path.called(next);
+            }
+            FlowControl::Return => self.path.returned(),
+            _ => {}
         }
         self.rip = target;
         Ok(())

@@ -13,4 +13,5 @@ pub mod signal;
 pub mod snapshot;
 pub mod stacks;
 pub mod thread;
+pub mod unwind_info;
 pub mod wake;

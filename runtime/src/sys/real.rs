@@ -52,8 +52,9 @@ static DUP2: Real = Real::new(c"dup2");
 static DUP3: Real = Real::new(c"dup3");
 static PRCTL: Real = Real::new(c"prctl");
 static SYSCALL: Real = Real::new(c"syscall");
+static DLCLOSE: Real = Real::new(c"dlclose");
 
-const ALL: [&Real; 12] = [
+const ALL: [&Real; 13] = [
     &PTHREAD_CREATE,
     &SIGACTION,
     &SIGNAL,
@@ -66,6 +67,7 @@ const ALL: [&Real; 12] = [
     &DUP3,
     &PRCTL,
     &SYSCALL,
+    &DLCLOSE,
 ];
 
 /// Resolves every real function now (call from the constructor).
@@ -168,4 +170,9 @@ pub fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) 
 pub fn syscall(number: c_long, args: [c_long; 6]) -> c_long {
     let [a, b, c, d, e, f] = args;
     call!(SYSCALL, -1, fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long, number, a, b, c, d, e, f)
+}
+
+/// The real `dlclose`.
+pub fn dlclose(handle: *mut c_void) -> c_int {
+    call!(DLCLOSE, -1, fn(*mut c_void) -> c_int, handle)
 }

@@ -1,0 +1,142 @@
+//! Stack capture through code with or without frame pointers, by the modules' `.eh_frame` CFI.
+//!
+//! The precompiled Rust standard library, libc and libomp keep no frame pointers, so a frame-pointer
+//! walk stops (or wanders) at their first frame. This walker runs the DWARF call-frame program of
+//! each frame's function up to its PC (gimli, with rule storage on the stack: no allocation) to find
+//! the canonical frame address, the return address and the caller's callee-saved registers. A PC
+//! without CFI (JIT code, a module loaded since the table was built) takes one frame-pointer step.
+//! Stack memory is read without faulting; the walk stops at the first implausible frame (a caller's
+//! stack pointer not above the callee's, an undefined return address, a CFA given by an expression).
+//! Async-signal-safe.
+
+use crate::sys::mem;
+use crate::sys::signal::Regs;
+use crate::sys::unwind_info::{self, UnwindSegment};
+use addr2line::gimli::{
+    self, BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EndianSlice, NativeEndian, Register, RegisterRule,
+    UnwindContext, UnwindContextStorage, UnwindSection, UnwindTableRow,
+};
+
+/// DWARF register numbers of x86-64 (the return address is column 16), indexing [`Frame::regs`].
+const DWARF_TO_GPR: [usize; 16] = [0, 2, 1, 3, 6, 7, 5, 4, 8, 9, 10, 11, 12, 13, 14, 15];
+const DWARF_RSP: usize = 7;
+const DWARF_RBP: usize = 6;
+const DWARF_RA: u16 = 16;
+/// Registers a callee must preserve (System V): their values carry over to the caller unless a rule
+/// says where they were saved. The others are unknown in a caller frame.
+/// (rbx, rbp, r12–r15; the caller's rsp is the CFA.)
+const CALLEE_SAVED: [usize; 6] = [3, 6, 12, 13, 14, 15];
+
+/// Rule storage for the CFI evaluator: a fixed array on the (runtime) stack.
+struct OnStack;
+
+impl<T: gimli::ReaderOffset> UnwindContextStorage<T> for OnStack {
+    type Rules = [(Register, RegisterRule<T>); 24];
+    type Stack = [UnwindTableRow<T, Self>; 4];
+}
+
+/// A frame's registers in DWARF numbering (`None`: not recoverable), and its PC.
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    pc: u64,
+    regs: [Option<u64>; 16],
+}
+
+impl Frame {
+    fn from_regs(regs: &Regs) -> Frame {
+        let mut dwarf = [None; 16];
+        for (number, &gpr) in DWARF_TO_GPR.iter().enumerate() {
+            dwarf[number] = Some(regs.gpr[gpr]);
+        }
+        Frame { pc: regs.rip, regs: dwarf }
+    }
+
+    fn rsp(&self) -> Option<u64> {
+        self.regs[DWARF_RSP]
+    }
+}
+
+/// Writes the return address of each caller of the frame interrupted at `regs` into `out`, innermost
+/// first; returns how many entries were written (symbolize `addr - 1`).
+pub fn capture(regs: &Regs, out: &mut [u64]) -> usize {
+    let mut frames = 0;
+    let mut frame = Frame::from_regs(regs);
+    // The interrupted frame is looked up at its PC; callers at `return address - 1` (the call).
+    let mut lookup = frame.pc;
+    while frames < out.len() {
+        let Some(caller) = step(&frame, lookup) else { break };
+        if caller.pc == 0 || caller.rsp().zip(frame.rsp()).is_none_or(|(up, down)| up <= down) {
+            break;
+        }
+        out[frames] = caller.pc;
+        frames += 1;
+        lookup = caller.pc.wrapping_sub(1);
+        frame = caller;
+    }
+    frames
+}
+
+/// The caller of `frame`, whose code is looked up at `lookup`.
+fn step(frame: &Frame, lookup: u64) -> Option<Frame> {
+    match unwind_info::with_segment(lookup, |segment| cfi_step(segment, frame, lookup)) {
+        Some(Ok(caller)) => caller,
+        // No module, no header, or no FDE for this PC: code without CFI.
+        Some(Err(_)) | None => frame_pointer_step(frame),
+    }
+}
+
+/// One step by the frame-pointer chain: `[rbp]` is the caller's rbp, `[rbp + 8]` the return address.
+fn frame_pointer_step(frame: &Frame) -> Option<Frame> {
+    let rbp = frame.regs[DWARF_RBP].filter(|fp| *fp != 0 && fp % 8 == 0)?;
+    let mut caller = Frame { pc: mem::read_u64(rbp.checked_add(8)?)?, regs: [None; 16] };
+    caller.regs[DWARF_RBP] = Some(mem::read_u64(rbp)?);
+    caller.regs[DWARF_RSP] = Some(rbp + 16);
+    Some(caller)
+}
+
+/// One step by the CFI of the function at `lookup`. `Err`: no CFI for it; `Ok(None)`: the CFI says
+/// this is the outermost frame, or describes it in a way this walker does not follow.
+fn cfi_step(segment: &UnwindSegment<'_>, frame: &Frame, lookup: u64) -> gimli::Result<Option<Frame>> {
+    let section = |addr: u64| -> gimli::Result<EndianSlice<'_, NativeEndian>> {
+        let offset = usize::try_from(addr.wrapping_sub(segment.addr)).map_err(|_| gimli::Error::OffsetOutOfBounds)?;
+        let bytes = segment.bytes.get(offset..).ok_or(gimli::Error::OffsetOutOfBounds)?;
+        Ok(EndianSlice::new(bytes, NativeEndian))
+    };
+    let mut bases = BaseAddresses::default().set_eh_frame_hdr(segment.hdr);
+    let hdr = EhFrameHdr::from(section(segment.hdr)?).parse(&bases, 8)?;
+    let eh_frame_addr = hdr.eh_frame_ptr().direct()?;
+    bases = bases.set_eh_frame(eh_frame_addr);
+    let eh_frame = EhFrame::from(section(eh_frame_addr)?);
+    let table = hdr.table().ok_or(gimli::Error::NoUnwindInfoForAddress)?;
+    let fde = table.fde_for_address(&eh_frame, &bases, lookup, EhFrame::cie_from_offset)?;
+    let mut context = UnwindContext::<usize, OnStack>::new_in();
+    let row = fde.unwind_info_for_address(&eh_frame, &bases, &mut context, lookup)?;
+    Ok(caller_of(frame, row))
+}
+
+/// Applies a CFI row to `frame`: the caller's PC and registers, if the row allows.
+fn caller_of(frame: &Frame, row: &UnwindTableRow<usize, OnStack>) -> Option<Frame> {
+    let CfaRule::RegisterAndOffset { register, offset } = *row.cfa() else { return None };
+    let cfa = frame.regs.get(usize::from(register.0)).copied().flatten()?.checked_add_signed(offset)?;
+    let recover = |rule: RegisterRule<usize>, current: Option<u64>| match rule {
+        RegisterRule::SameValue => current,
+        RegisterRule::Offset(n) => mem::read_u64(cfa.checked_add_signed(n)?),
+        RegisterRule::ValOffset(n) => cfa.checked_add_signed(n),
+        RegisterRule::Register(other) => frame.regs.get(usize::from(other.0)).copied().flatten(),
+        _ => None,
+    };
+    let pc = match row.register(Register(DWARF_RA)) {
+        RegisterRule::Undefined => return None,
+        rule => recover(rule, None)?,
+    };
+    let mut caller = Frame { pc, regs: [None; 16] };
+    for number in CALLEE_SAVED {
+        let rule = match row.register(Register(number as u16)) {
+            RegisterRule::Undefined => RegisterRule::SameValue,
+            rule => rule,
+        };
+        caller.regs[number] = recover(rule, frame.regs[number]);
+    }
+    caller.regs[DWARF_RSP] = Some(cfa);
+    Some(caller)
+}

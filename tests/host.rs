@@ -79,6 +79,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "many_races", source: include_str!("host/many_races.c"), metadata: true },
     Program { name: "rlimit_as", source: include_str!("host/rlimit_as.c"), metadata: true },
     Program { name: "dl_cycle", source: include_str!("host/dl_cycle.c"), metadata: true },
+    Program { name: "fatal", source: include_str!("host/fatal.c"), metadata: true },
 ];
 
 /// Builds every program once per test binary (in parallel); `None` (skip) without clang-19.
@@ -152,6 +153,9 @@ struct Case {
 
 /// How a process killed by `SIGTRAP`'s default action ends.
 const DIED_OF_SIGTRAP: &str = "signal 5 (SIGTRAP)";
+const DIED_OF_SIGABRT: &str = "signal 6 (SIGABRT)";
+const DIED_OF_SIGSEGV: &str = "signal 11 (SIGSEGV)";
+const DIED_OF_SIGTERM: &str = "signal 15 (SIGTERM)";
 
 fn case(name: &'static str, program: &'static str, args: &'static [&'static str]) -> Case {
     Case {
@@ -305,6 +309,23 @@ fn cases() -> Vec<Case> {
         ]),
         // 9d. A library loaded and unloaded 200 times while threads race.
         case("dlopen_dlclose_while_racing", "dl_cycle", &[]).expect(&["dlopen/dlclose cycles: 200, failures: 0"]),
+        // 9e. Dying of a signal with `stats=1` (its handler stands where the program sees SIG_DFL).
+        case("stats_at_abort", "fatal", &["abort"])
+            .options(&["stats=1"])
+            .expect(&["dying by abort"])
+            .status(DIED_OF_SIGABRT),
+        case("stats_at_segv", "fatal", &["segv"])
+            .options(&["stats=1"])
+            .expect(&["dying by segv"])
+            .status(DIED_OF_SIGSEGV),
+        case("stats_at_sigterm", "fatal", &["term"])
+            .options(&["stats=1"])
+            .expect(&["dying by term"])
+            .status(DIED_OF_SIGTERM),
+        case("stats_handlers_read_as_default", "fatal", &["query"]).options(&["stats=1"]).expect(&[
+            "defaults: 8 of 8, previous SIGINT default: 1, signal() returned default: 1",
+            "handled: 2, SIGINT handler is ours: 1",
+        ]),
         // 10. PTHREAD_STACK_MIN threads recursing to ~3 KiB from the end of their stacks.
         case("min_stacks_deep_recursion", "small_stacks", &[])
             .expect(&["threads that recursed to about 3072 bytes from the end of their stack: 2"]),
@@ -781,6 +802,10 @@ macro_rules! host_cases {
 
 host_cases!(
     dlopen_dlclose_while_racing,
+    stats_at_abort,
+    stats_at_segv,
+    stats_at_sigterm,
+    stats_handlers_read_as_default,
     sigwait_sigterm_single_threaded,
     sigwait_sigterm_after_threads,
     signalfd_sigchld,
@@ -931,5 +956,21 @@ fn pre_forked_workers_are_reported_with_their_own_pid() {
     match result {
         Ok((pid, runs)) => eprintln!("prefork: worker pid {pid} reported after {runs} run(s)"),
         Err(why) => panic!("no race report from a pre-forked worker: {why}"),
+    }
+}
+
+/// `stats=1` prints the counters when the program dies of a signal, once, and it still dies of it.
+#[test]
+fn stats_are_printed_when_the_program_dies_of_a_signal() {
+    let Some(_) = programs() else { return };
+    let cases = [find_case("stats_at_abort"), find_case("stats_at_segv"), find_case("stats_at_sigterm")];
+    let results = parallel_map(&cases, |case| {
+        let bin = program(case.program).expect("built");
+        run_case(case, Mode::Sampled, &bin, "fatal-", &[])
+    });
+    for (case, run) in cases.iter().zip(&results) {
+        assert_eq!(run.status, case.status, "{}: {}", case.name, tail(&run.stderr, 20));
+        let printed = run.stderr.matches("racewatch: stats: samples: ").count();
+        assert_eq!(printed, 1, "{}: stats printed {printed} times:\n{}", case.name, tail(&run.stderr, 60));
     }
 }

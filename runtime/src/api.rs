@@ -128,6 +128,7 @@ fn init() {
         }
     }
     announce.print();
+    detector::watch_fatal_signals();
 }
 
 /// Modules to report with `verbosity=1`, in order, once each.

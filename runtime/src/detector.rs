@@ -23,8 +23,9 @@
 //!   held is reset, and the child goes back to Idle: its first thread starts
 //!   its own detector (pre-fork servers run their workers in children).
 
+use crate::fixed::FixedBuf;
 use crate::options::{self, Options};
-use crate::sys::{fd, perf, signal, stacks, thread, unwind_info};
+use crate::sys::{fatal, fd, perf, signal, stacks, thread, unwind_info};
 use crate::{log, queue, registry, reporter, sampler, stats, watch};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 
@@ -151,6 +152,7 @@ extern "C" fn after_fork_in_child() {
         reporter::forget_after_fork();
         thread::forget_runtime_threads();
         stats::reset();
+        STATS_PRINTED.store(false, Ordering::Release);
         crate::bias::reset();
         OWNER.store(0, Ordering::Release);
         STATE.store(IDLE, Ordering::Release);
@@ -169,20 +171,54 @@ pub fn at_exit() {
     if is_sandboxed() {
         return;
     }
-    let ours = OWNER.load(Ordering::Acquire) == thread::getpid();
-    if is_running() && ours {
+    if is_running() && OWNER.load(Ordering::Acquire) == thread::getpid() {
         sampler::stop();
         reporter::shutdown();
     }
-    // A single-threaded original process with covered code prints its (idle) stats too; a forked child
-    // only when it ran its own detector.
+    if prints_stats() {
+        print_stats();
+    }
+}
+
+/// Whether this process prints `stats=1` counters: the one running the detector, or a single-threaded
+/// original process with covered code (its idle stats); a forked child only when it ran its own detector.
+fn prints_stats() -> bool {
+    let ours = OWNER.load(Ordering::Acquire) == thread::getpid();
     let idle_original =
         OWNER.load(Ordering::Acquire) == 0 && is_original_process() && stats::get(stats::Counter::CoveredFunctions) > 0;
-    if options::get().stats && (ours || idle_original) {
-        stats::add(stats::Counter::SkippedForStack, signal::skipped_for_stack());
-        stats::add(stats::Counter::HostStackBytes, stacks::host_high_water() as u64);
-        stats::add(stats::Counter::RuntimeStackBytes, stacks::runtime_stack_high_water() as u64);
-        log::write(&stats::render());
+    options::get().stats && (ours || idle_original)
+}
+
+static STATS_PRINTED: AtomicBool = AtomicBool::new(false);
+static STATS_TEXT: spin::Mutex<FixedBuf<16384>> = spin::Mutex::new(FixedBuf::new());
+
+/// Prints the `stats=1` block, once per process: at exit, at `halt_on_error`, or when a fatal signal
+/// arrives. Async-signal-safe (fixed buffer, no allocation).
+pub fn print_stats() {
+    if STATS_PRINTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    stats::add(stats::Counter::SkippedForStack, signal::skipped_for_stack());
+    stats::add(stats::Counter::HostStackBytes, stacks::host_high_water() as u64);
+    stats::add(stats::Counter::RuntimeStackBytes, stacks::runtime_stack_high_water() as u64);
+    let Some(mut text) = STATS_TEXT.try_lock() else { return };
+    text.clear();
+    let _ = stats::render_into(&mut *text);
+    log::write(text.as_str());
+}
+
+/// A terminating signal arrived (`stats=1`'s handler, [`fatal`]): the process is about to die.
+fn on_fatal_signal() {
+    if !is_sandboxed() && prints_stats() {
+        print_stats();
+    }
+}
+
+/// With `stats=1`, prints the counters also when the program dies of a signal (call from the
+/// constructor, once the covered code is known).
+pub fn watch_fatal_signals() {
+    if options::get().stats && stats::get(stats::Counter::CoveredFunctions) > 0 {
+        fatal::install(on_fatal_signal);
     }
 }
 

@@ -5,7 +5,9 @@
 //! - `pthread_create`: starts the detector at the program's second thread;
 //!   new threads inherit the program's `SIGTRAP` mask bit and get their stack
 //!   bounds (and, for small stacks, an alternate signal stack) recorded.
-//! - `sigaction`, `signal`: the program's `SIGTRAP` disposition is recorded,
+//! - `sigaction`, `signal`: with `stats=1`, terminating signals the program
+//!   left at `SIG_DFL` carry racewatch's stats handler ([`fatal`]) and still
+//!   read as `SIG_DFL`. The program's `SIGTRAP` disposition is recorded,
 //!   not installed; other handlers run with `SIGTRAP` blocked in the kernel
 //!   exactly when they run on an alternate stack ([`blocks_trap_in_kernel`]).
 //! - `sigprocmask`, `pthread_sigmask`: `SIGTRAP` is blocked virtually.
@@ -27,7 +29,7 @@
 
 use crate::sys::ptr::{opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
-use crate::sys::{fd, signal, thread, unwind_info};
+use crate::sys::{fatal, fd, signal, thread, unwind_info};
 use crate::{detector, log};
 use std::ffi::{c_int, c_long, c_uint, c_ulong, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +55,19 @@ pub extern "C" fn pthread_create(
 /// Interposed `sigaction`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    let old = if fatal::covers(sig) {
+        // `stats=1`'s handler stands where the program believes SIG_DFL is.
+        if let Some(old) = opt_mut(old) {
+            *old = fatal::default_action();
+        }
+        if act.is_null() {
+            return 0;
+        }
+        fatal::release(sig);
+        std::ptr::null_mut()
+    } else {
+        old
+    };
     if !signal::is_installed() {
         return real::sigaction(sig, act, old);
     }
@@ -128,6 +143,11 @@ pub fn adopt_installed_handlers() {
 /// Interposed `signal` (glibc's calls its internal `sigaction`, which the interposer above never sees).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    if fatal::covers(sig) {
+        fatal::release(sig);
+        let replaced = real::signal(sig, handler);
+        return if replaced == libc::SIG_ERR { replaced } else { libc::SIG_DFL };
+    }
     if sig != libc::SIGTRAP || !signal::is_installed() {
         return real::signal(sig, handler);
     }

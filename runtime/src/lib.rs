@@ -12,6 +12,7 @@ pub mod bias;
 pub mod decode;
 pub mod detector;
 pub mod event;
+pub mod fixed;
 pub mod index;
 pub mod intercept;
 pub mod judge;

@@ -13,12 +13,15 @@
 //!
 //! Writes never raise `SIGPIPE` and wait for a slow reader only briefly
 //! ([`fd::write_all`]); what could not be written is counted in `stats`.
-//! Formatting allocates: call these from ordinary threads, never from a
-//! signal handler.
+//! [`write`] does not allocate (the path of a log file is formatted into a
+//! fixed buffer), so a fatal-signal handler may call it; [`line`] and
+//! [`warn`] format into a `String`: ordinary threads only.
 
+use crate::fixed::FixedBuf;
 use crate::stats::{self, Counter};
 use crate::sys::{fd, thread};
-use std::fmt;
+use std::ffi::CStr;
+use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
@@ -90,25 +93,35 @@ pub fn warn(message: fmt::Arguments<'_>) {
 }
 
 /// A fresh descriptor of this process's log file, or `None` (then stderr is used).
+/// Room for `<log_path>.<pid>` and its NUL (a longer log_path falls back to stderr).
+type PathBuf = FixedBuf<4096>;
+
 fn log_file(base: &str) -> Option<i32> {
     let pid = thread::getpid();
-    let path = format!("{base}.{pid}");
     if FILE_PID.load(Ordering::Acquire) != pid {
         // First write of this process (or of a forked child): create its own file.
         FILE_STATE.store(FILE_NONE, Ordering::Release);
         FILE_PID.store(pid, Ordering::Release);
     }
+    if FILE_STATE.load(Ordering::Acquire) == FILE_REFUSED {
+        return None;
+    }
+    let mut buf = PathBuf::new();
+    if write!(buf, "{base}.{pid}\0").is_err() {
+        return refuse(base, "path too long");
+    }
+    let Ok(path) = CStr::from_bytes_until_nul(buf.as_bytes()) else { return refuse(base, "path has a NUL byte") };
     loop {
         match FILE_STATE.compare_exchange(FILE_NONE, FILE_CREATING, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return create(&path),
-            Err(FILE_CREATED) => return reopen(&path),
+            Ok(_) => return create(path),
+            Err(FILE_CREATED) => return reopen(path),
             Err(FILE_CREATING) => std::thread::yield_now(),
             Err(_) => return None,
         }
     }
 }
 
-fn create(path: &str) -> Option<i32> {
+fn create(path: &CStr) -> Option<i32> {
     match fd::create_new(path) {
         Ok(file) => {
             let (dev, ino) = fd::identity(file).unwrap_or((0, 0));
@@ -117,28 +130,35 @@ fn create(path: &str) -> Option<i32> {
             FILE_STATE.store(FILE_CREATED, Ordering::Release);
             Some(file)
         }
-        Err(err) => refuse(path, &err.to_string()),
+        Err(err) => refuse(path_text(path), err.kind()),
     }
 }
 
-fn reopen(path: &str) -> Option<i32> {
+fn reopen(path: &CStr) -> Option<i32> {
     let file = match fd::reopen(path) {
         Ok(file) => file,
-        Err(err) => return refuse(path, &err.to_string()),
+        Err(err) => return refuse(path_text(path), err.kind()),
     };
     let ours = (FILE_DEV.load(Ordering::Acquire), FILE_INO.load(Ordering::Acquire));
     if fd::identity(file) == Some(ours) {
         return Some(file);
     }
     fd::close(file);
-    refuse(path, "replaced by another file")
+    refuse(path_text(path), "replaced by another file")
 }
 
-fn refuse(path: &str, why: &str) -> Option<i32> {
+fn path_text(path: &CStr) -> &str {
+    path.to_str().unwrap_or("the log file")
+}
+
+fn refuse(path: &str, why: impl fmt::Display) -> Option<i32> {
     FILE_STATE.store(FILE_REFUSED, Ordering::Release);
-    write_stderr(&format!(
-        "racewatch: warning: log_path: cannot use {path} ({why}; racewatch only writes to a file it \
-         created); logging to stderr\n"
-    ));
+    let mut text = FixedBuf::<8192>::new();
+    let _ = writeln!(
+        text,
+        "racewatch: warning: log_path: cannot use {path} ({why}; racewatch only writes to a file it created); \
+         logging to stderr"
+    );
+    write_stderr(text.as_str());
     None
 }

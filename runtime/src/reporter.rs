@@ -214,7 +214,7 @@ impl Reporter {
         stats::bump(stats::Counter::ReportsPrinted);
         if self.config.halt_on_error {
             if self.config.stats {
-                log::write(&stats::render());
+                crate::detector::print_stats();
             }
             sys::process::exit_now(self.config.exitcode);
         }

@@ -1,6 +1,7 @@
 //! Process-wide counters, printed at exit with `stats=1`. Relaxed atomics:
 //! safe to bump from signal handlers.
 
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
@@ -71,24 +72,29 @@ pub fn get(counter: Counter) -> u64 {
 /// The `stats=1` block printed at exit, one `racewatch: stats: <label>: <n>` line each, then the mean cost
 /// of one sample (handler time outside watch windows) and of one armed watch window, in ns.
 pub fn render() -> String {
-    let mut out: String = LABELS
-        .iter()
-        .zip(VALUES.iter())
-        .map(|(label, value)| format!("racewatch: stats: {label}: {}\n", value.load(Ordering::Relaxed)))
-        .collect();
+    let mut out = String::new();
+    let _ = render_into(&mut out);
+    out
+}
+
+/// [`render`] into any writer; with a fixed buffer it does not allocate (a fatal-signal handler).
+pub fn render_into(out: &mut impl fmt::Write) -> fmt::Result {
+    for (label, value) in LABELS.iter().zip(VALUES.iter()) {
+        writeln!(out, "racewatch: stats: {label}: {}", value.load(Ordering::Relaxed))?;
+    }
     let covered_samples = get(Counter::Samples)
         .saturating_sub(get(Counter::SamplesUncovered))
         .saturating_sub(get(Counter::SamplesBackedOff));
     let armed = get(Counter::WatchesArmed);
     let yield_pct = if covered_samples == 0 { 0.0 } else { 100.0 * armed as f64 / covered_samples as f64 };
-    out.push_str(&format!(
-        "racewatch: stats: sample yield: {yield_pct:.1}% ({armed} watches armed of {covered_samples} samples in covered code, \
-         not declined by the bias)\n"
-    ));
+    writeln!(
+        out,
+        "racewatch: stats: sample yield: {yield_pct:.1}% ({armed} watches armed of {covered_samples} samples in covered \
+         code, not declined by the bias)"
+    )?;
     let (per_sample, per_watch) = mean_costs();
-    out.push_str(&format!("racewatch: stats: mean ns per sample: {per_sample}\n"));
-    out.push_str(&format!("racewatch: stats: mean ns per armed watch: {per_watch}\n"));
-    out
+    writeln!(out, "racewatch: stats: mean ns per sample: {per_sample}")?;
+    writeln!(out, "racewatch: stats: mean ns per armed watch: {per_watch}")
 }
 
 /// Mean ns per kept sample spent in the handler outside watch windows, and mean ns per armed watch window

@@ -3,7 +3,7 @@
 //! that never raises `SIGPIPE` in the program and never blocks for long.
 
 use crate::sys::real;
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// How many descriptors the runtime may hold at once (sampler + 4 watchpoints, with room).
@@ -197,20 +197,19 @@ pub fn identity(fd: i32) -> Option<(u64, u64)> {
 
 /// Creates `path` (0644, close-on-exec, write-only, appending); fails when anything exists there
 /// already, a symlink included.
-pub fn create_new(path: &str) -> std::io::Result<i32> {
+pub fn create_new(path: &CStr) -> std::io::Result<i32> {
     open(path, libc::O_CREAT | libc::O_EXCL)
 }
 
 /// Opens an existing `path` for appending without following a symlink at it.
-pub fn reopen(path: &str) -> std::io::Result<i32> {
+pub fn reopen(path: &CStr) -> std::io::Result<i32> {
     open(path, 0)
 }
 
-fn open(path: &str, extra: i32) -> std::io::Result<i32> {
-    let c_path = CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+fn open(path: &CStr, extra: i32) -> std::io::Result<i32> {
     let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NOCTTY | extra;
-    // SAFETY: `c_path` is a NUL-terminated string that outlives the call.
-    let fd = unsafe { libc::open(c_path.as_ptr(), flags, 0o644) };
+    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644) };
     if fd < 0 {
         Err(std::io::Error::last_os_error())
     } else {

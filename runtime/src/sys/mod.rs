@@ -2,6 +2,7 @@
 //! each behind a safe wrapper with a `// SAFETY:` comment.
 
 pub mod cputime;
+pub mod fatal;
 pub mod fd;
 pub mod hugepage;
 pub mod mem;

@@ -128,6 +128,9 @@ fn init() {
         }
     }
     announce.print();
+    if opts.coverage_path.is_some() {
+        crate::profile::init(registry::with_index(|i| i.functions()));
+    }
     detector::watch_fatal_signals();
 }
 

@@ -26,7 +26,7 @@
 use crate::fixed::FixedBuf;
 use crate::options::{self, Options};
 use crate::sys::{fatal, fd, perf, signal, stacks, thread, unwind_info};
-use crate::{log, queue, registry, reporter, sampler, stats, watch};
+use crate::{log, profile, queue, registry, reporter, sampler, stats, watch};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 
 const IDLE: u8 = 0;
@@ -153,6 +153,7 @@ extern "C" fn after_fork_in_child() {
         thread::forget_runtime_threads();
         stats::reset();
         STATS_PRINTED.store(false, Ordering::Release);
+        profile::reset_after_fork();
         crate::bias::reset();
         OWNER.store(0, Ordering::Release);
         STATE.store(IDLE, Ordering::Release);
@@ -178,15 +179,34 @@ pub fn at_exit() {
     if prints_stats() {
         print_stats();
     }
+    write_profile();
 }
 
-/// Whether this process prints `stats=1` counters: the one running the detector, or a single-threaded
-/// original process with covered code (its idle stats); a forked child only when it ran its own detector.
+/// With `coverage_path`, writes this process's run-time coverage profile (at exit or `halt_on_error`).
+pub fn write_profile() {
+    let Some(prefix) = options::get().coverage_path.as_deref() else { return };
+    if !profile::is_on() || is_sandboxed() || !accounts() {
+        return;
+    }
+    let covered = registry::lock().module_paths();
+    if let Err(err) = profile::write(prefix, &covered) {
+        log::warn(format_args!("coverage_path: cannot write {prefix}.{}: {err}", thread::getpid()));
+    }
+}
+
+/// Whether this process prints `stats=1` counters.
 fn prints_stats() -> bool {
+    options::get().stats && accounts()
+}
+
+/// Whether this process gives an account of itself at exit (stats, coverage profile): the one running
+/// the detector, or a single-threaded original process with covered code (idle); a forked child only
+/// when it ran its own detector.
+fn accounts() -> bool {
     let ours = OWNER.load(Ordering::Acquire) == thread::getpid();
     let idle_original =
         OWNER.load(Ordering::Acquire) == 0 && is_original_process() && stats::get(stats::Counter::CoveredFunctions) > 0;
-    options::get().stats && (ours || idle_original)
+    ours || idle_original
 }
 
 static STATS_PRINTED: AtomicBool = AtomicBool::new(false);

@@ -19,6 +19,7 @@ pub mod judge;
 pub mod log;
 pub mod modules;
 pub mod options;
+pub mod profile;
 pub mod queue;
 pub mod registry;
 pub mod report;

@@ -32,6 +32,8 @@ pub struct LoadedModule {
     /// The path the loader knows (the executable's resolved path for the main program).
     pub path: String,
     pub bias: u64,
+    /// The GNU build-id note, in hex (empty when the module has none).
+    pub build_id: String,
     /// Empty when the module has none or its file could not be read.
     pub sections: Vec<PcSection>,
     /// Run-time address ranges of its loaded segments.
@@ -39,7 +41,7 @@ pub struct LoadedModule {
 }
 
 impl LoadedModule {
-    fn contains(&self, addr: u64) -> bool {
+    pub fn contains(&self, addr: u64) -> bool {
         self.segments.iter().any(|&(start, end)| (start..end).contains(&addr))
     }
 }
@@ -57,9 +59,18 @@ fn loaded() -> Vec<LoadedModule> {
             })
             .collect();
         let path = lib.name().to_string_lossy().into_owned();
-        out.push(LoadedModule { path, bias, sections: Vec::new(), segments });
+        let build_id = match lib.id() {
+            Some(findshlibs::SharedLibraryId::GnuBuildId(bytes)) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
+            _ => String::new(),
+        };
+        out.push(LoadedModule { path, bias, build_id, sections: Vec::new(), segments });
     });
     out
+}
+
+/// Every loaded module (PC sections not read), in the loader's order.
+pub fn all() -> Vec<LoadedModule> {
+    loaded()
 }
 
 /// Every loaded module that has PC sections, in the loader's order.

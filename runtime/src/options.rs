@@ -52,6 +52,8 @@ pub struct Options {
     pub atomic_code: Vec<String>,
     /// Text reports keep every frame and full names (no folding of standard-library frames).
     pub full_stacks: bool,
+    /// Write a run-time coverage profile to `<coverage_path>.<pid>` at exit.
+    pub coverage_path: Option<String>,
 }
 
 impl Options {
@@ -72,6 +74,7 @@ impl Options {
         cold_bias: true,
         atomic_code: Vec::new(),
         full_stacks: false,
+        coverage_path: None,
     };
 }
 
@@ -129,6 +132,7 @@ fn apply(o: &mut Options, key: &str, v: &str, warnings: &mut Vec<String>) -> Opt
         "halt_on_error" => parse_bool(v).map(|b| o.halt_on_error = b),
         "stats" => parse_bool(v).map(|b| o.stats = b),
         "log_path" => non_empty(v).map(|p| o.log_path = p),
+        "coverage_path" => non_empty(v).map(|p| o.coverage_path = p),
         "suppressions" => non_empty(v).map(|p| o.suppressions = p),
         "exitcode" => match v.parse::<i32>() {
             Ok(n) if (0..=255).contains(&n) => {
@@ -211,7 +215,7 @@ mod tests {
         let (o, w) = parse(
             "sample_period_us=500:delay_us=50:watchpoints=4:report_atomic_races=0:log_path=/tmp/rw:\
              halt_on_error=1:exitcode=3:report_format=json:suppressions=/tmp/s:verbosity=1:stats=true:seed=0x2a:\
-             cold_bias=0:atomic_code=vendor/lock.c,my_asm_:full_stacks=1",
+             cold_bias=0:atomic_code=vendor/lock.c,my_asm_:full_stacks=1:coverage_path=/tmp/cov",
         );
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(
@@ -232,6 +236,7 @@ mod tests {
                 cold_bias: false,
                 atomic_code: vec!["vendor/lock.c".into(), "my_asm_".into()],
                 full_stacks: true,
+                coverage_path: Some("/tmp/cov".into()),
             }
         );
     }

@@ -140,6 +140,14 @@ impl Registry {
         self.tables.iter().filter(|t| &t.module == module).map(|t| t.key).collect()
     }
 
+    /// The paths of the modules with registered tables, each once.
+    pub fn module_paths(&self) -> Vec<String> {
+        let mut paths: Vec<String> = self.tables.iter().map(|t| t.module.path.clone()).collect();
+        paths.sort_unstable();
+        paths.dedup();
+        paths
+    }
+
     /// The module a table was registered under.
     pub fn module_of(&self, key: TableKey) -> Option<&ModuleId> {
         self.tables.iter().find(|t| t.key == key).map(|t| &t.module)

@@ -20,7 +20,7 @@ use crate::sys::perf::{PerfFd, SampleTimer, SAMPLE_SIG_DATA};
 use crate::sys::signal::{self, PerfSignal, Regs};
 use crate::sys::thread;
 use crate::watch::{self, OwnMemory, Watch};
-use crate::{bias, decode, registry, stack};
+use crate::{bias, decode, profile, registry, stack};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 /// Timer signals per kept sample.
@@ -161,6 +161,7 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
         stats::bump(Counter::SamplesUncovered);
         return;
     };
+    profile::count(function.start, profile::Event::Sample);
     if !watch::any_free() {
         stats::bump(Counter::SamplesBusy);
         return;

@@ -23,7 +23,7 @@ use crate::judge::{self, Side};
 use crate::sys::perf::{PerfFd, WatchKind, Watchpoint};
 use crate::sys::signal::{PerfSignal, Regs, TRAP_PERF_FLAG_ASYNC};
 use crate::sys::{mem, thread};
-use crate::{queue, registry, stats, unwind};
+use crate::{profile, queue, registry, stats, unwind};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// x86-64 has four debug registers.
@@ -245,6 +245,7 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
         return Outcome::ArmFailed;
     }
     stats::bump(stats::Counter::WatchesArmed);
+    profile::count_watch(access.pc);
     thread::sleep_us(request.delay_us);
     let slept_ns = thread::monotonic_ns();
     let _ = wp.disarm();
@@ -337,6 +338,7 @@ pub fn on_trap(signal: &PerfSignal) -> bool {
 fn trapped_access(signal: &PerfSignal, tid: i32) -> Option<(AccessRecord, bool)> {
     let rip = signal.regs.rip;
     let function = registry::with_index(|idx| idx.function_containing(rip.wrapping_sub(1)))?;
+    profile::count(function.start, profile::Event::Trap);
     let regs = decoder_regs(&signal.regs);
     let found: MemAccess = decode::access_ending_at(&OwnMemory, function.start, u64::from(function.size), rip, &regs)?;
     let (addr, size) = if found.addr_known {

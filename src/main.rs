@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 mod commands;
 mod embedded;
+mod terminal;
 
 #[derive(Parser)]
 #[command(name = "racewatch", version, about = "Sampling data race detector for production binaries")]
@@ -17,7 +18,8 @@ struct Cli {
 enum Command {
     /// Decode every PC-keyed table of an ELF file.
     Dump(commands::dump::Args),
-    /// Per-function coverage report.
+    /// Coverage report: per source file and function, what carries metadata and (with run-time
+    /// profiles) where the detector sampled and watched.
     Coverage(commands::coverage::Args),
     /// Check the tables against the machine code.
     Verify(commands::verify::Args),

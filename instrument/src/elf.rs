@@ -259,6 +259,17 @@ impl Module {
         Some((s.addr, &self.bytes[s.data.clone()]))
     }
 
+    /// The GNU build-id (`.note.gnu.build-id`) in lower-case hex; empty when the file has none.
+    pub fn build_id(&self) -> String {
+        let Some((_, note)) = self.section_data(".note.gnu.build-id") else { return String::new() };
+        let word = |at: usize| note.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+        let (Some(name_size), Some(desc_size)) = (word(0), word(4)) else { return String::new() };
+        let desc_start = 12 + name_size.div_ceil(4) * 4;
+        note.get(desc_start..desc_start + desc_size)
+            .map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
+            .unwrap_or_default()
+    }
+
     /// File offset of the first section called `name`.
     pub fn section_file_offset(&self, name: &str) -> Option<usize> {
         self.sections.iter().find(|s| s.name == name && s.kind != SHT_NOBITS).map(|s| s.data.start)

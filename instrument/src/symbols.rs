@@ -72,6 +72,33 @@ pub fn find_function(functions: &[Function], addr: u64) -> Option<&Function> {
     functions[..end].iter().rev().take(4).find(|f| f.contains(addr))
 }
 
+/// A Rust function name without generic arguments, as Rust's own backtraces print paths:
+/// `{closure#0}<app::main::{closure_env#0}, u64>` is `{closure#0}`, and
+/// `<alloc::boxed::Box<dyn FnOnce<()>> as core::ops::FnOnce<()>>::call_once` is
+/// `<alloc::boxed::Box as core::ops::FnOnce>::call_once`. A `<` that opens a qualified path is kept.
+pub fn without_generics(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut skipping = 0usize;
+    let mut previous = ' ';
+    for c in name.chars() {
+        if skipping > 0 {
+            match c {
+                '<' => skipping += 1,
+                '>' => skipping -= 1,
+                _ => {}
+            }
+            continue;
+        }
+        if c == '<' && (previous.is_alphanumeric() || matches!(previous, '_' | '}' | '>')) {
+            skipping = 1;
+            continue;
+        }
+        out.push(c);
+        previous = c;
+    }
+    out
+}
+
 /// A source position from the DWARF line table.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SourceLocation {
@@ -125,6 +152,22 @@ impl<'a> SourceMap<'a> {
         }
         ranges.sort_unstable();
         ranges
+    }
+
+    /// The line of the instruction at link-time address `addr` in the source of the function that holds
+    /// it: the outermost frame of its inlining chain (for an access inlined from `core::ptr`, the line
+    /// of the caller that the function's own file shows).
+    pub fn outer_location(&self, addr: u64) -> Option<SourceLocation> {
+        let mut frames = self.ctx.find_frames(addr).skip_all_loads().ok()?;
+        let mut outer = None;
+        while let Ok(Some(frame)) = frames.next() {
+            if let Some(loc) = frame.location {
+                if let (Some(file), Some(line)) = (loc.file, loc.line) {
+                    outer = Some(SourceLocation { file: file.to_string(), line, column: loc.column.filter(|&c| c != 0) });
+                }
+            }
+        }
+        outer.or_else(|| self.location(addr))
     }
 
     /// File, line and column of the instruction at link-time address `addr`.

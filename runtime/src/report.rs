@@ -9,6 +9,7 @@
 //! shortens standard-library paths (`/rustc/<commit>/library/...` to
 //! `library/...`); JSON keeps them whole.
 
+use racewatch_instrument::symbols::without_generics;
 use crate::symbolize::{base_name, Frame};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -202,32 +203,6 @@ fn render_access(out: &mut String, access: &AccessReport, previous: bool, full_s
     }
 }
 
-/// A Rust function name without generic arguments, as Rust's own backtraces print paths:
-/// `{closure#0}<app::main::{closure_env#0}, u64>` is `{closure#0}`, and
-/// `<alloc::boxed::Box<dyn FnOnce<()>> as core::ops::FnOnce<()>>::call_once` is
-/// `<alloc::boxed::Box as core::ops::FnOnce>::call_once`. A `<` that opens a qualified path is kept.
-pub fn without_generics(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut skipping = 0usize;
-    let mut previous = ' ';
-    for c in name.chars() {
-        if skipping > 0 {
-            match c {
-                '<' => skipping += 1,
-                '>' => skipping -= 1,
-                _ => {}
-            }
-            continue;
-        }
-        if c == '<' && (previous.is_alphanumeric() || matches!(previous, '_' | '}' | '>')) {
-            skipping = 1;
-            continue;
-        }
-        out.push(c);
-        previous = c;
-    }
-    out
-}
 
 fn access_kind(access: &AccessReport) -> &'static str {
     if access.is_write {

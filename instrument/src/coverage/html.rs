@@ -1,103 +1,93 @@
-//! The coverage report as one self-contained HTML page: inline CSS, no
-//! scripts or external assets, every name escaped.
+//! The coverage report as one self-contained, browsable HTML page (`page.html`: inline CSS and
+//! script, no external assets). The report goes into the page as one JSON object; the page builds the
+//! per-file tables, the filter, sorting, and the source views from it in the browser.
+//!
+//! The data (see `page.html` for how it is shown): `title`, `binaries` (`path`, `build_id`),
+//! `profiled`, `processes`, `groups` (`origin`, `name`), and `files`, each with `group` (index),
+//! `path`, `display`, `functions` as compact rows `[name, line, size, covered, atomics, samples,
+//! watches, traps, races, binary]`, `source` (the file's text for your own files when readable, else
+//! null), `covered_lines` (inclusive line ranges of covered functions), `atomic_lines` and
+//! `watched_lines` (`[line, watches]`).
 
-use super::{features_label, ModuleCoverage};
-use std::fmt::Write;
+use super::report::{File, Origin, Report};
+use serde_json::{json, Value};
 
-const STYLE: &str = "\
-body{font-family:system-ui,sans-serif;margin:2em;color:#222}\
-h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em;word-break:break-all}\
-table{border-collapse:collapse;margin:.5em 0}\
-th,td{padding:.2em .7em;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}\
-th{background:#f3f3f3;position:sticky;top:0}\
-td.num{text-align:right;font-variant-numeric:tabular-nums}\
-td.addr,td.name{font-family:ui-monospace,monospace}td.name{word-break:break-all}\
-tr.covered td.cov{color:#1a7f37;font-weight:600}tr.uncovered td.cov{color:#999}\
-tr.uncovered td.name{color:#666}\
-.bar{display:inline-block;width:8em;height:.8em;background:#eee;vertical-align:middle}\
-.bar span{display:block;height:100%;background:#1a7f37}\
-.error{color:#b00}";
+const TEMPLATE: &str = include_str!("page.html");
+const PLACEHOLDER: &str = "/*RACEWATCH_DATA*/null";
+/// Largest source file embedded for the source view.
+const MAX_SOURCE: u64 = 2 << 20;
 
-/// Escapes text for HTML element content and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
+/// The page.
+pub fn render(report: &Report) -> String {
+    let data = data(report).to_string().replace("</", "<\\/");
+    TEMPLATE.replacen(PLACEHOLDER, &data, 1)
+}
+
+fn data(report: &Report) -> Value {
+    let title = match report.binaries.as_slice() {
+        [one] => format!("racewatch coverage: {}", one.path),
+        many => format!("racewatch coverage: {} binaries", many.len()),
+    };
+    let mut files = Vec::new();
+    for (index, group) in report.groups.iter().enumerate() {
+        for file in &group.files {
+            files.push(file_data(file, index));
         }
     }
-    out
+    json!({
+        "title": title,
+        "binaries": report.binaries.iter().map(|b| json!({"path": b.path, "build_id": b.build_id})).collect::<Vec<_>>(),
+        "profiled": report.profiled,
+        "processes": report.profile.as_ref().map_or(0, |p| p.processes),
+        "groups": report.groups.iter().map(|g| json!({"origin": g.origin, "name": g.name})).collect::<Vec<_>>(),
+        "files": files,
+    })
 }
 
-/// The whole page: a summary table of all modules, then one function table per module.
-pub fn render(modules: &[ModuleCoverage]) -> String {
-    let mut out = String::new();
-    out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
-    out.push_str("<title>racewatch coverage</title>\n");
-    let _ = writeln!(out, "<style>{STYLE}</style>\n</head>\n<body>\n<h1>racewatch coverage</h1>");
-    out.push_str("<table class=\"summary\">\n<tr><th>Module</th><th>Covered functions</th><th>Covered text bytes</th><th></th><th>Atomic PCs</th></tr>\n");
-    for (i, m) in modules.iter().enumerate() {
-        let s = &m.summary;
-        let _ = writeln!(
-            out,
-            "<tr><td class=\"name\"><a href=\"#m{i}\">{}</a></td><td class=\"num\">{} / {}</td><td class=\"num\">{} / {} ({:.1}%)</td>\
-             <td><span class=\"bar\"><span style=\"width:{:.1}%\"></span></span></td><td class=\"num\">{}</td></tr>",
-            escape(&m.path),
-            s.covered_functions,
-            s.functions,
-            s.covered_text_bytes,
-            s.text_bytes,
-            s.covered_text_percent,
-            s.covered_text_percent.clamp(0.0, 100.0),
-            s.atomics
-        );
-    }
-    out.push_str("</table>\n");
-    for (i, m) in modules.iter().enumerate() {
-        render_module(&mut out, i, m);
-    }
-    out.push_str("</body>\n</html>\n");
-    out
+fn file_data(file: &File, group: usize) -> Value {
+    let functions: Vec<Value> = file
+        .functions
+        .iter()
+        .map(|r| {
+            json!([r.name, r.line, r.size, u8::from(r.covered), r.atomics, r.samples, r.watches, r.traps, r.races, r.binary])
+        })
+        .collect();
+    let source = (file.origin == Origin::User).then(|| read_source(&file.path)).flatten();
+    let covered_lines = source.as_deref().map_or_else(Vec::new, |text| covered_lines(file, text.lines().count() as u32));
+    json!({
+        "group": group,
+        "path": file.path,
+        "display": file.display,
+        "functions": functions,
+        "source": source,
+        "covered_lines": covered_lines,
+        "atomic_lines": file.atomic_lines,
+        "watched_lines": file.watched_lines,
+    })
 }
 
-fn render_module(out: &mut String, index: usize, m: &ModuleCoverage) {
-    let _ = writeln!(out, "<h2 id=\"m{index}\">{}</h2>", escape(&m.path));
-    for e in &m.errors {
-        let _ = writeln!(out, "<p class=\"error\">{}</p>", escape(e));
+fn read_source(path: &str) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_SOURCE {
+        return None;
     }
-    out.push_str("<table class=\"functions\">\n<tr><th>Address</th><th>Size</th><th>Covered</th><th>Features</th><th>Atomic PCs</th><th>Function</th><th>Source</th></tr>\n");
-    for r in &m.functions {
-        let (class, cov) = if r.covered { ("covered", "yes") } else { ("uncovered", "no") };
-        let features = if r.covered { features_label(r.features) } else { String::new() };
-        let source = r.source.as_ref().map(|s| s.to_string()).unwrap_or_default();
-        let title = r.raw_name.as_deref().unwrap_or("");
-        let _ = writeln!(
-            out,
-            "<tr class=\"{class}\"><td class=\"addr\">{:#x}</td><td class=\"num\">{}</td><td class=\"cov\">{cov}</td>\
-             <td>{}</td><td class=\"num\">{}</td><td class=\"name\" title=\"{}\">{}</td><td>{}</td></tr>",
-            r.address,
-            r.size,
-            escape(&features),
-            r.atomics,
-            escape(title),
-            escape(&r.name),
-            escape(&source)
-        );
-    }
-    out.push_str("</table>\n");
+    std::fs::read_to_string(path).ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes_markup() {
-        assert_eq!(escape("<unknown> & \"x\" 'y'"), "&lt;unknown&gt; &amp; &quot;x&quot; &#39;y&#39;");
+/// Inclusive line ranges of the covered functions: from a function's first line to the line before
+/// the next function that starts below it (or the end of the file).
+fn covered_lines(file: &File, last_line: u32) -> Vec<[u32; 2]> {
+    let mut starts: Vec<u32> = file.functions.iter().filter(|r| r.line > 0).map(|r| r.line).collect();
+    starts.sort_unstable();
+    starts.dedup();
+    let mut ranges: Vec<[u32; 2]> = Vec::new();
+    for row in file.functions.iter().filter(|r| r.covered && r.line > 0) {
+        let next = starts.iter().find(|&&l| l > row.line).map_or(last_line, |l| l - 1);
+        let range = [row.line, next.max(row.line).min(last_line.max(row.line))];
+        match ranges.last_mut() {
+            Some(last) if last[1] + 1 >= range[0] => last[1] = last[1].max(range[1]),
+            _ => ranges.push(range),
+        }
     }
+    ranges
 }

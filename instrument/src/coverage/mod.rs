@@ -5,6 +5,9 @@
 
 pub mod html;
 pub mod json;
+pub mod lcov;
+pub mod profile;
+pub mod report;
 pub mod text;
 
 use crate::elf;

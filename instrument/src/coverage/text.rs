@@ -1,99 +1,200 @@
-//! The coverage report as aligned columns for a terminal.
+//! The coverage report for a terminal: a summary line, then per group (your code first) one line per
+//! file, and under each of your files one line per function. Long paths and names keep their
+//! distinguishing end (`…::{closure#0}`), cut to the terminal's width.
 
-use super::{features_label, ModuleCoverage, Summary};
+use super::report::{percent, Group, Origin, Report, Row, Totals};
+use crate::symbols::without_generics;
 use std::fmt::Write;
 
-/// Longest function name printed in full; longer ones end with `…`.
-pub const MAX_NAME: usize = 60;
+/// Width used when the terminal's is unknown (output to a file or pipe).
+pub const DEFAULT_WIDTH: usize = 120;
+/// Narrowest layout.
+const MIN_WIDTH: usize = 72;
 
-/// `name` cut to `max` characters, the last one an ellipsis.
-pub fn truncate(name: &str, max: usize) -> String {
-    if name.chars().count() <= max {
-        return name.to_string();
+/// How much to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Terminal columns.
+    pub width: usize,
+    /// List every group's files and every file's functions (by default: your code's only).
+    pub all: bool,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout { width: DEFAULT_WIDTH, all: false }
     }
-    let mut out: String = name.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
-/// One line: `4/20 functions covered, 96/1234 text bytes (7.8%), 7 atomic PCs`.
-pub fn summary_line(s: &Summary) -> String {
-    format!(
-        "{}/{} functions covered, {}/{} text bytes ({:.1}%), {} atomic PCs",
-        s.covered_functions, s.functions, s.covered_text_bytes, s.text_bytes, s.covered_text_percent, s.atomics
-    )
+/// `text` cut to `max` characters keeping its end: `…` then the last `max - 1` characters.
+pub fn keep_end(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_string();
+    }
+    let tail: String = text.chars().skip(count - max.saturating_sub(1)).collect();
+    format!("…{tail}")
 }
 
-/// Every module: a header line, one row per function, the summary.
-pub fn render(modules: &[ModuleCoverage]) -> String {
+/// `1 race`, `2 races`, `3 watches`.
+fn plural(n: u64, word: &str) -> String {
+    match (n, word.ends_with("ch")) {
+        (1, _) => format!("1 {word}"),
+        (_, true) => format!("{n} {word}es"),
+        _ => format!("{n} {word}s"),
+    }
+}
+
+/// The report.
+pub fn render(report: &Report, layout: Layout) -> String {
+    let width = layout.width.max(MIN_WIDTH);
     let mut out = String::new();
-    for (i, m) in modules.iter().enumerate() {
-        if i > 0 {
-            out.push('\n');
+    heading(&mut out, report, width);
+    let numbers = Columns::of(report.profiled);
+    let name_width = width.saturating_sub(numbers.width()).max(24);
+    let _ = writeln!(out, "\n{:<name_width$}{}", "FILE", numbers.header());
+    for group in &report.groups {
+        let expanded = layout.all || group.origin == Origin::User;
+        let label = if expanded { group.name.to_string() } else { format!("{} ({})", group.name, plural(group.files.len() as u64, "file")) };
+        let _ = writeln!(out, "{:<name_width$}{}", keep_end(&label, name_width - 1), numbers.totals(&group.totals));
+        if expanded {
+            files(&mut out, group, name_width, &numbers, report.profiled);
         }
-        render_module(&mut out, m);
+    }
+    if !report.profiled {
+        out.push_str(
+            "\nStatic metadata only. To see where the detector looked, run with -o coverage_path=PREFIX \
+             (racewatch run, racewatch cargo) and pass the profiles: racewatch coverage --profile PREFIX.* BINARY\n",
+        );
     }
     out
 }
 
-fn render_module(out: &mut String, m: &ModuleCoverage) {
-    let _ = writeln!(out, "{}", m.path);
-    for e in &m.errors {
-        let _ = writeln!(out, "  error: {e}");
+fn heading(out: &mut String, report: &Report, width: usize) {
+    let binaries = report.binaries.len();
+    let _ = write!(out, "racewatch coverage: {binaries} binar{}", if binaries == 1 { "y" } else { "ies" });
+    if let Some(p) = &report.profile {
+        let _ = write!(out, ", run-time profiles of {} process{}", p.processes, if p.processes == 1 { "" } else { "es" });
     }
-    let rows: Vec<[String; 6]> = m
-        .functions
-        .iter()
-        .map(|r| {
-            [
-                format!("{:#x}", r.address),
-                r.size.to_string(),
-                if r.covered { "yes" } else { "no" }.to_string(),
-                if r.covered { features_label(r.features) } else { String::new() },
-                r.atomics.to_string(),
-                truncate(&r.name, MAX_NAME),
-            ]
-        })
-        .collect();
-    let header = ["ADDRESS", "SIZE", "COVERED", "FEATURES", "ATOMICS", "FUNCTION"];
-    let mut width = header.map(|h| h.chars().count());
-    for row in &rows {
-        for (w, cell) in width.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+    out.push('\n');
+    for b in &report.binaries {
+        let id = if b.build_id.is_empty() { String::new() } else { format!(" (build-id {})", &b.build_id[..b.build_id.len().min(12)]) };
+        let mark = if report.profiled && !b.profiled { "  [no profile]" } else { "" };
+        let _ = writeln!(out, "  {}{id}{mark}", keep_end(&b.path, width.saturating_sub(40)));
+        for e in &b.errors {
+            let _ = writeln!(out, "    error: {e}");
         }
     }
-    // Numbers right-aligned, words left-aligned; SOURCE last, unaligned.
-    let right = [false, true, false, false, true, false];
-    let line = |out: &mut String, cells: [&str; 6], source: &str| {
-        out.push_str("  ");
-        for (k, cell) in cells.iter().enumerate() {
-            let pad = width[k] - cell.chars().count();
-            if right[k] {
-                out.push_str(&" ".repeat(pad));
-                out.push_str(cell);
-            } else {
-                out.push_str(cell);
-                if k + 1 < cells.len() || !source.is_empty() {
-                    out.push_str(&" ".repeat(pad));
-                }
-            }
-            if k + 1 < cells.len() {
-                out.push_str("  ");
-            }
+    if let Some(p) = &report.profile {
+        for m in &p.unmatched {
+            let _ = writeln!(out, "  profiled module not given: {m}");
         }
-        if !source.is_empty() {
-            out.push_str("  ");
-            out.push_str(source);
+        if p.dropped > 0 {
+            let _ = writeln!(out, "  {} counts dropped by the runtimes (tables full)", p.dropped);
         }
-        out.push('\n');
+    }
+    let t = &report.totals;
+    let _ = write!(
+        out,
+        "Total: {}/{} functions covered ({:.1}%), {} atomic PCs",
+        t.covered_functions,
+        t.functions,
+        t.covered_percent(),
+        t.atomics
+    );
+    if report.profiled {
+        let _ = write!(
+            out,
+            "; {} functions sampled, {} watched; {}, {}, {}, {}",
+            t.sampled_functions,
+            t.watched_functions,
+            plural(t.samples, "sample"),
+            plural(t.watches, "watch"),
+            plural(t.traps, "trap"),
+            plural(t.races, "race")
+        );
+    }
+    out.push('\n');
+}
+
+fn files(out: &mut String, group: &Group, name_width: usize, numbers: &Columns, profiled: bool) {
+    for file in &group.files {
+        let _ = writeln!(out, "  {:<w$}{}", keep_end(&file.display, name_width - 3), numbers.totals(&file.totals), w = name_width - 2);
+        let fn_width = name_width.saturating_sub(12).max(16);
+        for row in &file.functions {
+            let _ = writeln!(out, "{}", function_line(row, fn_width, numbers, profiled));
+        }
+    }
+}
+
+fn function_line(row: &Row, width: usize, numbers: &Columns, profiled: bool) -> String {
+    let line = if row.line == 0 { "-".to_string() } else { row.line.to_string() };
+    let covered = if row.covered { "" } else { " [not covered]" };
+    let name = keep_end(&without_generics(&row.name), width.saturating_sub(covered.len()));
+    let mut cells = format!("    {line:>6}  {:<w$}", format!("{name}{covered}"), w = width);
+    let counts = if profiled {
+        numbers.row(row.covered, row.atomics, row.samples, row.watches, row.traps, row.races)
+    } else {
+        numbers.row(row.covered, row.atomics, 0, 0, 0, 0)
     };
-    line(out, header, "SOURCE");
-    for (row, r) in rows.iter().zip(&m.functions) {
-        let cells = [&*row[0], &*row[1], &*row[2], &*row[3], &*row[4], &*row[5]];
-        let source = r.source.as_ref().map(|s| s.to_string()).unwrap_or_default();
-        line(out, cells, &source);
+    cells.push_str(&counts);
+    cells
+}
+
+/// The numeric columns.
+struct Columns {
+    profiled: bool,
+}
+
+const COVERED_W: usize = 16;
+const NUM_W: usize = 9;
+
+impl Columns {
+    fn of(profiled: bool) -> Columns {
+        Columns { profiled }
     }
-    let _ = writeln!(out, "  summary: {}", summary_line(&m.summary));
+
+    fn names(&self) -> &'static [&'static str] {
+        if self.profiled {
+            &["ATOMICS", "SAMPLED", "WATCHED", "SAMPLES", "WATCHES", "TRAPS", "RACES"]
+        } else {
+            &["ATOMICS"]
+        }
+    }
+
+    fn width(&self) -> usize {
+        COVERED_W + NUM_W * self.names().len()
+    }
+
+    fn header(&self) -> String {
+        let mut s = format!("{:>COVERED_W$}", "COVERED");
+        for name in self.names() {
+            let _ = write!(s, "{name:>NUM_W$}");
+        }
+        s
+    }
+
+    fn totals(&self, t: &Totals) -> String {
+        let covered = format!("{}/{} {:>5.1}%", t.covered_functions, t.functions, percent(t.covered_functions, t.functions));
+        let mut s = format!("{covered:>COVERED_W$}{:>NUM_W$}", t.atomics);
+        if self.profiled {
+            for n in [t.sampled_functions as u64, t.watched_functions as u64, t.samples, t.watches, t.traps, t.races] {
+                let _ = write!(s, "{n:>NUM_W$}");
+            }
+        }
+        s
+    }
+
+    fn row(&self, covered: bool, atomics: usize, samples: u64, watches: u64, traps: u64, races: u64) -> String {
+        let mut s = format!("{:>COVERED_W$}{atomics:>NUM_W$}", if covered { "yes" } else { "no" });
+        if self.profiled {
+            let _ = write!(s, "{:>NUM_W$}{:>NUM_W$}", u8::from(samples > 0), u8::from(watches > 0));
+            for n in [samples, watches, traps, races] {
+                let _ = write!(s, "{n:>NUM_W$}");
+            }
+        }
+        s
+    }
 }
 
 #[cfg(test)]
@@ -101,10 +202,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn truncates_with_an_ellipsis() {
-        assert_eq!(truncate("short", 10), "short");
-        assert_eq!(truncate("abcdefghij", 5), "abcd…");
-        assert_eq!(truncate("ééééé", 5), "ééééé");
-        assert_eq!(truncate("éééééé", 5).chars().count(), 5);
+    fn long_names_keep_their_distinguishing_end() {
+        assert_eq!(keep_end("short", 10), "short");
+        let a = keep_end("racy_struct::main::{closure#0}::{closure#0}", 16);
+        let b = keep_end("racy_struct::main::{closure#0}::{closure#1}", 16);
+        assert_ne!(a, b);
+        assert_eq!(a.chars().count(), 16);
+        assert!(a.starts_with('…') && a.ends_with("{closure#0}"), "{a}");
     }
 }

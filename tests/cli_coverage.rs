@@ -1,6 +1,6 @@
 //! `racewatch coverage` on real binaries: a C program whose second
 //! translation unit is built without metadata, a Rust program, a stripped
-//! copy; JSON, text and HTML.
+//! copy; JSON, text, HTML and LCOV; with run-time profiles from real runs.
 
 mod common;
 
@@ -77,13 +77,27 @@ fn coverage_json(files: &[&Path]) -> Value {
     serde_json::from_slice(&out.stdout).expect("coverage JSON")
 }
 
-fn row<'a>(module: &'a Value, name: &str) -> &'a Value {
-    module["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == name)
-        .unwrap_or_else(|| panic!("no row {name}"))
+/// Every file of the report with its group's origin.
+fn files(report: &Value) -> Vec<(&str, &Value)> {
+    let mut out = Vec::new();
+    for group in report["groups"].as_array().unwrap() {
+        for file in group["files"].as_array().unwrap() {
+            out.push((group["origin"].as_str().unwrap(), file));
+        }
+    }
+    out
+}
+
+/// Every function row, with the path of its file.
+fn rows(report: &Value) -> Vec<(&str, &Value)> {
+    files(report)
+        .into_iter()
+        .flat_map(|(_, f)| f["functions"].as_array().unwrap().iter().map(move |r| (f["path"].as_str().unwrap(), r)))
+        .collect()
+}
+
+fn row<'a>(report: &'a Value, name: &str) -> (&'a str, &'a Value) {
+    rows(report).into_iter().find(|(_, r)| r["name"] == name).unwrap_or_else(|| panic!("no row {name}"))
 }
 
 /// Atomic PCs per function, as `racewatch dump` lists them.
@@ -94,55 +108,56 @@ fn dump_atomics(exe: &Path) -> Vec<u64> {
 }
 
 #[test]
-fn c_rows_and_summary_are_right() {
+fn c_rows_files_and_summary_are_right() {
     let Some((_dir, exe)) = build_two_tu("cov_c") else { return };
     let json = coverage_json(&[&exe]);
-    let modules = json["modules"].as_array().unwrap();
-    assert_eq!(modules.len(), 1);
-    let m = &modules[0];
-    assert_eq!(m["path"], exe.to_str().unwrap());
+    assert_eq!(json["schema"], "racewatch-coverage/2");
+    assert_eq!(json["profiled"], false);
+    let binaries = json["binaries"].as_array().unwrap();
+    assert_eq!(binaries.len(), 1);
+    assert_eq!(binaries[0]["path"], exe.to_str().unwrap());
 
     for (name, atomics) in [("bump", 1), ("both", 2), ("noatomics", 0), ("main", 0)] {
-        let r = row(m, name);
+        let (_, r) = row(&json, name);
         assert_eq!(r["covered"], true, "{name}");
         assert_eq!(r["features"].as_u64().unwrap() & 1, 1, "{name}");
         assert!(r["feature_names"].as_array().unwrap().contains(&"atomics".into()), "{name}");
+        assert_eq!(r["binary"], 0);
         if name != "main" {
             assert_eq!(r["atomics"], atomics, "{name}: {r}");
         }
     }
     // The TU built without metadata: uncovered, and its lock-prefixed add is not a tagged PC.
-    let plain = row(m, "uncovered_fn");
-    assert_eq!(plain["covered"], false);
-    assert_eq!(plain["atomics"], 0);
-    assert_eq!(plain["features"], 0);
+    let (plain_file, plain) = row(&json, "uncovered_fn");
+    assert_eq!(
+        (plain["covered"].as_bool(), plain["atomics"].as_u64(), plain["features"].as_u64()),
+        (Some(false), Some(0), Some(0))
+    );
+    assert!(plain_file.ends_with("plain.c"), "{plain_file}");
 
-    // Line tables give the first line of each function.
-    let src = &row(m, "bump")["source"];
-    assert!(src["file"].as_str().unwrap().ends_with("cov.c"), "{src}");
-    assert_eq!(src["line"], 6);
-    assert!(row(m, "uncovered_fn")["source"]["file"].as_str().unwrap().ends_with("plain.c"));
+    // Rows sit in the file of their first line, which is the user's.
+    let (bump_file, bump) = row(&json, "bump");
+    assert!(bump_file.ends_with("cov.c"), "{bump_file}");
+    assert_eq!(bump["line"], 6);
+    let (origin, cov) = files(&json).into_iter().find(|(_, f)| f["path"] == bump_file).unwrap();
+    assert_eq!(origin, "user");
+    assert_eq!(json["groups"][0]["origin"], "user", "your code comes first");
+    assert_eq!(cov["totals"]["covered_functions"], 5);
+    assert_eq!(cov["atomic_lines"], serde_json::json!([7, 9]), "the lines holding the atomics of bump and both");
 
-    // Rows sorted by address; the atomic counts add up to the dump's.
-    let rows = m["functions"].as_array().unwrap();
-    let addrs: Vec<u64> = rows.iter().map(|r| r["address"].as_u64().unwrap()).collect();
-    assert!(addrs.windows(2).all(|w| w[0] < w[1]), "{addrs:x?}");
-    let in_rows: u64 = rows.iter().map(|r| r["atomics"].as_u64().unwrap()).sum();
+    // The atomic counts add up to the dump's; the totals to the rows.
+    let all = rows(&json);
+    let in_rows: u64 = all.iter().map(|(_, r)| r["atomics"].as_u64().unwrap()).sum();
     assert_eq!(in_rows as usize, dump_atomics(&exe).len());
-
-    let s = &m["summary"];
-    let covered: Vec<&Value> = rows.iter().filter(|r| r["covered"] == true).collect();
-    assert_eq!(s["functions"].as_u64().unwrap() as usize, rows.len());
-    assert_eq!(s["covered_functions"].as_u64().unwrap() as usize, covered.len());
-    let bytes = |rs: &mut dyn Iterator<Item = &Value>| rs.map(|r| r["size"].as_u64().unwrap()).sum::<u64>();
-    let total = bytes(&mut rows.iter());
-    let cov = bytes(&mut covered.iter().copied());
-    assert_eq!(s["text_bytes"], total);
-    assert_eq!(s["covered_text_bytes"], cov);
-    let pct = s["covered_text_percent"].as_f64().unwrap();
-    assert!((pct - cov as f64 * 100.0 / total as f64).abs() < 0.06, "{pct}");
+    let covered: Vec<&Value> = all.iter().filter(|(_, r)| r["covered"] == true).map(|(_, r)| *r).collect();
+    let t = &json["totals"];
+    assert_eq!(t["functions"].as_u64().unwrap() as usize, all.len());
+    assert_eq!(t["covered_functions"].as_u64().unwrap() as usize, covered.len());
+    let s = &binaries[0]["summary"];
+    assert_eq!(s["functions"], t["functions"]);
+    let cov_bytes: u64 = covered.iter().map(|r| r["size"].as_u64().unwrap()).sum();
+    assert_eq!(s["covered_text_bytes"], cov_bytes);
     assert_eq!(s["atomics"].as_u64().unwrap() as usize, dump_atomics(&exe).len());
-    // Only the functions of cov.c are covered.
     let mut names: Vec<&str> = covered.iter().map(|r| r["name"].as_str().unwrap()).collect();
     names.sort();
     assert_eq!(
@@ -158,74 +173,35 @@ fn c_rows_and_summary_are_right() {
 }
 
 #[test]
-fn c_text_is_aligned_and_summarised() {
+fn c_text_groups_files_and_fits_the_width() {
     let Some((_dir, exe)) = build_two_tu("cov_c_text") else { return };
-    let out = coverage("text", &[&exe]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines[0], exe.to_str().unwrap());
-    let header = lines[1];
-    let name_col = header.find("FUNCTION").expect("header");
-    let cov_col = header.find("COVERED").unwrap();
-    let row = |name: &str| {
-        *lines
-            .iter()
-            .find(|l| l.get(name_col..).is_some_and(|n| n.split_whitespace().next() == Some(name)))
-            .unwrap_or_else(|| panic!("no row {name} in\n{text}"))
+    let text = |columns: &str| {
+        let out = common::racewatch().env("COLUMNS", columns).args(["coverage"]).arg(&exe).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
     };
-    assert_eq!(&row("uncovered_fn")[cov_col..cov_col + 3], "no ");
-    assert_eq!(&row("bump")[cov_col..cov_col + 3], "yes");
-    assert!(row("bump").contains(" atomics "));
-    assert!(row("bump").trim_end().ends_with("cov.c:6"), "{}", row("bump"));
-    // The long name is cut to 60 characters, the last one an ellipsis.
-    let long = lines.iter().find(|l| l.contains("a_function_with_a_name")).unwrap();
-    let cut: String = long[name_col..].chars().take_while(|&c| c != ' ').collect();
-    assert_eq!(cut.chars().count(), 60);
-    assert!(cut.ends_with('…'));
-
-    let json = coverage_json(&[&exe]);
-    let s = &json["modules"][0]["summary"];
-    let expected = format!(
-        "  summary: {}/{} functions covered, {}/{} text bytes ({:.1}%), {} atomic PCs",
-        s["covered_functions"],
-        s["functions"],
-        s["covered_text_bytes"],
-        s["text_bytes"],
-        s["covered_text_percent"].as_f64().unwrap(),
-        s["atomics"]
-    );
-    assert_eq!(*lines.last().unwrap(), expected);
-    assert_eq!(lines.len(), 3 + s["functions"].as_u64().unwrap() as usize);
-}
-
-#[test]
-fn html_is_one_self_contained_escaped_page() {
-    let Some((dir, exe)) = build_two_tu("cov_html") else { return };
-    let stripped = dir.join("prog.stripped");
-    common::check(Command::new("strip").arg("-o").arg(&stripped).arg(&exe).output().unwrap(), "strip");
-    let out = coverage("html", &[&exe, &stripped]);
-    assert!(out.status.success());
-    let html = String::from_utf8(out.stdout).unwrap();
-    assert!(html.starts_with("<!DOCTYPE html>"));
-    assert!(html.trim_end().ends_with("</html>"));
-    assert!(html.contains("<style>"));
-    for external in ["<script", "<link", " src=", "http://", "https://", "@import", "url("] {
-        assert!(!html.contains(external), "external asset {external}");
+    let wide = text("160");
+    let lines: Vec<&str> = wide.lines().collect();
+    assert!(lines[0].starts_with("racewatch coverage: 1 binary"), "{wide}");
+    assert!(lines.iter().any(|l| l.starts_with("Total: 5/")), "{wide}");
+    let header = lines.iter().find(|l| l.starts_with("FILE")).expect("header");
+    assert!(header.contains("COVERED") && header.contains("ATOMICS"), "{header}");
+    assert!(lines.iter().any(|l| l.starts_with("your code")), "{wide}");
+    let row = |text: &'static str, name: &str| -> String {
+        text.lines().find(|l| l.contains(name)).unwrap_or_else(|| panic!("no {name} in\n{text}")).to_string()
+    };
+    let wide: &'static str = Box::leak(wide.into_boxed_str());
+    assert!(row(wide, " bump ").contains(" yes "), "{}", row(wide, " bump "));
+    assert!(row(wide, "uncovered_fn").contains("[not covered]"));
+    assert!(row(wide, "a_function_with_a_name_long_enough_to_be_cut_short_in_the_terminal_table").contains(" yes "));
+    assert!(wide.contains("Static metadata only"), "the text says how to get run-time counts");
+    // Narrow: every line fits, and the long name keeps its distinguishing end.
+    let narrow: &'static str = Box::leak(text("80").into_boxed_str());
+    for line in narrow.lines().filter(|l| l.starts_with(' ') || l.starts_with("FILE")) {
+        assert!(line.chars().count() <= 80, "{} columns: {line}", line.chars().count());
     }
-    // The stripped module's covered functions are <unknown>, escaped.
-    assert!(html.contains("&lt;unknown&gt;"));
-    assert!(!html.contains("<unknown>"));
-    // A summary table naming both modules, then one function table each.
-    assert_eq!(html.matches("<table class=\"functions\">").count(), 2);
-    let summary = &html[html.find("<table class=\"summary\">").unwrap()..];
-    let summary = &summary[..summary.find("</table>").unwrap()];
-    assert!(summary.contains(&format!(">{}</a>", exe.display())));
-    assert!(summary.contains(&format!(">{}</a>", stripped.display())));
-    let uncovered = html.lines().find(|l| l.contains(">uncovered_fn<")).unwrap();
-    assert!(uncovered.starts_with("<tr class=\"uncovered\">"), "{uncovered}");
-    let bump = html.lines().find(|l| l.contains(">bump<")).unwrap();
-    assert!(bump.starts_with("<tr class=\"covered\">") && bump.contains(">atomics<"), "{bump}");
+    let cut = row(narrow, "…");
+    assert!(cut.contains("terminal_table"), "{cut}");
 }
 
 #[test]
@@ -234,45 +210,50 @@ fn stripped_binary_shows_covered_functions_as_unknown() {
     let stripped = dir.join("prog.stripped");
     common::check(Command::new("strip").arg("-o").arg(&stripped).arg(&exe).output().unwrap(), "strip");
     let json = coverage_json(&[&exe, &stripped]);
-    let [full, bare] = [&json["modules"][0], &json["modules"][1]];
-    let covered = |m: &Value| -> Vec<(u64, u64)> {
-        m["functions"]
-            .as_array()
-            .unwrap()
+    let covered = |binary: u64| -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = rows(&json)
             .iter()
-            .filter(|r| r["covered"] == true)
-            .map(|r| (r["address"].as_u64().unwrap(), r["atomics"].as_u64().unwrap()))
-            .collect()
+            .filter(|(_, r)| r["binary"] == binary && r["covered"] == true)
+            .map(|(_, r)| (r["address"].as_u64().unwrap(), r["atomics"].as_u64().unwrap()))
+            .collect();
+        v.sort_unstable();
+        v
     };
-    assert_eq!(covered(bare), covered(full));
-    let unknown = bare["functions"].as_array().unwrap().iter().filter(|r| r["name"] == "<unknown>").count();
-    assert_eq!(unknown, covered(full).len());
-    assert_eq!(bare["summary"]["covered_functions"], full["summary"]["covered_functions"]);
+    assert_eq!(covered(1), covered(0));
+    let unknown: Vec<(&str, &Value)> = rows(&json).into_iter().filter(|(_, r)| r["binary"] == 1).collect();
+    assert!(unknown.iter().all(|(_, r)| r["name"] == "<unknown>"));
+    assert!(unknown.iter().all(|(file, _)| file.is_empty()), "no line information: the unknown group");
+    assert_eq!(unknown.len(), covered(0).len());
+    assert_eq!(
+        json["binaries"][1]["summary"]["covered_functions"],
+        json["binaries"][0]["summary"]["covered_functions"]
+    );
 }
 
 #[test]
-fn rust_program_rows() {
+fn rust_program_rows_and_std_folded() {
     let dir = common::scratch("cov_rust");
     let exe = common::build_rust(&dir, "rusty", RUST_SRC, &[]);
     let json = coverage_json(&[&exe]);
-    let m = &json["modules"][0];
-    let bump = row(m, "rusty::bump");
+    let (file, bump) = row(&json, "rusty::bump");
     assert_eq!(bump["covered"], true);
     assert_eq!(bump["atomics"], 1);
-    assert!(
-        bump["raw_name"].as_str().unwrap().starts_with("_R") || bump["raw_name"].as_str().unwrap().starts_with("_ZN")
-    );
-    assert!(bump["source"]["file"].as_str().unwrap().ends_with("rusty.rs"), "{bump}");
-    assert_eq!(bump["source"]["line"], 5);
-    // The precompiled standard library is not covered (generics instantiated
-    // in this crate, like `std::rt::lang_start::<()>`, are).
+    let raw = bump["raw_name"].as_str().unwrap();
+    assert!(raw.starts_with("_R") || raw.starts_with("_ZN"), "{raw}");
+    assert!(file.ends_with("rusty.rs"), "{file}");
+    assert_eq!(bump["line"], 5);
+    // The precompiled standard library is not covered, and sits in its own group with short paths.
     for name in ["std::rt::lang_start_internal", "std::io::stdio::_print"] {
-        assert_eq!(row(m, name)["covered"], false, "{name}");
+        assert_eq!(row(&json, name).1["covered"], false, "{name}");
     }
-    assert_eq!(row(m, "rusty::main")["covered"], true);
-    let s = &m["summary"];
-    assert!(s["covered_functions"].as_u64().unwrap() >= 2);
-    assert!(s["covered_functions"].as_u64().unwrap() < s["functions"].as_u64().unwrap());
+    let std_files: Vec<&Value> = files(&json).into_iter().filter(|(o, _)| *o == "std").map(|(_, f)| f).collect();
+    assert!(!std_files.is_empty());
+    for f in &std_files {
+        let display = f["display"].as_str().unwrap();
+        assert!(!display.contains("/rustc/") && display.contains("::…/"), "{display}");
+    }
+    assert_eq!(json["groups"][0]["origin"], "user");
+    assert_eq!(row(&json, "rusty::main").1["covered"], true);
 }
 
 #[test]
@@ -285,7 +266,7 @@ fn missing_file_among_others_exits_2_and_reports_the_rest() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("gone"), "{stderr}");
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(json["modules"].as_array().unwrap().len(), 1);
+    assert_eq!(json["binaries"].as_array().unwrap().len(), 1);
 }
 
 #[test]
@@ -308,8 +289,8 @@ fn corrupt_table_is_reported_and_rows_still_printed() {
         format!("racewatch: {}: sanmd_covered2: truncated features at byte {}\n", path.display(), len - 1)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("  error: sanmd_covered2: truncated features"));
-    assert!(text.contains("summary: "));
+    assert!(text.contains("    error: sanmd_covered2: truncated features"), "{text}");
+    assert!(text.contains("Total: "));
 }
 
 #[test]

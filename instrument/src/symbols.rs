@@ -163,7 +163,8 @@ impl<'a> SourceMap<'a> {
         while let Ok(Some(frame)) = frames.next() {
             if let Some(loc) = frame.location {
                 if let (Some(file), Some(line)) = (loc.file, loc.line) {
-                    outer = Some(SourceLocation { file: file.to_string(), line, column: loc.column.filter(|&c| c != 0) });
+                    outer =
+                        Some(SourceLocation { file: file.to_string(), line, column: loc.column.filter(|&c| c != 0) });
                 }
             }
         }

@@ -9,8 +9,8 @@
 //! shortens standard-library paths (`/rustc/<commit>/library/...` to
 //! `library/...`); JSON keeps them whole.
 
-use racewatch_instrument::symbols::without_generics;
 use crate::symbolize::{base_name, Frame};
+use racewatch_instrument::symbols::without_generics;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -202,7 +202,6 @@ fn render_access(out: &mut String, access: &AccessReport, previous: bool, full_s
         i += 1;
     }
 }
-
 
 fn access_kind(access: &AccessReport) -> &'static str {
     if access.is_write {

@@ -116,12 +116,8 @@ pub fn report(files: &[PathBuf], profiles: &[PathBuf]) -> Result<(Report, u8), E
 /// The profiled modules that carry covered code and still exist, each once (the runtime lists every
 /// loaded module with counts, and the modules with metadata).
 fn profiled_binaries(profile: &Profile) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = profile
-        .modules
-        .iter()
-        .map(|m| PathBuf::from(&m.path))
-        .filter(|p| p.is_file())
-        .collect();
+    let mut paths: Vec<PathBuf> =
+        profile.modules.iter().map(|m| PathBuf::from(&m.path)).filter(|p| p.is_file()).collect();
     paths.sort();
     paths.dedup();
     paths

@@ -49,11 +49,23 @@ fn file_data(file: &File, group: usize) -> Value {
         .functions
         .iter()
         .map(|r| {
-            json!([r.name, r.line, r.size, u8::from(r.covered), r.atomics, r.samples, r.watches, r.traps, r.races, r.binary])
+            json!([
+                r.name,
+                r.line,
+                r.size,
+                u8::from(r.covered),
+                r.atomics,
+                r.samples,
+                r.watches,
+                r.traps,
+                r.races,
+                r.binary
+            ])
         })
         .collect();
     let source = (file.origin == Origin::User).then(|| read_source(&file.path)).flatten();
-    let covered_lines = source.as_deref().map_or_else(Vec::new, |text| covered_lines(file, text.lines().count() as u32));
+    let covered_lines =
+        source.as_deref().map_or_else(Vec::new, |text| covered_lines(file, text.lines().count() as u32));
     json!({
         "group": group,
         "path": file.path,

@@ -240,9 +240,11 @@ mod tests {
         let mut p = Profile::default();
         p.add_text(ONE).unwrap();
         // Same build-id under another path (a copied binary) and the same path-only library.
-        p.add_text("racewatch-profile 1\nmodule ABC /tmp/app-copy\nfn 0x10 1 1 1 1\nfn 0x30 1 0 0 0\npc 0x14 3\n\
-                    module - /lib/x.so\nfn 0x20 2 0 0 0\n")
-            .unwrap();
+        p.add_text(
+            "racewatch-profile 1\nmodule ABC /tmp/app-copy\nfn 0x10 1 1 1 1\nfn 0x30 1 0 0 0\npc 0x14 3\n\
+                    module - /lib/x.so\nfn 0x20 2 0 0 0\n",
+        )
+        .unwrap();
         assert_eq!((p.processes, p.dropped, p.modules.len()), (2, 1, 2));
         let app = p.module("abc", "/anything").unwrap();
         assert_eq!(app.functions[&0x10], RunCounts { samples: 6, watches: 3, traps: 2, races: 1 });

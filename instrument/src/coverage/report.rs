@@ -222,7 +222,9 @@ impl Report {
                 .iter()
                 .zip(&matched)
                 .filter(|(_, m)| !**m)
-                .map(|(m, _)| format!("{} ({})", m.path, if m.build_id.is_empty() { "no build-id" } else { &m.build_id }))
+                .map(|(m, _)| {
+                    format!("{} ({})", m.path, if m.build_id.is_empty() { "no build-id" } else { &m.build_id })
+                })
                 .collect(),
         });
         let mut groups: Vec<Group> = Vec::new();
@@ -233,7 +235,12 @@ impl Report {
             }
             match groups.iter_mut().find(|g| g.origin == file.origin) {
                 Some(group) => group.files.push(file),
-                None => groups.push(Group { origin: file.origin, name: file.origin.title(), totals: Totals::default(), files: vec![file] }),
+                None => groups.push(Group {
+                    origin: file.origin,
+                    name: file.origin.title(),
+                    totals: Totals::default(),
+                    files: vec![file],
+                }),
             }
         }
         groups.sort_by_key(|g| g.origin);
@@ -365,9 +372,20 @@ fn std_library_path(path: &str) -> Option<&str> {
         return Some(rest);
     }
     path.strip_prefix("library/").filter(|r| {
-        ["core/", "alloc/", "std/", "proc_macro/", "panic_unwind/", "panic_abort/", "test/", "backtrace/", "portable-simd/", "stdarch/"]
-            .iter()
-            .any(|k| r.starts_with(k))
+        [
+            "core/",
+            "alloc/",
+            "std/",
+            "proc_macro/",
+            "panic_unwind/",
+            "panic_abort/",
+            "test/",
+            "backtrace/",
+            "portable-simd/",
+            "stdarch/",
+        ]
+        .iter()
+        .any(|k| r.starts_with(k))
     })
 }
 
@@ -388,7 +406,10 @@ mod tests {
             (Origin::Std, "gimli-0.32.3::…/read/unit.rs".into())
         );
         assert_eq!(
-            classify("/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/crossbeam-utils-0.8.21/src/lib.rs", cwd),
+            classify(
+                "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/crossbeam-utils-0.8.21/src/lib.rs",
+                cwd
+            ),
             (Origin::Dependency, "crossbeam-utils-0.8.21/src/lib.rs".into())
         );
         assert_eq!(

@@ -55,7 +55,11 @@ pub fn render(report: &Report, layout: Layout) -> String {
     let _ = writeln!(out, "\n{:<name_width$}{}", "FILE", numbers.header());
     for group in &report.groups {
         let expanded = layout.all || group.origin == Origin::User;
-        let label = if expanded { group.name.to_string() } else { format!("{} ({})", group.name, plural(group.files.len() as u64, "file")) };
+        let label = if expanded {
+            group.name.to_string()
+        } else {
+            format!("{} ({})", group.name, plural(group.files.len() as u64, "file"))
+        };
         let _ = writeln!(out, "{:<name_width$}{}", keep_end(&label, name_width - 1), numbers.totals(&group.totals));
         if expanded {
             files(&mut out, group, name_width, &numbers, report.profiled);
@@ -74,11 +78,16 @@ fn heading(out: &mut String, report: &Report, width: usize) {
     let binaries = report.binaries.len();
     let _ = write!(out, "racewatch coverage: {binaries} binar{}", if binaries == 1 { "y" } else { "ies" });
     if let Some(p) = &report.profile {
-        let _ = write!(out, ", run-time profiles of {} process{}", p.processes, if p.processes == 1 { "" } else { "es" });
+        let _ =
+            write!(out, ", run-time profiles of {} process{}", p.processes, if p.processes == 1 { "" } else { "es" });
     }
     out.push('\n');
     for b in &report.binaries {
-        let id = if b.build_id.is_empty() { String::new() } else { format!(" (build-id {})", &b.build_id[..b.build_id.len().min(12)]) };
+        let id = if b.build_id.is_empty() {
+            String::new()
+        } else {
+            format!(" (build-id {})", &b.build_id[..b.build_id.len().min(12)])
+        };
         let mark = if report.profiled && !b.profiled { "  [no profile]" } else { "" };
         let _ = writeln!(out, "  {}{id}{mark}", keep_end(&b.path, width.saturating_sub(40)));
         for e in &b.errors {
@@ -119,7 +128,13 @@ fn heading(out: &mut String, report: &Report, width: usize) {
 
 fn files(out: &mut String, group: &Group, name_width: usize, numbers: &Columns, profiled: bool) {
     for file in &group.files {
-        let _ = writeln!(out, "  {:<w$}{}", keep_end(&file.display, name_width - 3), numbers.totals(&file.totals), w = name_width - 2);
+        let _ = writeln!(
+            out,
+            "  {:<w$}{}",
+            keep_end(&file.display, name_width - 3),
+            numbers.totals(&file.totals),
+            w = name_width - 2
+        );
         let fn_width = name_width.saturating_sub(12).max(16);
         for row in &file.functions {
             let _ = writeln!(out, "{}", function_line(row, fn_width, numbers, profiled));
@@ -175,7 +190,8 @@ impl Columns {
     }
 
     fn totals(&self, t: &Totals) -> String {
-        let covered = format!("{}/{} {:>5.1}%", t.covered_functions, t.functions, percent(t.covered_functions, t.functions));
+        let covered =
+            format!("{}/{} {:>5.1}%", t.covered_functions, t.functions, percent(t.covered_functions, t.functions));
         let mut s = format!("{covered:>COVERED_W$}{:>NUM_W$}", t.atomics);
         if self.profiled {
             for n in [t.sampled_functions as u64, t.watched_functions as u64, t.samples, t.watches, t.traps, t.races] {

@@ -259,6 +259,18 @@ impl Module {
         Some((s.addr, &self.bytes[s.data.clone()]))
     }
 
+    /// Whether `addr` lies in a section the program does not write once it runs: allocated without
+    /// `SHF_WRITE`, or relocated once and then protected (`.got`, `.data.rel.ro`).
+    pub fn is_read_only(&self, addr: u64) -> bool {
+        self.sections.iter().any(|s| {
+            s.flags & u64::from(SHF_ALLOC) != 0
+                && (addr.wrapping_sub(s.addr)) < s.size
+                && (s.flags & u64::from(goblin::elf::section_header::SHF_WRITE) == 0
+                    || s.name == ".got"
+                    || s.name.starts_with(".data.rel.ro"))
+        })
+    }
+
     /// The GNU build-id (`.note.gnu.build-id`) in lower-case hex; empty when the file has none.
     pub fn build_id(&self) -> String {
         let Some((_, note)) = self.section_data(".note.gnu.build-id") else { return String::new() };

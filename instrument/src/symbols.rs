@@ -171,6 +171,23 @@ impl<'a> SourceMap<'a> {
         outer.or_else(|| self.location(addr))
     }
 
+    /// The files of every frame of the inlining chain at `addr` that has a line (innermost first); empty
+    /// when the debug info gives the address no line.
+    pub fn frame_files(&self, addr: u64) -> Vec<String> {
+        let mut files = Vec::new();
+        if let Ok(mut frames) = self.ctx.find_frames(addr).skip_all_loads() {
+            while let Ok(Some(frame)) = frames.next() {
+                if let Some(loc) = frame.location.filter(|l| l.line.is_some_and(|n| n > 0)) {
+                    files.extend(loc.file.map(str::to_string));
+                }
+            }
+        }
+        if files.is_empty() {
+            files.extend(self.location(addr).filter(|l| l.line > 0).map(|l| l.file));
+        }
+        files
+    }
+
     /// File, line and column of the instruction at link-time address `addr`.
     pub fn location(&self, addr: u64) -> Option<SourceLocation> {
         let loc = self.ctx.find_location(addr).ok()??;

@@ -46,6 +46,11 @@ pub trait Image {
     fn read_at(&self, vaddr: u64, len: usize) -> Option<&[u8]>;
     /// The name of the function containing `addr`, if the symbols say.
     fn function_name(&self, addr: u64) -> Option<String>;
+    /// Whether `addr` is in data the program does not write once it runs (`.rodata`, `.got` after
+    /// relocation): loads from there are constants, not shared-memory accesses.
+    fn is_read_only(&self, _addr: u64) -> bool {
+        false
+    }
 }
 
 impl Image for crate::elf::Module {
@@ -55,6 +60,10 @@ impl Image for crate::elf::Module {
 
     fn function_name(&self, addr: u64) -> Option<String> {
         self.function_containing(addr).map(|f| f.name.clone())
+    }
+
+    fn is_read_only(&self, addr: u64) -> bool {
+        crate::elf::Module::is_read_only(self, addr)
     }
 }
 
@@ -180,6 +189,44 @@ pub struct Report {
     /// Untagged memory accesses in known inline-assembly atomic code (`tags::ASM_ATOMIC_CODE`): gaps in
     /// the tables that the runtime's rule covers (so not failures), sorted by PC.
     pub rule_atomics: Vec<RuleAtomic>,
+    /// Untagged LOCK/XCHG instructions on a variable that tagged atomics access elsewhere in the file:
+    /// compiler atomics whose tags were lost (code inlined from a module the pass did not run on, such
+    /// as a global allocator's shim). Not failures: the runtime decodes LOCK and XCHG as atomic.
+    pub untagged_locked: Vec<UntaggedLocked>,
+}
+
+/// An untagged LOCK/XCHG instruction that is a compiler atomic, not inline assembly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UntaggedLocked {
+    pub pc: u64,
+    pub function: String,
+    pub disassembly: String,
+    pub why: LockedWhy,
+}
+
+/// Why an untagged LOCK/XCHG instruction is taken for a compiler atomic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LockedWhy {
+    /// The tagged atomic at `tagged` accesses the same variable (at `variable`).
+    TaggedElsewhere { variable: u64, tagged: u64 },
+    /// The debug info places it in `core::sync::atomic`.
+    CoreAtomic,
+    /// No line information: compiler-generated code (a shim, an allocator) or code inlined without
+    /// debug info; inline assembly written in a source file would have a line.
+    NoLine,
+}
+
+impl fmt::Display for LockedWhy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockedWhy::TaggedElsewhere { variable, tagged } => {
+                write!(f, "the tagged atomic at {tagged:#x} accesses the same variable {variable:#x}")
+            }
+            LockedWhy::CoreAtomic => write!(f, "the debug info places it in core::sync::atomic"),
+            LockedWhy::NoLine => write!(f, "compiler-generated code without line information"),
+        }
+    }
 }
 
 /// An untagged memory access whose source line is in known inline-assembly atomic code.
@@ -212,7 +259,37 @@ pub fn verify(module: &crate::elf::Module) -> Report {
     // A LOCK instruction in known asm-atomic code is a gap the rule covers: a note, not a failure.
     let noted: BTreeSet<u64> = report.rule_atomics.iter().map(|r| r.pc).collect();
     report.findings.retain(|f| !matches!(f, Finding::LikelyGap { pc, .. } if noted.contains(pc)));
+    accept_compiler_atomics(module, &mut report);
     report
+}
+
+/// Moves the likely gaps that the debug info shows to be compiler atomics (in `core::sync::atomic`,
+/// or in code without any line, which inline assembly in a source file always has) to
+/// `untagged_locked`. The rest stay findings: inline assembly whose plain loads and stores are
+/// untagged too.
+fn accept_compiler_atomics(module: &crate::elf::Module, report: &mut Report) {
+    let Some(map) = module.source_map() else { return };
+    let mut kept = Vec::new();
+    for finding in std::mem::take(&mut report.findings) {
+        let Finding::LikelyGap { pc, function, disassembly } = finding else {
+            kept.push(finding);
+            continue;
+        };
+        let files = map.frame_files(pc);
+        let why = if files.is_empty() {
+            Some(LockedWhy::NoLine)
+        } else if files.iter().any(|f| f.ends_with("core/src/sync/atomic.rs")) {
+            Some(LockedWhy::CoreAtomic)
+        } else {
+            None
+        };
+        match why {
+            Some(why) => report.untagged_locked.push(UntaggedLocked { pc, function, disassembly, why }),
+            None => kept.push(Finding::LikelyGap { pc, function, disassembly }),
+        }
+    }
+    report.findings = kept;
+    report.untagged_locked.sort_by_key(|u| u.pc);
 }
 
 /// Untagged memory accesses of covered functions whose line-table file is known asm-atomic code.
@@ -274,6 +351,8 @@ pub fn verify_tables(image: &impl Image, covered: &[CoveredEntry], atomics: &[u6
         gaps: BTreeSet::new(),
         disasm: Disassembler::new(),
         report: Report { covered_functions: functions.len(), atomic_pcs: atomics.len(), ..Report::default() },
+        tagged_variables: std::collections::BTreeMap::new(),
+        gap_variables: Vec::new(),
     };
     // Readable functions first, so an overlapping garbage entry does not
     // take the blame for PCs that a real function explains.
@@ -288,6 +367,7 @@ pub fn verify_tables(image: &impl Image, covered: &[CoveredEntry], atomics: &[u6
             checker.report.findings.push(Finding::BadAtomicPc { pc, function, reason: BadPc::NotCovered });
         }
     }
+    checker.accept_gaps_on_tagged_variables();
     let mut report = checker.report;
     report.findings.sort_by_key(Finding::pc);
     report.explained.sort_by_key(|e| e.pc);
@@ -304,6 +384,15 @@ struct Checker<'a, I: Image> {
     gaps: BTreeSet<u64>,
     disasm: Disassembler,
     report: Report,
+    /// Absolute (RIP-relative) addresses tagged atomics access, with one such atomic's PC.
+    tagged_variables: std::collections::BTreeMap<u64, u64>,
+    /// Likely gaps on an absolute address: (PC, address).
+    gap_variables: Vec<(u64, u64)>,
+}
+
+/// The absolute address a RIP-relative memory operand names.
+fn absolute_address(insn: &Instruction) -> Option<u64> {
+    (memory_operand(insn).is_some() && insn.is_ip_rel_memory_operand()).then(|| insn.ip_rel_memory_address())
 }
 
 /// How a tagged instruction was judged, for chaining lowered instructions.
@@ -320,7 +409,7 @@ enum Tag {
 
 /// At most this many untagged non-memory instructions may separate a
 /// compiler-only fence's label from the atomic before it.
-const MAX_FENCE_DISTANCE: usize = 3;
+const MAX_FENCE_DISTANCE: usize = 6;
 
 /// The first memory access after `code[idx]` when every instruction up to
 /// and including it is tagged: `code[idx]` sets up that atomic's operands
@@ -345,13 +434,22 @@ fn tagged_access_right_after(code: &[Instruction], tagged: &[u64], idx: usize) -
 
 /// The tagged atomic a few instructions before `code[idx]`, when only
 /// untagged instructions without memory access lie between them.
-fn atomic_shortly_before(code: &[Instruction], tags: &[Option<Tag>], idx: usize) -> Option<u64> {
+fn atomic_shortly_before(
+    code: &[Instruction],
+    tags: &[Option<Tag>],
+    idx: usize,
+    read_only: &dyn Fn(u64) -> bool,
+) -> Option<u64> {
     let from = idx.saturating_sub(MAX_FENCE_DISTANCE + 1);
     for p in (from..idx).rev() {
+        let insn = &code[p];
+        // A load of a constant (a GOT slot, `.rodata`) is no shared-memory access.
+        let constant_load = absolute_address(insn).is_some_and(read_only) && insn.mnemonic() == Mnemonic::Mov;
         match tags[p] {
             Some(Tag::Root(atomic) | Tag::Lowered(atomic)) => return Some(atomic),
             Some(Tag::FenceLabel | Tag::Bad) => return None,
-            None if (accesses_memory(&code[p]) && !is_stack_spill(&code[p])) || code[p].is_invalid() => return None,
+            None if constant_load => {}
+            None if (accesses_memory(insn) && !is_stack_spill(insn)) || insn.is_invalid() => return None,
             None => {}
         }
     }
@@ -376,6 +474,23 @@ fn atomic_branching_here(code: &[Instruction], tags: &[Option<Tag>], idx: usize)
 }
 
 impl<I: Image> Checker<'_, I> {
+    /// Moves the likely gaps on a variable that tagged atomics also access to `untagged_locked`.
+    fn accept_gaps_on_tagged_variables(&mut self) {
+        for &(pc, variable) in &self.gap_variables {
+            let Some(&tagged) = self.tagged_variables.get(&variable) else { continue };
+            let Some(at) =
+                self.report.findings.iter().position(|f| matches!(f, Finding::LikelyGap { pc: p, .. } if *p == pc))
+            else {
+                continue;
+            };
+            if let Finding::LikelyGap { pc, function, disassembly } = self.report.findings.remove(at) {
+                let why = LockedWhy::TaggedElsewhere { variable, tagged };
+                self.report.untagged_locked.push(UntaggedLocked { pc, function, disassembly, why });
+            }
+        }
+        self.report.untagged_locked.sort_by_key(|u| u.pc);
+    }
+
     /// Indices of the tagged PCs in `[pc, pc + size)`.
     fn tagged_range(&self, pc: u64, size: u64) -> std::ops::Range<usize> {
         let end = pc.saturating_add(size);
@@ -418,8 +533,15 @@ impl<I: Image> Checker<'_, I> {
         let tagged = &self.atomics[first..last];
 
         for insn in &code {
-            if is_atomic_rmw(insn) && tagged.binary_search(&insn.ip()).is_err() && self.gaps.insert(insn.ip()) {
+            let is_tagged = tagged.binary_search(&insn.ip()).is_ok();
+            if let (true, Some(variable)) = (is_tagged, absolute_address(insn)) {
+                self.tagged_variables.entry(variable).or_insert(insn.ip());
+            }
+            if is_atomic_rmw(insn) && !is_tagged && self.gaps.insert(insn.ip()) {
                 let disassembly = self.disasm.format(insn);
+                if let Some(variable) = absolute_address(insn) {
+                    self.gap_variables.push((insn.ip(), variable));
+                }
                 self.report.findings.push(Finding::LikelyGap { pc: insn.ip(), function: name.clone(), disassembly });
             }
         }
@@ -457,8 +579,8 @@ impl<I: Image> Checker<'_, I> {
             } else if let Some(atomic) = tagged_access_right_after(&code, tagged, idx) {
                 self.explain(at, &name, insn, Explanation::LoweringOf { atomic });
                 Tag::Lowered(atomic)
-            } else if let Some(atomic) =
-                atomic_shortly_before(&code, &tags, idx).or_else(|| atomic_branching_here(&code, &tags, idx))
+            } else if let Some(atomic) = atomic_shortly_before(&code, &tags, idx, &|a| self.image.is_read_only(a))
+                .or_else(|| atomic_branching_here(&code, &tags, idx))
             {
                 self.explain(at, &name, insn, Explanation::FenceLabel { atomic });
                 Tag::FenceLabel
@@ -596,7 +718,13 @@ mod tests {
         fn function_name(&self, addr: u64) -> Option<String> {
             (addr >= self.base && addr < self.base + self.bytes.len() as u64).then(|| "f".to_string())
         }
+        fn is_read_only(&self, addr: u64) -> bool {
+            (READ_ONLY..READ_ONLY + 0x100).contains(&addr)
+        }
     }
+
+    /// A `.got`-like range of the blob tests.
+    const READ_ONLY: u64 = 0x9000;
 
     fn entry(pc: u64, size: u64) -> CoveredEntry {
         CoveredEntry { pc, size, features: FEATURE_ATOMICS, stack_args_size: None }
@@ -782,6 +910,51 @@ mod tests {
     }
 
     /// Concatenates instructions at BASE; returns the blob and their addresses.
+    #[test]
+    fn untagged_lock_on_a_variable_tagged_elsewhere_is_a_compiler_atomic() {
+        let parts: &[&[u8]] = &[
+            &[0xf0, 0x48, 0x0f, 0xc1, 0x05, 0x00, 0x01, 0, 0], // 0x1000 lock xadd [0x1109],rax (tagged)
+            &[0xf0, 0x48, 0x0f, 0xc1, 0x05, 0xf7, 0x00, 0, 0], // 0x1009 lock xadd [0x1109],rax (untagged)
+            &[0xf0, 0x48, 0x0f, 0xc1, 0x05, 0x00, 0x02, 0, 0], // 0x1012 lock xadd [0x121b],rax (untagged)
+            &[0xc3],
+        ];
+        let (blob, s) = assemble(parts);
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0]]);
+        assert_eq!(report.untagged_locked.len(), 1, "{report:#?}");
+        assert_eq!(report.untagged_locked[0].pc, s[1]);
+        assert_eq!(report.untagged_locked[0].why, LockedWhy::TaggedElsewhere { variable: 0x1109, tagged: s[0] });
+        // A variable no tagged atomic touches: inline assembly, still a finding.
+        assert!(matches!(report.findings.as_slice(), [Finding::LikelyGap { pc, .. }] if *pc == s[2]), "{report:#?}");
+    }
+
+    #[test]
+    fn fence_label_after_register_work_and_a_constant_load_is_explained() {
+        let parts: &[&[u8]] = &[
+            &[0xf0, 0x48, 0xff, 0x0f],                   // 0x1000 lock dec [rdi] (tagged)
+            &[0x83, 0xe0, 0x01],                         // and eax, 1
+            &[0x89, 0xc1],                               // mov ecx, eax
+            &[0x48, 0x8b, 0x05, 0xf2, 0x7f, 0x00, 0x00], // 0x1009 mov rax, [0x9002] (a GOT slot)
+            &[0x83, 0xf9, 0x02],                         // cmp ecx, 2
+            &[0x89, 0xca],                               // mov edx, ecx
+            &[0x75, 0x00],                               // jne (next)
+            &[0x48, 0x8d, 0x47, 0x08],                   // lea rax, [rdi+8] (tagged: the fence's label)
+            &[0xc3],
+        ];
+        let (blob, s) = assemble(parts);
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0], s[7]]);
+        assert!(report.passed(), "{:#?}", report.findings);
+        assert_eq!(
+            report.explained.last().map(|e| (e.pc, e.why)),
+            Some((s[7], Explanation::FenceLabel { atomic: s[0] }))
+        );
+        // The same load from writable data is an access between them: no longer a fence label.
+        let mut writable = blob.bytes.clone();
+        writable[12] = 0x01; // mov rax, [0x8002]
+        let blob = Blob { base: BASE, bytes: writable };
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0], s[7]]);
+        assert!(!report.passed());
+    }
+
     fn assemble(parts: &[&[u8]]) -> (Blob, Vec<u64>) {
         let mut bytes = Vec::new();
         let mut starts = Vec::new();
@@ -842,10 +1015,12 @@ mod tests {
             report.findings.as_slice(),
             [Finding::BadAtomicPc { pc, reason: BadPc::NoMemoryAccess { .. }, .. }] if *pc == s[2]
         ));
-        // Too far after the atomic: four untagged instructions between.
-        let (blob, s) =
-            assemble(&[&[0xf0, 0x48, 0xff, 0x0f], &[0x90], &[0x90], &[0x90], &[0x90], &[0x48, 0xff, 0xc7], &[0xc3]]);
-        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0], s[5]]);
+        // Too far after the atomic: seven untagged instructions between.
+        let mut parts: Vec<&[u8]> = vec![&[0xf0, 0x48, 0xff, 0x0f]];
+        parts.extend([&[0x90][..]; MAX_FENCE_DISTANCE + 1]);
+        parts.extend([&[0x48, 0xff, 0xc7][..], &[0xc3]]);
+        let (blob, s) = assemble(&parts);
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0], s[MAX_FENCE_DISTANCE + 2]]);
         assert_eq!(report.findings.len(), 1, "{:#?}", report.findings);
     }
 }

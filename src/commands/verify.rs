@@ -78,6 +78,13 @@ fn text(file: &str, report: &Report, verbose: bool) -> String {
             r.pc, r.function, r.disassembly, r.file
         );
     }
+    for u in &report.untagged_locked {
+        out += &format!(
+            "racewatch verify: {file}: note: {:#x} in {}: untagged {}, a compiler atomic whose tag was lost ({}): \
+             atomic by its encoding at run time\n",
+            u.pc, u.function, u.disassembly, u.why
+        );
+    }
     let summary = format!("{} atomic PCs checked in {} covered functions", report.atomic_pcs, report.covered_functions);
     if report.passed() {
         out += &format!("racewatch verify: {file}: {summary}: ok\n");

@@ -188,7 +188,7 @@ pub fn write_profile() {
     if !profile::is_on() || is_sandboxed() || !accounts() {
         return;
     }
-    let covered = registry::lock().module_paths();
+    let covered = registry::lock().module_paths_ever();
     if let Err(err) = profile::write(prefix, &covered) {
         log::warn(format_args!("coverage_path: cannot write {prefix}.{}: {err}", thread::getpid()));
     }

@@ -90,9 +90,12 @@ struct Table {
 #[derive(Default)]
 pub struct Registry {
     tables: Vec<Table>,
+    /// Every module that ever registered a table (modules unregister theirs in their destructors,
+    /// before the exit hook writes the coverage profile that names them).
+    seen: Vec<String>,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry { tables: Vec::new() });
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { tables: Vec::new(), seen: Vec::new() });
 
 /// The registry, for writers (never from a signal handler).
 pub fn lock() -> std::sync::MutexGuard<'static, Registry> {
@@ -110,6 +113,9 @@ impl Registry {
     pub fn insert(&mut self, key: TableKey, module: ModuleId, entries: Entries) -> bool {
         if self.contains(key) {
             return false;
+        }
+        if !self.seen.contains(&module.path) {
+            self.seen.push(module.path.clone());
         }
         self.tables.push(Table { key, module, entries });
         true
@@ -140,12 +146,9 @@ impl Registry {
         self.tables.iter().filter(|t| &t.module == module).map(|t| t.key).collect()
     }
 
-    /// The paths of the modules with registered tables, each once.
-    pub fn module_paths(&self) -> Vec<String> {
-        let mut paths: Vec<String> = self.tables.iter().map(|t| t.module.path.clone()).collect();
-        paths.sort_unstable();
-        paths.dedup();
-        paths
+    /// The paths of the modules that registered tables at some point, each once.
+    pub fn module_paths_ever(&self) -> Vec<String> {
+        self.seen.clone()
     }
 
     /// The module a table was registered under.

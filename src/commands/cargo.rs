@@ -6,7 +6,13 @@
 //! runner), at the test rate `sample_period_us=1000` unless the user set a
 //! rate: tests want detection, not 0.1% overhead. Doctests are compiled with
 //! the metadata flags too (RUSTDOCFLAGS) and run through the same runner.
+//!
+//! `--coverage FORMAT` (before or after the cargo subcommand) also collects run-time coverage: every
+//! program cargo runs writes a profile into `<target dir>/racewatch/coverage/`, and after cargo ends
+//! the merged report of the whole suite is printed (text) or written there (`index.html`,
+//! `lcov.info`, `coverage.json`).
 
+use super::coverage;
 use super::run::self_exe;
 use racewatch_instrument::toolchain::{self, RUST_FLAGS};
 use std::ffi::{OsStr, OsString};
@@ -20,6 +26,10 @@ pub struct Args {
     /// the cargo subcommand.
     #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
     options: Vec<String>,
+    /// Also report where the detector looked, for the whole run (test, run, bench): text, html, lcov
+    /// or json. May also follow the cargo subcommand (`racewatch cargo test --coverage html`).
+    #[arg(long, value_name = "FORMAT")]
+    coverage: Option<String>,
     /// Arguments for cargo, e.g. `build --release` or `test`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CARGO_ARGS")]
     args: Vec<OsString>,
@@ -34,7 +44,18 @@ pub const TEST_RATE: &str = "sample_period_us=1000";
 /// cargo's global options that take a separate value.
 const GLOBAL_OPTIONS_WITH_VALUE: &[&str] = &["--config", "-Z", "-C", "--color"];
 
-pub fn run(args: Args) -> ExitCode {
+pub fn run(mut args: Args) -> ExitCode {
+    if let Some(format) = take_option(&mut args.args, "--coverage") {
+        args.coverage = Some(format);
+    }
+    let coverage = match args.coverage.as_deref().map(coverage_format) {
+        None => None,
+        Some(Ok(format)) => Some(format),
+        Some(Err(bad)) => {
+            eprintln!("racewatch: --coverage {bad}: expected text, html, lcov or json");
+            return ExitCode::from(2);
+        }
+    };
     // `racewatch cargo +stable test`: check the compiler of that toolchain.
     let toolchain_arg = args.args.first().and_then(|a| a.to_str()).and_then(|a| a.strip_prefix('+'));
     let rustc = match toolchain::check_rustc_for(toolchain_arg) {
@@ -61,9 +82,13 @@ pub fn run(args: Args) -> ExitCode {
     cmd.env("CARGO_ENCODED_RUSTDOCFLAGS", encoded_rustflags(&user_doc_flags));
     cmd.env_remove("RUSTDOCFLAGS");
 
+    let racewatch_target = match option_value(&args.args, "--target-dir") {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => target_directory(&cargo, &args.args).map(|dir| dir.join("racewatch")),
+    };
     if !has_option(&args.args, "--target-dir") {
-        if let Some(dir) = target_directory(&cargo, &args.args) {
-            cmd.env("CARGO_TARGET_DIR", dir.join("racewatch"));
+        if let Some(dir) = &racewatch_target {
+            cmd.env("CARGO_TARGET_DIR", dir);
         }
     }
 
@@ -74,10 +99,32 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
 
-    if subcommand(&args.args).is_some_and(|s| RUNNING_SUBCOMMANDS.contains(&s)) {
+    let runs_programs = subcommand(&args.args).is_some_and(|s| RUNNING_SUBCOMMANDS.contains(&s));
+    let profiles = match (coverage, runs_programs) {
+        (Some(_), true) => {
+            let dir = racewatch_target.unwrap_or_else(|| PathBuf::from("target/racewatch")).join("coverage");
+            match fresh_profile_dir(&dir) {
+                Ok(()) => Some(dir),
+                Err(err) => {
+                    eprintln!("racewatch: --coverage: cannot prepare {}: {err}", dir.display());
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        (Some(_), false) => {
+            eprintln!("racewatch: --coverage needs a subcommand that runs programs (test, run, bench)");
+            return ExitCode::from(2);
+        }
+        _ => None,
+    };
+
+    if runs_programs {
         let triple = option_value(&args.args, "--target").or(rustc.host);
         if let Some(triple) = triple {
-            let options = runner_options(&args.options, std::env::var("RACEWATCH_OPTIONS").ok().as_deref());
+            let mut options = runner_options(&args.options, std::env::var("RACEWATCH_OPTIONS").ok().as_deref());
+            if let Some(dir) = &profiles {
+                options.push(format!("coverage_path={}", dir.join(PROFILE_PREFIX).display()));
+            }
             if options.first().map(String::as_str) == Some(TEST_RATE) {
                 eprintln!(
                     "racewatch: programs run at the test rate {TEST_RATE} (`racewatch cargo -o sample_period_us=N …` \
@@ -93,9 +140,81 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
 
-    let err = cmd.exec();
-    eprintln!("racewatch: cannot run `{}`: {err}", cargo.to_string_lossy());
-    ExitCode::from(127)
+    let (Some(dir), Some(format)) = (profiles, coverage) else {
+        let err = cmd.exec();
+        eprintln!("racewatch: cannot run `{}`: {err}", cargo.to_string_lossy());
+        return ExitCode::from(127);
+    };
+    let status = match cmd.status() {
+        Ok(status) => status,
+        Err(err) => {
+            eprintln!("racewatch: cannot run `{}`: {err}", cargo.to_string_lossy());
+            return ExitCode::from(127);
+        }
+    };
+    coverage_report(&dir, format);
+    // cargo's own status (a signal death as 128 + signal, as a shell reports it).
+    use std::os::unix::process::ExitStatusExt;
+    let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// File name prefix of the profiles under the coverage directory.
+const PROFILE_PREFIX: &str = "profile";
+
+fn coverage_format(name: &str) -> Result<coverage::Format, String> {
+    match name {
+        "text" => Ok(coverage::Format::Text),
+        "html" => Ok(coverage::Format::Html),
+        "lcov" => Ok(coverage::Format::Lcov),
+        "json" => Ok(coverage::Format::Json),
+        other => Err(other.to_string()),
+    }
+}
+
+/// Creates `dir` and removes the profiles of an earlier run from it.
+fn fresh_profile_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&format!("{PROFILE_PREFIX}.")) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// The merged report of the run's profiles: printed (text) or written beside them.
+fn coverage_report(dir: &std::path::Path, format: coverage::Format) {
+    let Ok((report, _)) = coverage::report(&[], &[dir.join(PROFILE_PREFIX)]) else { return };
+    let file = match format {
+        coverage::Format::Text => None,
+        coverage::Format::Html => Some(dir.join("index.html")),
+        coverage::Format::Lcov => Some(dir.join("lcov.info")),
+        coverage::Format::Json => Some(dir.join("coverage.json")),
+    };
+    let out = coverage::render(&report, format, false, file.as_deref());
+    let processes = report.profile.as_ref().map_or(0, |p| p.processes);
+    if super::emit(&out, file.as_deref()).is_ok() {
+        if let Some(file) = file {
+            eprintln!(
+                "racewatch: coverage of {} binaries ({processes} processes) written to {}",
+                report.binaries.len(),
+                file.display()
+            );
+        }
+    }
+}
+
+/// Removes `name VALUE` or `name=VALUE` from the cargo arguments (before any `--`) and returns VALUE.
+fn take_option(args: &mut Vec<OsString>, name: &str) -> Option<String> {
+    let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let at = args[..end].iter().position(|a| a == name || a.to_string_lossy().starts_with(&format!("{name}=")))?;
+    let arg = args.remove(at).to_string_lossy().into_owned();
+    match arg.split_once('=') {
+        Some((_, value)) => Some(value.to_string()),
+        None if at < end - 1 => Some(args.remove(at).to_string_lossy().into_owned()),
+        None => Some(String::new()),
+    }
 }
 
 /// The `-o` options of the runner: the test rate first unless the user's `-o` options or
@@ -219,6 +338,17 @@ mod tests {
         assert_eq!(runner_options(&["stats=1".into()], Some("verbosity=1")), [TEST_RATE, "stats=1"]);
         assert_eq!(runner_options(&["sample_period_us=5".into()], None), ["sample_period_us=5"]);
         assert!(runner_options(&[], Some("stats=1:sample_period_us=100000")).is_empty());
+    }
+
+    #[test]
+    fn coverage_option_is_taken_from_the_cargo_arguments() {
+        let mut args = os(&["test", "--coverage", "html", "--release", "--", "--coverage", "x"]);
+        assert_eq!(take_option(&mut args, "--coverage").as_deref(), Some("html"));
+        assert_eq!(args, os(&["test", "--release", "--", "--coverage", "x"]));
+        let mut args = os(&["test", "--coverage=lcov"]);
+        assert_eq!(take_option(&mut args, "--coverage").as_deref(), Some("lcov"));
+        assert_eq!(args, os(&["test"]));
+        assert_eq!(take_option(&mut os(&["test", "--", "--coverage", "a"]), "--coverage"), None);
     }
 
     #[test]

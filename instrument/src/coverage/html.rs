@@ -5,7 +5,7 @@
 //! The data (see `page.html` for how it is shown): `title`, `binaries` (`path`, `build_id`),
 //! `profiled`, `processes`, `groups` (`origin`, `name`), and `files`, each with `group` (index),
 //! `path`, `display`, `functions` as compact rows `[name, line, size, covered, atomics, samples,
-//! watches, traps, races, binary]`, `source` (the file's text for your own files when readable, else
+//! watches, traps, races, binary]` (the instances of a generic function merged: `name ×N`), `source` (the file's text for your own files when readable, else
 //! null), `covered_lines` (inclusive line ranges of covered functions), `atomic_lines` and
 //! `watched_lines` (`[line, watches]`).
 

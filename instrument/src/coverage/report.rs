@@ -141,6 +141,69 @@ pub struct File {
     pub watched_lines: Vec<(u32, u64)>,
 }
 
+/// The instances of one function in a file (a generic function's monomorphizations, the same
+/// function in several binaries): same line, same name without generic arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Merged {
+    /// Without generic arguments.
+    pub name: String,
+    pub line: u32,
+    pub instances: usize,
+    /// Instances carrying metadata.
+    pub covered: usize,
+    pub atomics: usize,
+    pub size: u64,
+    pub samples: u64,
+    pub watches: u64,
+    pub traps: u64,
+    pub races: u64,
+    /// The binary of the first instance.
+    pub binary: usize,
+}
+
+impl File {
+    /// The functions with the instances of each one merged, in line order.
+    pub fn merged(&self) -> Vec<Merged> {
+        let mut out: Vec<Merged> = Vec::new();
+        let mut at: std::collections::HashMap<(u32, String), usize> = std::collections::HashMap::new();
+        for row in &self.functions {
+            let name = crate::symbols::without_generics(&row.name);
+            let i = *at.entry((row.line, name.clone())).or_insert_with(|| {
+                out.push(Merged { name, line: row.line, binary: row.binary, ..Merged::default() });
+                out.len() - 1
+            });
+            let m = &mut out[i];
+            m.instances += 1;
+            m.covered += usize::from(row.covered);
+            m.atomics += row.atomics;
+            m.size += row.size;
+            m.samples += row.samples;
+            m.watches += row.watches;
+            m.traps += row.traps;
+            m.races += row.races;
+        }
+        out
+    }
+}
+
+impl Default for Merged {
+    fn default() -> Self {
+        Merged {
+            name: String::new(),
+            line: 0,
+            instances: 0,
+            covered: 0,
+            atomics: 0,
+            size: 0,
+            samples: 0,
+            watches: 0,
+            traps: 0,
+            races: 0,
+            binary: 0,
+        }
+    }
+}
+
 /// A group of files of one origin.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Group {

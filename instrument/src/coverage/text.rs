@@ -2,8 +2,7 @@
 //! file, and under each of your files one line per function. Long paths and names keep their
 //! distinguishing end (`…::{closure#0}`), cut to the terminal's width.
 
-use super::report::{percent, Group, Origin, Report, Row, Totals};
-use crate::symbols::without_generics;
+use super::report::{percent, Group, Merged, Origin, Report, Totals};
 use std::fmt::Write;
 
 /// Width used when the terminal's is unknown (output to a file or pipe).
@@ -136,21 +135,23 @@ fn files(out: &mut String, group: &Group, name_width: usize, numbers: &Columns, 
             w = name_width - 2
         );
         let fn_width = name_width.saturating_sub(12).max(16);
-        for row in &file.functions {
-            let _ = writeln!(out, "{}", function_line(row, fn_width, numbers, profiled));
+        for row in file.merged() {
+            let _ = writeln!(out, "{}", function_line(&row, fn_width, numbers, profiled));
         }
     }
 }
 
-fn function_line(row: &Row, width: usize, numbers: &Columns, profiled: bool) -> String {
+fn function_line(row: &Merged, width: usize, numbers: &Columns, profiled: bool) -> String {
     let line = if row.line == 0 { "-".to_string() } else { row.line.to_string() };
-    let covered = if row.covered { "" } else { " [not covered]" };
-    let name = keep_end(&without_generics(&row.name), width.saturating_sub(covered.len()));
-    let mut cells = format!("    {line:>6}  {:<w$}", format!("{name}{covered}"), w = width);
+    let covered = if row.covered > 0 { "" } else { " [not covered]" };
+    let instances = if row.instances > 1 { format!(" ×{}", row.instances) } else { String::new() };
+    let suffix = format!("{instances}{covered}");
+    let name = keep_end(&row.name, width.saturating_sub(suffix.chars().count()));
+    let mut cells = format!("    {line:>6}  {:<w$}", format!("{name}{suffix}"), w = width);
     let counts = if profiled {
-        numbers.row(row.covered, row.atomics, row.samples, row.watches, row.traps, row.races)
+        numbers.row(row.covered > 0, row.atomics, row.samples, row.watches, row.traps, row.races)
     } else {
-        numbers.row(row.covered, row.atomics, 0, 0, 0, 0)
+        numbers.row(row.covered > 0, row.atomics, 0, 0, 0, 0)
     };
     cells.push_str(&counts);
     cells
@@ -162,7 +163,7 @@ struct Columns {
 }
 
 const COVERED_W: usize = 16;
-const NUM_W: usize = 9;
+const NUM_W: usize = 8;
 
 impl Columns {
     fn of(profiled: bool) -> Columns {

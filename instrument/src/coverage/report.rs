@@ -143,7 +143,7 @@ pub struct File {
 
 /// The instances of one function in a file (a generic function's monomorphizations, the same
 /// function in several binaries): same line, same name without generic arguments.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Merged {
     /// Without generic arguments.
     pub name: String,
@@ -186,23 +186,6 @@ impl File {
     }
 }
 
-impl Default for Merged {
-    fn default() -> Self {
-        Merged {
-            name: String::new(),
-            line: 0,
-            instances: 0,
-            covered: 0,
-            atomics: 0,
-            size: 0,
-            samples: 0,
-            watches: 0,
-            traps: 0,
-            races: 0,
-            binary: 0,
-        }
-    }
-}
 
 /// A group of files of one origin.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -4,8 +4,9 @@
 #
 # Builds racewatch and the demos (release), then runs the workload without the
 # runtime, with it but sampling off (a control for the noise floor), at the
-# default sampling rate and at the debug rate (sample_period_us=1000),
-# interleaved: every round runs all four, in a
+# default sampling rate and at the debug rate (sample_period_us=1000), and at
+# the debug rate with run-time coverage counting (coverage_path=…),
+# interleaved: every round runs all five, in a
 # rotating order, so drifting machine load hits every configuration alike.
 # Prints the median wall time per configuration, its ratio to the baseline and
 # min/max, and the cost of one sample and one armed watch measured by the
@@ -42,7 +43,7 @@ WORKLOAD="$ROOT/demos/target/release/workload"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-CONFIGS=(baseline control default debug)
+CONFIGS=(baseline control default debug coverage)
 # The control preloads racewatch with sampling effectively off: what it costs
 # over the baseline is the noise floor of this machine, not sampling.
 CONTROL_PERIOD_US=60000000
@@ -50,6 +51,7 @@ CONTROL_PERIOD_US=60000000
 opts_for() {
     local opts="stats=1"
     [ "$1" = debug ] && opts="$opts sample_period_us=$DEBUG_PERIOD_US"
+    [ "$1" = coverage ] && opts="$opts sample_period_us=$DEBUG_PERIOD_US coverage_path=$TMP/profile"
     [ "$1" = control ] && opts="$opts sample_period_us=$CONTROL_PERIOD_US"
     echo "$opts ${EXTRA_OPTS//:/ }"
 }
@@ -113,6 +115,7 @@ for config in "${CONFIGS[@]}"; do
         control) label="racewatch, sampling off (control)" ;;
         default) label="racewatch, default options" ;;
         debug) label="racewatch, sample_period_us=$DEBUG_PERIOD_US" ;;
+        coverage) label="the same + coverage_path" ;;
     esac
     [ -n "$EXTRA_OPTS" ] && [ "$config" != baseline ] && label="$label:$EXTRA_OPTS"
     wall=$(median 1 "$TMP/$config.times")
@@ -123,7 +126,7 @@ for config in "${CONFIGS[@]}"; do
 done
 echo
 echo "cost measured inside the runtime (stats=1, summed over each configuration's runs):"
-for config in default debug; do
+for config in default debug coverage; do
     samples=$(stat "$config" samples)
     watches=$(stat "$config" "watches armed")
     sample_ns=$(stat "$config" "ns in sample handlers (with windows)")

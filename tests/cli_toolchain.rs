@@ -255,3 +255,56 @@ fn missing_rustc_is_explained() {
     assert!(stderr.contains("/nonexistent/rustc not found") && stderr.contains("rustup"), "{stderr}");
     assert!(!dir.join("target").exists(), "cargo ran despite the failed check");
 }
+
+const BUSY_TESTS: &str = r#"
+use std::sync::atomic::{AtomicU64, Ordering};
+static SHARED: AtomicU64 = AtomicU64::new(0);
+
+#[inline(never)]
+pub fn spin(until: std::time::Instant) -> u64 {
+    let mut n = 0;
+    while std::time::Instant::now() < until {
+        SHARED.fetch_add(1, Ordering::Relaxed);
+        n += 1;
+    }
+    n
+}
+
+fn main() {}
+
+#[test]
+fn two_threads_spin() {
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(700);
+    let other = std::thread::spawn(move || spin(until));
+    assert!(spin(until) + other.join().unwrap() > 0);
+}
+"#;
+
+/// `racewatch cargo test --coverage FORMAT`: one command leaves the suite's merged report, naming the
+/// crate's own function as sampled; cargo's arguments and exit status are kept.
+#[test]
+fn cargo_test_coverage_leaves_a_merged_report() {
+    let dir = tiny_crate("rw_cargo_coverage", BUSY_TESTS);
+    let out = racewatch_cargo(&dir, &["test", "--coverage", "json", "--quiet"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    check(out, "racewatch cargo test --coverage json");
+    let report_path = dir.join("target/racewatch/coverage/coverage.json");
+    assert!(stderr.contains(&format!("written to {}", report_path.display())), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    assert_eq!(report["profiled"], true);
+    let user = &report["groups"][0];
+    assert_eq!(user["origin"], "user");
+    let main_rs =
+        user["files"].as_array().unwrap().iter().find(|f| f["display"] == "src/main.rs").expect("src/main.rs");
+    let spin = main_rs["functions"].as_array().unwrap().iter().find(|r| r["name"] == "rw_cargo_coverage::spin");
+    let spin = spin.unwrap_or_else(|| panic!("no spin row in {main_rs}"));
+    assert_eq!(spin["covered"], true);
+    assert!(spin["samples"].as_u64().unwrap() > 0, "{spin}");
+    // A failing run keeps cargo's status, and the report is still written (HTML this time).
+    std::fs::write(dir.join("src/main.rs"), format!("{BUSY_TESTS}\n#[test]\nfn fails() {{ panic!(\"no\") }}\n"))
+        .unwrap();
+    let out = racewatch_cargo(&dir, &["--coverage", "html", "test", "--quiet"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(101), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = std::fs::read_to_string(dir.join("target/racewatch/coverage/index.html")).unwrap();
+    assert!(page.contains("rw_cargo_coverage::spin"));
+}

@@ -186,7 +186,6 @@ impl File {
     }
 }
 
-
 /// A group of files of one origin.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Group {

@@ -57,19 +57,19 @@ pub struct Totals {
 
 impl Totals {
     fn add_row(&mut self, row: &Row) {
-        self.functions += 1;
-        self.covered_functions += usize::from(row.covered);
-        self.sampled_functions += usize::from(row.samples > 0);
-        self.watched_functions += usize::from(row.watches > 0);
-        self.samples += row.samples;
-        self.watches += row.watches;
-        self.traps += row.traps;
-        self.races += row.races;
-        self.atomics += row.atomics;
-        self.text_bytes += row.size;
-        if row.covered {
-            self.covered_text_bytes += row.size;
-        }
+        self.add(&Totals {
+            functions: 1,
+            covered_functions: usize::from(row.covered),
+            sampled_functions: usize::from(row.samples > 0),
+            watched_functions: usize::from(row.watches > 0),
+            samples: row.samples,
+            watches: row.watches,
+            traps: row.traps,
+            races: row.races,
+            atomics: row.atomics,
+            text_bytes: row.size,
+            covered_text_bytes: if row.covered { row.size } else { 0 },
+        });
     }
 
     fn add(&mut self, other: &Totals) {

@@ -138,3 +138,81 @@ fn lcov_tracefile_is_accepted_by_genhtml() {
         Err(e) => panic!("genhtml is required in CI (.ci/run installs lcov): {e}"),
     }
 }
+
+/// The page's data: the JSON object the template's `const DATA = …;` line holds.
+fn page_data(html: &str) -> Value {
+    let start = html.find("const DATA = ").expect("data line") + "const DATA = ".len();
+    let end = start + html[start..].find(";\n").expect("end of the data line");
+    serde_json::from_str(&html[start..end]).expect("the data is JSON")
+}
+
+#[test]
+fn html_page_is_self_contained_and_carries_sources_and_marks() {
+    let d = demo("rust", "racy_struct");
+    let dir = common::scratch("profile_html");
+    let (run, profile) = profiled_run(&dir, &d.bin);
+    let page = dir.join("coverage.html");
+    let out = common::racewatch()
+        .args(["coverage", "--format", "html", "-o"])
+        .arg(&page)
+        .arg("--profile")
+        .arg(&profile)
+        .arg(&d.bin)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.trim_end().ends_with("</html>"));
+    for external in [" src=", "href=\"http", "@import", "url(http", "<link"] {
+        assert!(!html.contains(external), "external asset {external}");
+    }
+    // Two scripts (the page's code and the data), a filter box, sortable headers.
+    assert_eq!(html.matches("<script>").count(), 2);
+    assert!(html.contains("type=\"search\"") && html.contains("data-k=\""), "filter box and sortable columns");
+    let data = page_data(&html);
+    assert_eq!(data["profiled"], true);
+    assert_eq!(data["processes"], 1);
+    assert_eq!(data["groups"][0]["origin"], "user");
+    let files = data["files"].as_array().unwrap();
+    let demo_file = files.iter().find(|f| f["path"].as_str().unwrap().ends_with(&d.source_suffix)).expect("demo file");
+    assert_eq!(demo_file["group"], 0);
+    assert_eq!(demo_file["source"].as_str().unwrap(), std::fs::read_to_string(&d.source).unwrap());
+    assert!(!demo_file["covered_lines"].as_array().unwrap().is_empty());
+    for row in demo_file["functions"].as_array().unwrap() {
+        assert_eq!(row.as_array().unwrap().len(), 10, "{row}");
+    }
+    let samples: u64 =
+        files.iter().flat_map(|f| f["functions"].as_array().unwrap()).map(|r| r[5].as_u64().unwrap()).sum();
+    let in_covered = stat(&run.stderr, "samples").unwrap() - stat(&run.stderr, "samples in uncovered code").unwrap();
+    assert_eq!(samples, in_covered);
+    let racy = d.racy_lines();
+    let watched = demo_file["watched_lines"].as_array().unwrap();
+    assert!(
+        watched.iter().any(|l| racy.contains(&(l[0].as_u64().unwrap() as u32))),
+        "watched {watched:?}, racy {racy:?}"
+    );
+    // The standard library is a folded group with short paths and no sources.
+    let std_files: Vec<&Value> =
+        files.iter().filter(|f| data["groups"][f["group"].as_u64().unwrap() as usize]["origin"] == "std").collect();
+    assert!(
+        !std_files.is_empty()
+            && std_files.iter().all(|f| f["source"].is_null() && !f["display"].as_str().unwrap().contains("/rustc/"))
+    );
+}
+
+/// Text inside the page's data that would end its script element early is escaped.
+#[test]
+fn html_data_cannot_close_its_script() {
+    let dir = common::scratch("profile_html_escape");
+    let src = "fn main() {\n    // </script><!-- <script> -->\n    println!(\"{}\", std::hint::black_box(1));\n}\n";
+    let bin = common::build_rust(&dir, "escape", src, &["-g"]);
+    let out = common::racewatch().args(["coverage", "--format", "html"]).arg(&bin).output().unwrap();
+    assert!(out.status.success());
+    let html = String::from_utf8(out.stdout).unwrap();
+    let data_line = html.lines().find(|l| l.starts_with("const DATA = ")).expect("data line");
+    assert!(!data_line.contains("</") && !data_line.contains("<!--"), "{data_line}");
+    let data = page_data(&html);
+    let file =
+        data["files"].as_array().unwrap().iter().find(|f| f["path"].as_str().unwrap().ends_with("escape.rs")).unwrap();
+    assert_eq!(file["source"].as_str().unwrap(), src);
+}

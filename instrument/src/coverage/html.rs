@@ -19,7 +19,9 @@ const MAX_SOURCE: u64 = 2 << 20;
 
 /// The page.
 pub fn render(report: &Report) -> String {
-    let data = data(report).to_string().replace("</", "<\\/");
+    // Inside <script>: no `</` (ends the element) and no `<!--` (with a later `<script`, the parser
+    // would never close the element). Both escapes keep the JSON valid.
+    let data = data(report).to_string().replace("</", "<\\/").replace("<!--", "<\\u0021--");
     TEMPLATE.replacen(PLACEHOLDER, &data, 1)
 }
 

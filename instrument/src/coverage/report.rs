@@ -195,6 +195,35 @@ pub struct Group {
     pub files: Vec<File>,
 }
 
+/// Files of one directory of a group (`display` up to its last `/`), with their totals.
+pub struct Directory<'a> {
+    /// Empty for files whose display path has no directory.
+    pub path: &'a str,
+    pub totals: Totals,
+    pub files: Vec<&'a File>,
+}
+
+impl Group {
+    /// The group's files by directory, in path order.
+    pub fn directories(&self) -> Vec<Directory<'_>> {
+        let mut out: Vec<Directory<'_>> = Vec::new();
+        for file in &self.files {
+            let path = file.display.rsplit_once('/').map_or("", |(dir, _)| dir);
+            match out.iter_mut().find(|d| d.path == path) {
+                Some(dir) => dir.files.push(file),
+                None => out.push(Directory { path, totals: Totals::default(), files: vec![file] }),
+            }
+        }
+        for dir in &mut out {
+            for file in &dir.files {
+                dir.totals.add(&file.totals);
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(b.path));
+        out
+    }
+}
+
 /// One binary of the report.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Binary {

@@ -125,18 +125,35 @@ fn heading(out: &mut String, report: &Report, width: usize) {
     out.push('\n');
 }
 
+/// A group's files, under a line per directory when they are in more than one.
 fn files(out: &mut String, group: &Group, name_width: usize, numbers: &Columns, profiled: bool) {
-    for file in &group.files {
-        let _ = writeln!(
-            out,
-            "  {:<w$}{}",
-            keep_end(&file.display, name_width - 3),
-            numbers.totals(&file.totals),
-            w = name_width - 2
-        );
-        let fn_width = name_width.saturating_sub(12).max(16);
-        for row in file.merged() {
-            let _ = writeln!(out, "{}", function_line(&row, fn_width, numbers, profiled));
+    let directories = group.directories();
+    let nested = directories.len() > 1;
+    for dir in &directories {
+        if nested {
+            let label = format!("{}/", dir.path);
+            let _ = writeln!(
+                out,
+                "  {:<w$}{}",
+                keep_end(&label, name_width - 3),
+                numbers.totals(&dir.totals),
+                w = name_width - 2
+            );
+        }
+        let indent = if nested { 4 } else { 2 };
+        for file in &dir.files {
+            let name = if nested {
+                file.display.rsplit_once('/').map_or(file.display.as_str(), |(_, base)| base)
+            } else {
+                &file.display
+            };
+            let width = name_width - indent;
+            let _ =
+                writeln!(out, "{:indent$}{:<width$}{}", "", keep_end(name, width - 1), numbers.totals(&file.totals));
+            let fn_width = name_width.saturating_sub(indent + 10).max(16);
+            for row in file.merged() {
+                let _ = writeln!(out, "{:indent$}{}", "", function_line(&row, fn_width, numbers, profiled));
+            }
         }
     }
 }
@@ -147,7 +164,7 @@ fn function_line(row: &Merged, width: usize, numbers: &Columns, profiled: bool) 
     let instances = if row.instances > 1 { format!(" ×{}", row.instances) } else { String::new() };
     let suffix = format!("{instances}{covered}");
     let name = keep_end(&row.name, width.saturating_sub(suffix.chars().count()));
-    let mut cells = format!("    {line:>6}  {:<w$}", format!("{name}{suffix}"), w = width);
+    let mut cells = format!("  {line:>6}  {:<w$}", format!("{name}{suffix}"), w = width);
     let counts = if profiled {
         numbers.row(row.covered > 0, row.atomics, row.samples, row.watches, row.traps, row.races)
     } else {

@@ -27,8 +27,8 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
-    /// Run-time coverage profiles (files written by `coverage_path=PREFIX`, or directories of them);
-    /// repeat or list several: they are summed.
+    /// Run-time coverage profiles, summed: files written by `coverage_path=PREFIX`, directories of
+    /// them, or PREFIX itself (its PREFIX.* files). ELF files among them are taken as FILES.
     #[arg(long = "profile", short = 'p', value_name = "PROFILE", num_args = 1..)]
     profiles: Vec<PathBuf>,
     /// Text: list the files and functions of every group (by default only your code's).

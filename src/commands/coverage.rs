@@ -145,7 +145,13 @@ pub fn render(report: &Report, format: Format, all: bool, output: Option<&Path>)
         Format::Lcov => {
             let (out, skipped) = lcov::render(report);
             if skipped > 0 {
-                eprintln!("racewatch: lcov: {skipped} source files are not on this machine and were left out");
+                let files = if skipped == 1 {
+                    "1 source file (or function group without one) is"
+                } else {
+                    "source files (or function groups without one) are"
+                };
+                let count = if skipped == 1 { String::new() } else { format!("{skipped} ") };
+                eprintln!("racewatch: lcov: {count}{files} not on this machine: left out");
             }
             out
         }

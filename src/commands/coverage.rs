@@ -145,13 +145,11 @@ pub fn render(report: &Report, format: Format, all: bool, output: Option<&Path>)
         Format::Lcov => {
             let (out, skipped) = lcov::render(report);
             if skipped > 0 {
-                let files = if skipped == 1 {
-                    "1 source file (or function group without one) is"
-                } else {
-                    "source files (or function groups without one) are"
-                };
-                let count = if skipped == 1 { String::new() } else { format!("{skipped} ") };
-                eprintln!("racewatch: lcov: {count}{files} not on this machine: left out");
+                let files: usize = report.groups.iter().map(|g| g.files.len()).sum();
+                eprintln!(
+                    "racewatch: lcov: left out {skipped} of {files} source files: not on this machine, or no line \
+                     information"
+                );
             }
             out
         }

@@ -26,9 +26,10 @@ pub struct Args {
     /// the cargo subcommand.
     #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
     options: Vec<String>,
-    /// Also report where the detector looked, for the whole run (test, run, bench): text, html, lcov
-    /// or json. May also follow the cargo subcommand (`racewatch cargo test --coverage html`).
-    #[arg(long, value_name = "FORMAT")]
+    /// Also report where the detector looked, for the whole run (test, run, bench): text (the
+    /// default), html, lcov or json. May also follow the cargo subcommand (`racewatch cargo test
+    /// --coverage html`).
+    #[arg(long, value_name = "FORMAT", num_args = 0..=1, default_missing_value = "text")]
     coverage: Option<String>,
     /// Arguments for cargo, e.g. `build --release` or `test`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CARGO_ARGS")]
@@ -45,6 +46,11 @@ pub const TEST_RATE: &str = "sample_period_us=1000";
 const GLOBAL_OPTIONS_WITH_VALUE: &[&str] = &["--config", "-Z", "-C", "--color"];
 
 pub fn run(mut args: Args) -> ExitCode {
+    // `racewatch cargo --coverage test`: a bare --coverage (text) took the subcommand as its value.
+    if let Some(value) = args.coverage.clone().filter(|v| coverage_format(v).is_err() && !v.is_empty()) {
+        args.args.insert(0, value.into());
+        args.coverage = Some("text".to_string());
+    }
     if let Some(format) = take_option(&mut args.args, "--coverage") {
         args.coverage = Some(format);
     }
@@ -205,15 +211,22 @@ fn coverage_report(dir: &std::path::Path, format: coverage::Format) {
     }
 }
 
-/// Removes `name VALUE` or `name=VALUE` from the cargo arguments (before any `--`) and returns VALUE.
+/// Removes `name FORMAT`, `name=FORMAT` or a bare `name` (text) from the cargo arguments (before any
+/// `--`) and returns the format; the word after a bare `name` is kept when it is no format.
 fn take_option(args: &mut Vec<OsString>, name: &str) -> Option<String> {
     let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
     let at = args[..end].iter().position(|a| a == name || a.to_string_lossy().starts_with(&format!("{name}=")))?;
     let arg = args.remove(at).to_string_lossy().into_owned();
-    match arg.split_once('=') {
-        Some((_, value)) => Some(value.to_string()),
-        None if at < end - 1 => Some(args.remove(at).to_string_lossy().into_owned()),
-        None => Some(String::new()),
+    if let Some((_, value)) = arg.split_once('=') {
+        return Some(value.to_string());
+    }
+    let next = args.get(at).filter(|_| at < end - 1).map(|a| a.to_string_lossy().into_owned());
+    match next {
+        Some(value) if coverage_format(&value).is_ok() => {
+            args.remove(at);
+            Some(value)
+        }
+        _ => Some("text".to_string()),
     }
 }
 
@@ -349,6 +362,10 @@ mod tests {
         assert_eq!(take_option(&mut args, "--coverage").as_deref(), Some("lcov"));
         assert_eq!(args, os(&["test"]));
         assert_eq!(take_option(&mut os(&["test", "--", "--coverage", "a"]), "--coverage"), None);
+        // Bare: text, and the next cargo argument stays.
+        let mut args = os(&["test", "--coverage", "--release"]);
+        assert_eq!(take_option(&mut args, "--coverage").as_deref(), Some("text"));
+        assert_eq!(args, os(&["test", "--release"]));
     }
 
     #[test]

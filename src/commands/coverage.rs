@@ -66,13 +66,20 @@ pub fn report(files: &[PathBuf], profiles: &[PathBuf]) -> Result<(Report, u8), E
     } else {
         let mut merged = Profile::default();
         for path in profile::expand(profiles) {
-            if let Err(e) = merged.add_file(&path) {
+            if !path.exists() {
+                eprintln!(
+                    "racewatch: profile {}: no such file, and no {}.* profiles beside it",
+                    path.display(),
+                    path.display()
+                );
+                status = 1;
+            } else if let Err(e) = merged.add_file(&path) {
                 eprintln!("racewatch: profile {e}");
                 status = 1;
             }
         }
         if merged.processes == 0 {
-            eprintln!("racewatch: no readable profile among {}", list(profiles));
+            eprintln!("racewatch: no racewatch profile found in {}", list(profiles));
             return Err(ExitCode::from(2));
         }
         Some(merged)
@@ -106,7 +113,11 @@ pub fn report(files: &[PathBuf], profiles: &[PathBuf]) -> Result<(Report, u8), E
     }
     if modules.is_empty() {
         if files.is_empty() {
-            eprintln!("racewatch: the profiles name no binary that is still on disk");
+            let named: Vec<&str> = profile.iter().flat_map(|p| &p.modules).map(|m| m.path.as_str()).take(3).collect();
+            eprintln!(
+                "racewatch: the profiles name no binary that is still on disk ({}); pass the binaries as FILE",
+                named.join(", ")
+            );
         }
         return Err(ExitCode::from(2));
     }

@@ -98,7 +98,9 @@ impl Profile {
     /// Reads one profile file and adds it.
     pub fn add_file(&mut self, path: &Path) -> Result<(), ProfileError> {
         let error = |message: String| ProfileError { path: path.to_path_buf(), message };
-        let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+        let bytes = std::fs::read(path).map_err(|e| error(e.to_string()))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| error(format!("not a racewatch profile (expected `{MAGIC}`)")))?;
         self.add_text(&text).map_err(|(line, why)| error(format!("line {line}: {why}")))
     }
 
@@ -186,6 +188,9 @@ pub fn expand(paths: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for path in paths {
         if !path.exists() {
+            // `PREFIX` or `PREFIX.`: the profiles `PREFIX.<pid>` beside it.
+            let trimmed = path.to_string_lossy().trim_end_matches('.').to_string();
+            let path = &PathBuf::from(trimmed);
             let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
                 out.push(path.clone());
                 continue;

@@ -56,19 +56,19 @@ pub struct Totals {
 }
 
 impl Totals {
-    fn add_row(&mut self, row: &Row) {
+    fn add_merged(&mut self, m: &Merged) {
         self.add(&Totals {
             functions: 1,
-            covered_functions: usize::from(row.covered),
-            sampled_functions: usize::from(row.samples > 0),
-            watched_functions: usize::from(row.watches > 0),
-            samples: row.samples,
-            watches: row.watches,
-            traps: row.traps,
-            races: row.races,
-            atomics: row.atomics,
-            text_bytes: row.size,
-            covered_text_bytes: if row.covered { row.size } else { 0 },
+            covered_functions: usize::from(m.covered > 0),
+            sampled_functions: usize::from(m.samples > 0),
+            watched_functions: usize::from(m.watches > 0),
+            samples: m.samples,
+            watches: m.watches,
+            traps: m.traps,
+            races: m.races,
+            atomics: m.atomics,
+            text_bytes: m.size,
+            covered_text_bytes: if m.covered > 0 { m.size } else { 0 },
         });
     }
 
@@ -167,7 +167,12 @@ impl File {
         let mut out: Vec<Merged> = Vec::new();
         let mut at: std::collections::HashMap<(u32, String), usize> = std::collections::HashMap::new();
         for row in &self.functions {
-            let name = crate::symbols::without_generics(&row.name);
+            // Functions without a symbol are told apart by address.
+            let name = if row.name == super::UNKNOWN {
+                format!("<unknown {:#x}>", row.address)
+            } else {
+                crate::symbols::without_generics(&row.name)
+            };
             let i = *at.entry((row.line, name.clone())).or_insert_with(|| {
                 out.push(Merged { name, line: row.line, binary: row.binary, ..Merged::default() });
                 out.len() - 1
@@ -234,6 +239,9 @@ pub struct Binary {
     pub summary: Summary,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// Things a reader should know (no symbol table, no line information).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// What the profiles said overall.
@@ -280,12 +288,20 @@ impl Report {
                 Some(&p.modules[at])
             });
             add_binary(&mut files, module, &coverage, index, run, &cwd);
+            let mut notes = Vec::new();
+            if module.functions.is_empty() {
+                notes.push("no symbol table (stripped?): covered functions are named by address".to_string());
+            }
+            if module.section_data(".debug_line").is_none() {
+                notes.push("no line information: rows cannot be placed in source files".to_string());
+            }
             binaries.push(Binary {
                 path,
                 build_id,
                 profiled: run.is_some(),
                 summary: coverage.summary.clone(),
                 errors: coverage.errors.clone(),
+                notes,
             });
         }
         let profile_summary = profile.map(|p| ProfileSummary {
@@ -304,8 +320,10 @@ impl Report {
         let mut groups: Vec<Group> = Vec::new();
         for mut file in files.into_values() {
             file.functions.sort_by(|a, b| (a.line, &a.name, a.address).cmp(&(b.line, &b.name, b.address)));
-            for row in &file.functions {
-                file.totals.add_row(row);
+            // One function per source function: a generic's instances, or one function in several
+            // binaries, count once.
+            for merged in file.merged() {
+                file.totals.add_merged(&merged);
             }
             match groups.iter_mut().find(|g| g.origin == file.origin) {
                 Some(group) => group.files.push(file),

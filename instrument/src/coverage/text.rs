@@ -92,18 +92,40 @@ fn heading(out: &mut String, report: &Report, width: usize) {
         for e in &b.errors {
             let _ = writeln!(out, "    error: {e}");
         }
+        for n in &b.notes {
+            let _ = writeln!(out, "    note: {n}");
+        }
     }
     if let Some(p) = &report.profile {
-        // Many when a suite's doctests ran (their binaries are gone): the first few, then a count.
-        for m in p.unmatched.iter().take(3) {
+        // Doctests' binaries are gone once rustdoc ran them: one line for all of them.
+        let (doctests, others): (Vec<&String>, Vec<&String>) =
+            p.unmatched.iter().partition(|m| m.contains("/rustdoctest"));
+        if !doctests.is_empty() {
+            let _ = writeln!(out, "  {} doctest processes profiled (rustdoc deleted their binaries)", doctests.len());
+        }
+        for m in others.iter().take(3) {
             let _ = writeln!(out, "  profiled module not in this report: {m}");
         }
-        if p.unmatched.len() > 3 {
-            let _ = writeln!(out, "  … and {} more profiled modules not in this report", p.unmatched.len() - 3);
+        if others.len() > 3 {
+            let _ = writeln!(out, "  … and {} more profiled modules not in this report", others.len() - 3);
         }
         if p.dropped > 0 {
             let _ = writeln!(out, "  {} counts dropped by the runtimes (tables full)", p.dropped);
         }
+    }
+    if let Some(user) = report.groups.iter().find(|g| g.origin == Origin::User) {
+        let u = &user.totals;
+        let _ = write!(
+            out,
+            "Your code: {}/{} functions covered ({:.1}%)",
+            u.covered_functions,
+            u.functions,
+            u.covered_percent()
+        );
+        if report.profiled {
+            let _ = write!(out, ", {} sampled, {} watched", u.sampled_functions, u.watched_functions);
+        }
+        out.push('\n');
     }
     let t = &report.totals;
     let _ = write!(

@@ -44,12 +44,35 @@ fn plural(n: u64, word: &str) -> String {
     }
 }
 
+/// A function name for a narrow column: the types of a qualified path (`<A as B>::f`, `<A>::f`)
+/// lose their module paths (`<flume::SendError as core::cmp::PartialEq>::eq` is
+/// `<SendError as PartialEq>::eq`); generic arguments are already gone.
+pub fn short_name(name: &str) -> String {
+    let Some(rest) = name.strip_prefix('<') else { return name.to_string() };
+    let mut depth = 1usize;
+    let close = rest.char_indices().find_map(|(i, c)| {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            _ => {}
+        }
+        (depth == 0).then_some(i)
+    });
+    let Some(close) = close else { return name.to_string() };
+    let last = |path: &str| path.trim().rsplit("::").next().unwrap_or(path).to_string();
+    let inner = match rest[..close].split_once(" as ") {
+        Some((ty, tr)) => format!("{} as {}", last(ty), last(tr)),
+        None => last(&rest[..close]),
+    };
+    format!("<{inner}>{}", &rest[close + 1..])
+}
+
 /// The report.
 pub fn render(report: &Report, layout: Layout) -> String {
     let width = layout.width.max(MIN_WIDTH);
     let mut out = String::new();
     heading(&mut out, report, width);
-    let numbers = Columns::of(report.profiled);
+    let numbers = Columns::of(report.profiled, width);
     let name_width = width.saturating_sub(numbers.width()).max(24);
     let _ = writeln!(out, "\n{:<name_width$}{}", "FILE", numbers.header());
     for group in &report.groups {
@@ -189,7 +212,7 @@ fn function_line(row: &Merged, width: usize, numbers: &Columns, profiled: bool) 
     let covered = if row.covered > 0 { "" } else { " [not covered]" };
     let instances = if row.instances > 1 { format!(" ×{}", row.instances) } else { String::new() };
     let suffix = format!("{instances}{covered}");
-    let name = keep_end(&row.name, width.saturating_sub(suffix.chars().count()));
+    let name = keep_end(&short_name(&row.name), width.saturating_sub(suffix.chars().count()));
     let mut cells = format!("  {line:>6}  {:<w$}", format!("{name}{suffix}"), w = width);
     let counts = if profiled {
         numbers.row(row.covered > 0, row.atomics, row.samples, row.watches, row.traps, row.races)
@@ -200,24 +223,28 @@ fn function_line(row: &Merged, width: usize, numbers: &Columns, profiled: bool) 
     cells
 }
 
-/// The numeric columns.
+/// The numeric columns: all of them from [`WIDE`] columns on, the essential ones below.
 struct Columns {
     profiled: bool,
+    narrow: bool,
 }
+
+/// Terminal width from which every run-time column is shown.
+const WIDE: usize = 110;
 
 const COVERED_W: usize = 16;
 const NUM_W: usize = 8;
 
 impl Columns {
-    fn of(profiled: bool) -> Columns {
-        Columns { profiled }
+    fn of(profiled: bool, width: usize) -> Columns {
+        Columns { profiled, narrow: width < WIDE }
     }
 
     fn names(&self) -> &'static [&'static str] {
-        if self.profiled {
-            &["ATOMICS", "SAMPLED", "WATCHED", "SAMPLES", "WATCHES", "TRAPS", "RACES"]
-        } else {
-            &["ATOMICS"]
+        match (self.profiled, self.narrow) {
+            (true, false) => &["ATOMICS", "SAMPLED", "WATCHED", "SAMPLES", "WATCHES", "TRAPS", "RACES"],
+            (true, true) => &["SAMPLES", "WATCHES", "RACES"],
+            (false, _) => &["ATOMICS"],
         }
     }
 
@@ -236,22 +263,37 @@ impl Columns {
     fn totals(&self, t: &Totals) -> String {
         let covered =
             format!("{}/{} {:>5.1}%", t.covered_functions, t.functions, percent(t.covered_functions, t.functions));
-        let mut s = format!("{covered:>COVERED_W$}{:>NUM_W$}", t.atomics);
-        if self.profiled {
-            for n in [t.sampled_functions as u64, t.watched_functions as u64, t.samples, t.watches, t.traps, t.races] {
-                let _ = write!(s, "{n:>NUM_W$}");
-            }
-        }
-        s
+        let values = [
+            t.atomics as u64,
+            t.sampled_functions as u64,
+            t.watched_functions as u64,
+            t.samples,
+            t.watches,
+            t.traps,
+            t.races,
+        ];
+        self.cells(&covered, values)
     }
 
     fn row(&self, covered: bool, atomics: usize, samples: u64, watches: u64, traps: u64, races: u64) -> String {
-        let mut s = format!("{:>COVERED_W$}{atomics:>NUM_W$}", if covered { "yes" } else { "no" });
-        if self.profiled {
-            let _ = write!(s, "{:>NUM_W$}{:>NUM_W$}", u8::from(samples > 0), u8::from(watches > 0));
-            for n in [samples, watches, traps, races] {
-                let _ = write!(s, "{n:>NUM_W$}");
-            }
+        let (sampled, watched) = (u64::from(samples > 0), u64::from(watches > 0));
+        self.cells(
+            if covered { "yes" } else { "no" },
+            [atomics as u64, sampled, watched, samples, watches, traps, races],
+        )
+    }
+
+    /// `covered`, then those of the values (in the wide layout's column order) whose columns are shown.
+    fn cells(&self, covered: &str, values: [u64; 7]) -> String {
+        let [atomics, sampled, watched, samples, watches, traps, races] = values;
+        let shown: &[u64] = match (self.profiled, self.narrow) {
+            (true, false) => &[atomics, sampled, watched, samples, watches, traps, races],
+            (true, true) => &[samples, watches, races],
+            (false, _) => &[atomics],
+        };
+        let mut s = format!("{covered:>COVERED_W$}");
+        for n in shown {
+            let _ = write!(s, "{n:>NUM_W$}");
         }
         s
     }
@@ -260,6 +302,14 @@ impl Columns {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qualified_paths_lose_their_module_paths() {
+        assert_eq!(short_name("<flume::SendError as core::cmp::PartialEq>::eq"), "<SendError as PartialEq>::eq");
+        assert_eq!(short_name("<std::sync::mpmc::Sender>::send"), "<Sender>::send");
+        assert_eq!(short_name("racy::worker::{closure#0}"), "racy::worker::{closure#0}");
+        assert_eq!(short_name("<broken"), "<broken");
+    }
 
     #[test]
     fn long_names_keep_their_distinguishing_end() {

@@ -124,7 +124,9 @@ fn lcov_tracefile_is_accepted_by_genhtml() {
     let record =
         lcov.split("end_of_record").find(|r| r.contains(&format!("SF:{}", d.source.display()))).expect("demo record");
     assert!(record.contains("\nFN:") && record.contains("\nFNDA:") && record.contains("\nFNH:"), "{record}");
-    assert!(record.contains("\nDA:"), "watched lines: {record}");
+    // DA: the lines the detector could watch (0) and those it watched (> 0), so LH < LF.
+    let da: Vec<u64> = record.lines().filter_map(|l| l.strip_prefix("DA:")?.split(',').nth(1)?.parse().ok()).collect();
+    assert!(da.contains(&0) && da.iter().any(|&n| n > 0), "access and watched lines: {record}");
     let tracefile = dir.join("racewatch.lcov");
     std::fs::write(&tracefile, &lcov).unwrap();
     let html = dir.join("genhtml");

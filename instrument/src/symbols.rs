@@ -137,6 +137,20 @@ impl<'a> SourceMap<'a> {
         Some(SourceMap { ctx })
     }
 
+    /// The first and last line of `file` that the line table gives the code in `[start, end)` (a
+    /// function's own lines, without those of code inlined from other files).
+    pub fn line_span(&self, start: u64, end: u64, file: &str) -> Option<(u32, u32)> {
+        let rows = self.ctx.find_location_range(start, end).ok()?;
+        let mut span: Option<(u32, u32)> = None;
+        for (_, _, loc) in rows {
+            let (Some(f), Some(line)) = (loc.file, loc.line.filter(|&l| l > 0)) else { continue };
+            if f == file {
+                span = Some(span.map_or((line, line), |(lo, hi)| (lo.min(line), hi.max(line))));
+            }
+        }
+        span
+    }
+
     /// The address ranges `[start, end)` whose line-table file satisfies `wanted`, merged.
     pub fn ranges_in_files(&self, wanted: impl Fn(&str) -> bool) -> Vec<(u64, u64)> {
         let mut ranges: Vec<(u64, u64)> = Vec::new();

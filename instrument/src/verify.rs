@@ -637,6 +637,16 @@ fn is_stack_spill(insn: &Instruction) -> bool {
         && matches!(insn.memory_base(), iced_x86::Register::RBP | iced_x86::Register::RSP)
 }
 
+/// The PCs of the instructions in `bytes` (code at address `ip`) that access memory other than the
+/// stack frame (spills and reloads through RBP/RSP are left out).
+pub fn memory_access_pcs(bytes: &[u8], ip: u64) -> Vec<u64> {
+    decode(bytes, ip)
+        .iter()
+        .filter(|i| accesses_memory(i) && !is_stack_spill(i) && !i.is_stack_instruction())
+        .map(Instruction::ip)
+        .collect()
+}
+
 /// Decodes `bytes` (at address `ip`) linearly; bytes that do not decode
 /// become invalid instructions, so decoding always reaches the end.
 fn decode(bytes: &[u8], ip: u64) -> Vec<Instruction> {

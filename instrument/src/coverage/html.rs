@@ -88,16 +88,25 @@ fn read_source(path: &str) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
-/// Inclusive line ranges of the covered functions: from a function's first line to the line before
-/// the next function that starts below it (or the end of the file).
+/// Inclusive line ranges of the covered functions: from a function's first line to its last (from
+/// the line table), or, when that is unknown, to the line before the next function.
 fn covered_lines(file: &File, last_line: u32) -> Vec<[u32; 2]> {
     let mut starts: Vec<u32> = file.functions.iter().filter(|r| r.line > 0).map(|r| r.line).collect();
     starts.sort_unstable();
     starts.dedup();
+    let mut spans: Vec<[u32; 2]> = file
+        .functions
+        .iter()
+        .filter(|r| r.covered && r.line > 0)
+        .map(|r| {
+            let next = starts.iter().find(|&&l| l > r.line).map_or(last_line, |l| l - 1);
+            let end = if r.end_line >= r.line { r.end_line } else { next };
+            [r.line, end.max(r.line).min(last_line.max(r.line))]
+        })
+        .collect();
+    spans.sort_unstable();
     let mut ranges: Vec<[u32; 2]> = Vec::new();
-    for row in file.functions.iter().filter(|r| r.covered && r.line > 0) {
-        let next = starts.iter().find(|&&l| l > row.line).map_or(last_line, |l| l - 1);
-        let range = [row.line, next.max(row.line).min(last_line.max(row.line))];
+    for range in spans {
         match ranges.last_mut() {
             Some(last) if last[1] + 1 >= range[0] => last[1] = last[1].max(range[1]),
             _ => ranges.push(range),

@@ -3,7 +3,8 @@
 //! One record per source file that exists on this machine (the standard library's `/rustc/<hash>/…`
 //! paths usually do not; genhtml needs the sources): `FN` per function (its first line and name),
 //! `FNDA` with its run-time samples (0 without profiles), `FNF`/`FNH` (functions / functions sampled),
-//! `DA` per line holding watched accesses with the watches armed there, `LF`/`LH`.
+//! `DA` per line holding memory accesses of covered functions (your files) or watched accesses, with
+//! the watches armed there (0: the detector could have watched it, and did not), `LF`/`LH`.
 //! Functions that share a name in one file (generic instances) are one `FN`, their counts summed.
 
 use super::report::{File, Report};
@@ -42,11 +43,16 @@ fn record(out: &mut String, file: &File) {
     }
     let hit = functions.values().filter(|(_, samples)| *samples > 0).count();
     let _ = writeln!(out, "FNF:{}\nFNH:{hit}", functions.len());
-    for (line, watches) in &file.watched_lines {
+    // Lines the detector can watch (memory accesses of covered functions) and lines it watched.
+    let mut lines: BTreeMap<u32, u64> = file.access_lines.iter().map(|&l| (l, 0)).collect();
+    for &(line, watches) in &file.watched_lines {
+        *lines.entry(line).or_default() += watches;
+    }
+    for (line, watches) in &lines {
         let _ = writeln!(out, "DA:{line},{watches}");
     }
-    let watched = file.watched_lines.iter().filter(|(_, w)| *w > 0).count();
-    let _ = writeln!(out, "LF:{}\nLH:{watched}\nend_of_record", file.watched_lines.len());
+    let watched = lines.values().filter(|w| **w > 0).count();
+    let _ = writeln!(out, "LF:{}\nLH:{watched}\nend_of_record", lines.len());
 }
 
 /// A function name LCOV readers accept: no line breaks (commas are fine after the first).

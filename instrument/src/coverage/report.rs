@@ -118,6 +118,8 @@ pub struct Row {
     pub atomics: usize,
     /// Line of the first instruction (0: unknown).
     pub line: u32,
+    /// Last line of its own file that its code has (0: unknown; computed for your files).
+    pub end_line: u32,
     pub samples: u64,
     pub watches: u64,
     pub traps: u64,
@@ -135,8 +137,10 @@ pub struct File {
     pub totals: Totals,
     /// Sorted by line, then name.
     pub functions: Vec<Row>,
-    /// Lines holding tagged atomic instructions (user files only).
+    /// Lines holding tagged atomic instructions (your files only).
     pub atomic_lines: Vec<u32>,
+    /// Lines holding memory accesses of covered functions, which the detector can watch (your files only).
+    pub access_lines: Vec<u32>,
     /// Lines holding watched accesses, with the watches armed on them.
     pub watched_lines: Vec<(u32, u64)>,
 }
@@ -364,6 +368,21 @@ fn add_binary(
         file.functions.push(row(f, index, line, counts));
     }
     let Some(sources) = sources else { return };
+    // Your files' covered functions: their last line, and the lines of their memory accesses.
+    for file in files.values_mut().filter(|f| f.origin == Origin::User) {
+        for row in file.functions.iter_mut().filter(|r| r.binary == index && r.covered && r.size > 0) {
+            let end = row.address.saturating_add(row.size);
+            row.end_line = sources.line_span(row.address, end, &file.path).map_or(0, |(_, last)| last);
+            let Some(bytes) = module.read_at(row.address, row.size as usize) else { continue };
+            for pc in crate::verify::memory_access_pcs(bytes, row.address) {
+                if let Some(loc) = sources.outer_location(pc).filter(|l| l.file == file.path) {
+                    if let Err(at) = file.access_lines.binary_search(&loc.line) {
+                        file.access_lines.insert(at, loc.line);
+                    }
+                }
+            }
+        }
+    }
     // Lines of atomic instructions, for the user's files (whose source a reader opens).
     for &pc in &module.atomics {
         let Some(loc) = sources.outer_location(pc) else { continue };
@@ -395,6 +414,7 @@ fn row(f: &super::FunctionRow, binary: usize, line: u32, counts: RunCounts) -> R
         feature_names: f.feature_names.clone(),
         atomics: f.atomics,
         line,
+        end_line: 0,
         samples: counts.samples,
         watches: counts.watches,
         traps: counts.traps,
@@ -411,6 +431,7 @@ fn new_file(path: &str, cwd: &Path) -> File {
         totals: Totals::default(),
         functions: Vec::new(),
         atomic_lines: Vec::new(),
+        access_lines: Vec::new(),
         watched_lines: Vec::new(),
     }
 }

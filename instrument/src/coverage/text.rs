@@ -35,6 +35,11 @@ pub fn keep_end(text: &str, max: usize) -> String {
     format!("…{tail}")
 }
 
+/// `3/5 functions covered (60.0%)`.
+fn covered_phrase(t: &Totals) -> String {
+    format!("{}/{} functions covered ({:.1}%)", t.covered_functions, t.functions, t.covered_percent())
+}
+
 /// `1 race`, `2 races`, `3 watches`.
 fn plural(n: u64, word: &str) -> String {
     match (n, word.ends_with("ch")) {
@@ -138,27 +143,14 @@ fn heading(out: &mut String, report: &Report, width: usize) {
     }
     if let Some(user) = report.groups.iter().find(|g| g.origin == Origin::User) {
         let u = &user.totals;
-        let _ = write!(
-            out,
-            "Your code: {}/{} functions covered ({:.1}%)",
-            u.covered_functions,
-            u.functions,
-            u.covered_percent()
-        );
+        let _ = write!(out, "Your code: {}", covered_phrase(u));
         if report.profiled {
             let _ = write!(out, ", {} sampled, {} watched", u.sampled_functions, u.watched_functions);
         }
         out.push('\n');
     }
     let t = &report.totals;
-    let _ = write!(
-        out,
-        "Total: {}/{} functions covered ({:.1}%), {} atomic PCs",
-        t.covered_functions,
-        t.functions,
-        t.covered_percent(),
-        t.atomics
-    );
+    let _ = write!(out, "Total: {}, {} atomic PCs", covered_phrase(t), t.atomics);
     if report.profiled {
         let _ = write!(
             out,

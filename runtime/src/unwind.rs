@@ -27,6 +27,27 @@ const DWARF_RA: u16 = 16;
 /// (rbx, rbp, r12–r15; the caller's rsp is the CFA.)
 const CALLEE_SAVED: [usize; 6] = [3, 6, 12, 13, 14, 15];
 
+/// Bytes of the interrupted stack copied in one read (from the stack pointer up): the frames of a
+/// typical stack are read from the copy, deeper ones one word at a time.
+const STACK_COPY: usize = 8 << 10;
+
+/// The interrupted thread's stack from its stack pointer up, as far as [`STACK_COPY`] and the
+/// mapping allow (a buffer of the caller's), with non-faulting reads beyond.
+struct StackCopy<'a> {
+    base: u64,
+    bytes: &'a [u8],
+}
+
+impl StackCopy<'_> {
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        let offset = usize::try_from(addr.checked_sub(self.base)?).ok()?;
+        match self.bytes.get(offset..offset.checked_add(8)?) {
+            Some(word) => Some(u64::from_ne_bytes(word.try_into().ok()?)),
+            None => mem::read_u64(addr),
+        }
+    }
+}
+
 /// Rule storage for the CFI evaluator: a fixed array on the (runtime) stack.
 struct OnStack;
 
@@ -59,12 +80,15 @@ impl Frame {
 /// Writes the return address of each caller of the frame interrupted at `regs` into `out`, innermost
 /// first; returns how many entries were written (symbolize `addr - 1`).
 pub fn capture(regs: &Regs, out: &mut [u64]) -> usize {
+    let mut buffer = [0u8; STACK_COPY];
+    let copied = mem::read_into(regs.rsp(), &mut buffer);
+    let stack = StackCopy { base: regs.rsp(), bytes: &buffer[..copied] };
     let mut frames = 0;
     let mut frame = Frame::from_regs(regs);
     // The interrupted frame is looked up at its PC; callers at `return address - 1` (the call).
     let mut lookup = frame.pc;
     while frames < out.len() {
-        let Some(caller) = step(&frame, lookup) else { break };
+        let Some(caller) = step(&stack, &frame, lookup) else { break };
         if caller.pc == 0 || caller.rsp().zip(frame.rsp()).is_none_or(|(up, down)| up <= down) {
             break;
         }
@@ -77,26 +101,31 @@ pub fn capture(regs: &Regs, out: &mut [u64]) -> usize {
 }
 
 /// The caller of `frame`, whose code is looked up at `lookup`.
-fn step(frame: &Frame, lookup: u64) -> Option<Frame> {
-    match unwind_info::with_segment(lookup, |segment| cfi_step(segment, frame, lookup)) {
+fn step(stack: &StackCopy<'_>, frame: &Frame, lookup: u64) -> Option<Frame> {
+    match unwind_info::with_segment(lookup, |segment| cfi_step(stack, segment, frame, lookup)) {
         Some(Ok(caller)) => caller,
         // No module, no header, or no FDE for this PC: code without CFI.
-        Some(Err(_)) | None => frame_pointer_step(frame),
+        Some(Err(_)) | None => frame_pointer_step(stack, frame),
     }
 }
 
 /// One step by the frame-pointer chain: `[rbp]` is the caller's rbp, `[rbp + 8]` the return address.
-fn frame_pointer_step(frame: &Frame) -> Option<Frame> {
+fn frame_pointer_step(stack: &StackCopy<'_>, frame: &Frame) -> Option<Frame> {
     let rbp = frame.regs[DWARF_RBP].filter(|fp| *fp != 0 && fp % 8 == 0)?;
-    let mut caller = Frame { pc: mem::read_u64(rbp.checked_add(8)?)?, regs: [None; 16] };
-    caller.regs[DWARF_RBP] = Some(mem::read_u64(rbp)?);
+    let mut caller = Frame { pc: stack.read_u64(rbp.checked_add(8)?)?, regs: [None; 16] };
+    caller.regs[DWARF_RBP] = Some(stack.read_u64(rbp)?);
     caller.regs[DWARF_RSP] = Some(rbp + 16);
     Some(caller)
 }
 
 /// One step by the CFI of the function at `lookup`. `Err`: no CFI for it; `Ok(None)`: the CFI says
 /// this is the outermost frame, or describes it in a way this walker does not follow.
-fn cfi_step(segment: &UnwindSegment<'_>, frame: &Frame, lookup: u64) -> gimli::Result<Option<Frame>> {
+fn cfi_step(
+    stack: &StackCopy<'_>,
+    segment: &UnwindSegment<'_>,
+    frame: &Frame,
+    lookup: u64,
+) -> gimli::Result<Option<Frame>> {
     let section = |addr: u64| -> gimli::Result<EndianSlice<'_, NativeEndian>> {
         let offset = usize::try_from(addr.wrapping_sub(segment.addr)).map_err(|_| gimli::Error::OffsetOutOfBounds)?;
         let bytes = segment.bytes.get(offset..).ok_or(gimli::Error::OffsetOutOfBounds)?;
@@ -111,16 +140,16 @@ fn cfi_step(segment: &UnwindSegment<'_>, frame: &Frame, lookup: u64) -> gimli::R
     let fde = table.fde_for_address(&eh_frame, &bases, lookup, EhFrame::cie_from_offset)?;
     let mut context = UnwindContext::<usize, OnStack>::new_in();
     let row = fde.unwind_info_for_address(&eh_frame, &bases, &mut context, lookup)?;
-    Ok(caller_of(frame, row))
+    Ok(caller_of(stack, frame, row))
 }
 
 /// Applies a CFI row to `frame`: the caller's PC and registers, if the row allows.
-fn caller_of(frame: &Frame, row: &UnwindTableRow<usize, OnStack>) -> Option<Frame> {
+fn caller_of(stack: &StackCopy<'_>, frame: &Frame, row: &UnwindTableRow<usize, OnStack>) -> Option<Frame> {
     let CfaRule::RegisterAndOffset { register, offset } = *row.cfa() else { return None };
     let cfa = frame.regs.get(usize::from(register.0)).copied().flatten()?.checked_add_signed(offset)?;
     let recover = |rule: RegisterRule<usize>, current: Option<u64>| match rule {
         RegisterRule::SameValue => current,
-        RegisterRule::Offset(n) => mem::read_u64(cfa.checked_add_signed(n)?),
+        RegisterRule::Offset(n) => stack.read_u64(cfa.checked_add_signed(n)?),
         RegisterRule::ValOffset(n) => cfa.checked_add_signed(n),
         RegisterRule::Register(other) => frame.regs.get(usize::from(other.0)).copied().flatten(),
         _ => None,

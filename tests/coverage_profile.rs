@@ -79,6 +79,9 @@ fn per_function_counts_add_up_to_the_same_runs_stats() {
                 watched.iter().any(|l| racy.contains(&(*l as u32))),
                 "{name}: watched lines {watched:?}, racy {racy:?}"
             );
+            let races: Vec<u64> =
+                demo_file["race_lines"].as_array().unwrap().iter().map(|l| l[0].as_u64().unwrap()).collect();
+            assert!(races.iter().any(|l| racy.contains(&(*l as u32))), "{name}: race lines {races:?}, racy {racy:?}");
         }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Per covered function, counted on the signal path: samples that landed in it, watches armed on its
 //! accesses, watchpoint traps taken in it, and races reported with an access in it; per access PC,
-//! the watches armed on it. Two fixed tables of atomics (open addressing keyed by the function's
+//! the watches armed on it and the races reported there. Two fixed tables of atomics (open addressing keyed by the function's
 //! start and by the PC), allocated once at start-up when the option is set: no allocation, no lock
 //! on the signal path; a key that finds no free slot is counted as dropped.
 //!
@@ -85,7 +85,8 @@ impl<const N: usize> CountTable<N> {
 
 struct Tables {
     functions: CountTable<EVENTS>,
-    accesses: CountTable<1>,
+    /// Per access PC: watches armed, races reported.
+    accesses: CountTable<2>,
     dropped: AtomicU64,
 }
 
@@ -132,6 +133,24 @@ pub fn count_watch(pc: u64) {
     count_at(pc, Event::Watch);
 }
 
+/// Counts a printed race report between the accesses at `a` and `b`: once for each of their
+/// functions (once when both are in one) and once for each access PC. Not for signal handlers
+/// (the reporter calls it).
+pub fn count_race(a: u64, b: u64) {
+    let Some(t) = tables() else { return };
+    let pcs = [a, b];
+    for pc in &pcs[..if a == b { 1 } else { 2 }] {
+        if !t.accesses.bump(*pc, 1) {
+            t.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let start = |pc| registry::with_index(|idx| idx.function_containing(pc).map(|f| f.start));
+    let (fa, fb) = (start(a), start(b));
+    for function in [fa, fb.filter(|f| Some(*f) != fa)].into_iter().flatten() {
+        count(function, Event::Race);
+    }
+}
+
 /// Counts `event` in the covered function containing `pc` (nothing outside covered code).
 /// Async-signal-safe.
 pub fn count_at(pc: u64, event: Event) {
@@ -171,7 +190,7 @@ fn render(loaded: &[LoadedModule], covered: &[String]) -> String {
     for module in loaded {
         let functions: Vec<(u64, [u32; EVENTS])> =
             t.functions.entries().filter(|(start, _)| module.contains(*start)).collect();
-        let accesses: Vec<(u64, [u32; 1])> = t.accesses.entries().filter(|(pc, _)| module.contains(*pc)).collect();
+        let accesses: Vec<(u64, [u32; 2])> = t.accesses.entries().filter(|(pc, _)| module.contains(*pc)).collect();
         if functions.is_empty() && accesses.is_empty() && !covered.contains(&module.path) {
             continue;
         }
@@ -184,8 +203,8 @@ fn render(loaded: &[LoadedModule], covered: &[String]) -> String {
         }
         let mut accesses = accesses;
         accesses.sort_unstable();
-        for (pc, [watches]) in accesses {
-            let _ = writeln!(out, "pc {:#x} {watches}", pc.wrapping_sub(module.bias));
+        for (pc, [watches, races]) in accesses {
+            let _ = writeln!(out, "pc {:#x} {watches} {races}", pc.wrapping_sub(module.bias));
         }
     }
     out

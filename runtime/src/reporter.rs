@@ -212,10 +212,7 @@ impl Reporter {
         let Some(text) = rendered else { return };
         log::write(&text);
         stats::bump(stats::Counter::ReportsPrinted);
-        crate::profile::count_at(event.current.pc, crate::profile::Event::Race);
-        if !same_function(event.current.pc, event.previous.pc) {
-            crate::profile::count_at(event.previous.pc, crate::profile::Event::Race);
-        }
+        crate::profile::count_race(event.current.pc, event.previous.pc);
         if self.config.halt_on_error {
             crate::detector::write_profile();
             if self.config.stats {
@@ -287,11 +284,6 @@ const SYMBOLIZING: u8 = 1;
 fn state() -> Option<MutexGuard<'static, Option<Reporter>>> {
     let mutex = sys::ptr::leaked_ref(STATE.load(Ordering::Acquire))?;
     Some(mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
-}
-
-fn same_function(a: u64, b: u64) -> bool {
-    let start = |pc| crate::registry::with_index(|idx| idx.function_containing(pc).map(|f| f.start));
-    start(a).is_some_and(|s| Some(s) == start(b))
 }
 
 /// Handles everything queued so far.

@@ -6,8 +6,8 @@
 //! `profiled`, `processes`, `groups` (`origin`, `name`), and `files`, each with `group` (index),
 //! `path`, `display`, `functions` as compact rows `[name, line, size, covered, atomics, samples,
 //! watches, traps, races, binary]` (the instances of a generic function merged: `name ×N`), `source` (the file's text for your own files when readable, else
-//! null), `covered_lines` (inclusive line ranges of covered functions), `atomic_lines` and
-//! `watched_lines` (`[line, watches]`).
+//! null), `covered_lines` (inclusive line ranges of covered functions), `atomic_lines`,
+//! `watched_lines` (`[line, watches]`) and `race_lines` (`[line, reports]`).
 
 use super::report::{File, Origin, Report};
 use serde_json::{json, Value};
@@ -77,6 +77,7 @@ fn file_data(file: &File, group: usize) -> Value {
         "covered_lines": covered_lines,
         "atomic_lines": file.atomic_lines,
         "watched_lines": file.watched_lines,
+        "race_lines": file.race_lines,
     })
 }
 

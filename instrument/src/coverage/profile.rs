@@ -9,7 +9,7 @@
 //! dropped 0
 //! module <build-id hex, or -> <path>
 //! fn <link-time start, hex> <samples> <watches> <traps> <races>
-//! pc <link-time address, hex> <watches>
+//! pc <link-time address, hex> <watches> <races>
 //! ```
 //!
 //! `fn` and `pc` lines belong to the `module` line above them. Profiles merge by summing: modules are
@@ -54,6 +54,8 @@ pub struct ModuleProfile {
     pub functions: BTreeMap<u64, RunCounts>,
     /// Watches armed per access, by link-time address.
     pub accesses: BTreeMap<u64, u64>,
+    /// Race reports per access, by link-time address.
+    pub races: BTreeMap<u64, u64>,
 }
 
 impl ModuleProfile {
@@ -135,10 +137,19 @@ impl Profile {
                     let addr = hex(addr).ok_or_else(|| bad("bad address"))?;
                     module.functions.entry(addr).or_default().add(&counts);
                 }
-                ["pc", addr, watches] => {
+                ["pc", addr, watches, races @ ..] if races.len() <= 1 => {
                     let module = parsed.modules.last_mut().ok_or_else(|| bad("pc before module"))?;
                     let addr = hex(addr).ok_or_else(|| bad("bad address"))?;
-                    *module.accesses.entry(addr).or_default() += number(watches).ok_or_else(|| bad("bad count"))?;
+                    let watches = number(watches).ok_or_else(|| bad("bad count"))?;
+                    if watches > 0 {
+                        *module.accesses.entry(addr).or_default() += watches;
+                    }
+                    if let Some(races) = races.first() {
+                        let races = number(races).ok_or_else(|| bad("bad count"))?;
+                        if races > 0 {
+                            *module.races.entry(addr).or_default() += races;
+                        }
+                    }
                 }
                 ["dropped", n] => parsed.dropped += number(n).ok_or_else(|| bad("bad count"))?,
                 ["module", ..] | ["fn", ..] | ["pc", ..] => return Err(bad("malformed record")),
@@ -161,6 +172,9 @@ impl Profile {
                     }
                     for (addr, watches) in &module.accesses {
                         *mine.accesses.entry(*addr).or_default() += watches;
+                    }
+                    for (addr, races) in &module.races {
+                        *mine.races.entry(*addr).or_default() += races;
                     }
                 }
                 None => self.modules.push(module),
@@ -237,7 +251,7 @@ fn starts_with_magic(path: &Path) -> bool {
 mod tests {
     use super::*;
 
-    const ONE: &str = "racewatch-profile 1\npid 7\ndropped 1\nmodule abc /bin/app\nfn 0x10 5 2 1 0\npc 0x14 2\n\
+    const ONE: &str = "racewatch-profile 1\npid 7\ndropped 1\nmodule abc /bin/app\nfn 0x10 5 2 1 0\npc 0x14 2 1\n\
                        module - /lib/x.so\nfn 0x20 1 0 0 0\nfuture-record 1 2 3\n";
 
     #[test]
@@ -255,6 +269,7 @@ mod tests {
         assert_eq!(app.functions[&0x10], RunCounts { samples: 6, watches: 3, traps: 2, races: 1 });
         assert_eq!(app.functions[&0x30].samples, 1);
         assert_eq!(app.accesses[&0x14], 5);
+        assert_eq!(app.races[&0x14], 1);
         assert_eq!(p.module("", "/lib/x.so").unwrap().functions[&0x20].samples, 3);
         assert!(p.module("", "/lib/y.so").is_none());
     }

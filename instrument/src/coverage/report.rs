@@ -143,6 +143,8 @@ pub struct File {
     pub access_lines: Vec<u32>,
     /// Lines holding watched accesses, with the watches armed on them.
     pub watched_lines: Vec<(u32, u64)>,
+    /// Lines holding an access of a reported race, with the reports.
+    pub race_lines: Vec<(u32, u64)>,
 }
 
 /// The instances of one function in a file (a generic function's monomorphizations, the same
@@ -392,14 +394,28 @@ fn add_binary(
             }
         }
     }
-    for (&pc, &watches) in run.map(|r| &r.accesses).into_iter().flatten() {
-        let Some(loc) = sources.outer_location(pc) else { continue };
-        let file = files.entry(loc.file.clone()).or_insert_with(|| new_file(&loc.file, cwd));
-        match file.watched_lines.binary_search_by_key(&loc.line, |(line, _)| *line) {
-            Ok(at) => file.watched_lines[at].1 += watches,
-            Err(at) => file.watched_lines.insert(at, (loc.line, watches)),
+    let Some(run) = run else { return };
+    for (per_pc, lines_of) in [(&run.accesses, Marks::Watched), (&run.races, Marks::Races)] {
+        for (&pc, &count) in per_pc {
+            let Some(loc) = sources.outer_location(pc) else { continue };
+            let file = files.entry(loc.file.clone()).or_insert_with(|| new_file(&loc.file, cwd));
+            let lines = match lines_of {
+                Marks::Watched => &mut file.watched_lines,
+                Marks::Races => &mut file.race_lines,
+            };
+            match lines.binary_search_by_key(&loc.line, |(line, _)| *line) {
+                Ok(at) => lines[at].1 += count,
+                Err(at) => lines.insert(at, (loc.line, count)),
+            }
         }
     }
+}
+
+/// Which per-line counts a profile's per-PC counts go to.
+#[derive(Clone, Copy)]
+enum Marks {
+    Watched,
+    Races,
 }
 
 fn row(f: &super::FunctionRow, binary: usize, line: u32, counts: RunCounts) -> Row {
@@ -433,6 +449,7 @@ fn new_file(path: &str, cwd: &Path) -> File {
         atomic_lines: Vec::new(),
         access_lines: Vec::new(),
         watched_lines: Vec::new(),
+        race_lines: Vec::new(),
     }
 }
 

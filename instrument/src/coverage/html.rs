@@ -48,21 +48,12 @@ fn data(report: &Report) -> Value {
 
 fn file_data(file: &File, group: usize) -> Value {
     let functions: Vec<Value> = file
-        .functions
+        .merged()
         .iter()
         .map(|r| {
-            json!([
-                r.name,
-                r.line,
-                r.size,
-                u8::from(r.covered),
-                r.atomics,
-                r.samples,
-                r.watches,
-                r.traps,
-                r.races,
-                r.binary
-            ])
+            let name = if r.instances > 1 { format!("{} ×{}", r.name, r.instances) } else { r.name.clone() };
+            let covered = u8::from(r.covered > 0);
+            json!([name, r.line, r.size, covered, r.atomics, r.samples, r.watches, r.traps, r.races, r.binary])
         })
         .collect();
     let source = (file.origin == Origin::User).then(|| read_source(&file.path)).flatten();

@@ -186,6 +186,10 @@ fn html_page_is_self_contained_and_carries_sources_and_marks() {
     for row in demo_file["functions"].as_array().unwrap() {
         assert_eq!(row.as_array().unwrap().len(), 10, "{row}");
     }
+    // One row per source function (instances merged), as the JSON totals count them.
+    let rows = files.iter().map(|f| f["functions"].as_array().unwrap().len()).sum::<usize>();
+    let json = coverage_json(&["--profile", path(&profile), path(&d.bin)]);
+    assert_eq!(rows as u64, json["totals"]["functions"].as_u64().unwrap());
     let samples: u64 =
         files.iter().flat_map(|f| f["functions"].as_array().unwrap()).map(|r| r[5].as_u64().unwrap()).sum();
     let in_covered = stat(&run.stderr, "samples").unwrap() - stat(&run.stderr, "samples in uncovered code").unwrap();

@@ -144,6 +144,8 @@ pub fn descriptors_taken() {
 
 /// `pthread_atfork` child handler: leave the parent's detector behind.
 extern "C" fn after_fork_in_child() {
+    unwind_info::forget_readers_after_fork();
+    registry::forget_readers_after_fork();
     if STATE.load(Ordering::Acquire) == RUNNING {
         fd::close_all_own();
         sampler::forget_after_fork();

@@ -300,10 +300,10 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
 /// Interposed `dlclose`: no stack unwind may read a module's `.eh_frame` while the loader unmaps it.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    let rebuild = unwind_info::suspend();
-    let rc = real::dlclose(handle);
-    if rebuild {
-        unwind_info::refresh();
-    }
+    let closing = unwind_info::suspend();
+    // A reader of the unwind table that never left (a thread stopped inside a handler) could still
+    // read the module: keep it loaded rather than unmap it under that reader.
+    let rc = if closing.safe { real::dlclose(handle) } else { 0 };
+    unwind_info::closed(&closing);
     rc
 }

@@ -111,7 +111,9 @@ fn log_file(base: &str) -> Option<i32> {
         return refuse(base, "path too long");
     }
     let Ok(path) = CStr::from_bytes_until_nul(buf.as_bytes()) else { return refuse(base, "path has a NUL byte") };
-    loop {
+    // Another thread is creating the file: wait briefly (a bounded wait, so that a handler that
+    // interrupted that very thread, at a fatal signal, falls back to stderr instead of spinning).
+    for _ in 0..1000 {
         match FILE_STATE.compare_exchange(FILE_NONE, FILE_CREATING, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return create(path),
             Err(FILE_CREATED) => return reopen(path),
@@ -119,6 +121,7 @@ fn log_file(base: &str) -> Option<i32> {
             Err(_) => return None,
         }
     }
+    None
 }
 
 fn create(path: &CStr) -> Option<i32> {

@@ -32,6 +32,9 @@ pub enum Event {
 const EVENTS: usize = 4;
 /// The profile format's first line.
 pub const MAGIC: &str = "racewatch-profile 1";
+/// Slots a key may probe (the function table is at most half full while its functions are those
+/// known at start-up, so this is rarely more than a few).
+const PROBES: usize = 128;
 /// Distinct watched access PCs remembered.
 const ACCESS_SLOTS: usize = 1 << 16;
 
@@ -50,19 +53,24 @@ impl<const N: usize> CountTable<N> {
         }
     }
 
-    /// Adds one to counter `which` of `key`; false when the table has no slot for it.
+    /// Adds one to counter `which` of `key`; false when none of its [`PROBES`] slots is free.
     fn bump(&self, key: u64, which: usize) -> bool {
         let mask = self.keys.len() - 1;
         let start = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize;
-        for i in 0..self.keys.len() {
+        for i in 0..PROBES.min(self.keys.len()) {
             let slot = (start + i) & mask;
-            match self.keys[slot].compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {}
-                Err(found) if found == key => {}
-                Err(_) => continue,
+            // A plain load first: a full neighbourhood costs reads, not locked operations.
+            let found = self.keys[slot].load(Ordering::Acquire);
+            let ours = found == key
+                || (found == 0
+                    && match self.keys[slot].compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => true,
+                        Err(other) => other == key,
+                    });
+            if ours {
+                self.counts[slot][which].fetch_add(1, Ordering::Relaxed);
+                return true;
             }
-            self.counts[slot][which].fetch_add(1, Ordering::Relaxed);
-            return true;
         }
         false
     }

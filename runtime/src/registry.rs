@@ -97,6 +97,11 @@ pub struct Registry {
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry { tables: Vec::new(), seen: Vec::new() });
 
+/// In a forked child: readers counted by the parent's other threads are gone.
+pub fn forget_readers_after_fork() {
+    CURRENT.forget_readers_after_fork();
+}
+
 /// The registry, for writers (never from a signal handler).
 pub fn lock() -> std::sync::MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

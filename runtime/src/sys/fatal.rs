@@ -58,7 +58,9 @@ pub fn install(callback: fn()) {
             }
             let mut new: libc::sigaction = std::mem::zeroed();
             new.sa_sigaction = on_fatal as *const () as usize;
-            new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESETHAND;
+            // Not SA_ONSTACK: a program's alternate stack can be a few KiB (Rust gives each thread
+            // 8 KiB for its SIGSEGV handler); the callback moves to a runtime stack when it can.
+            new.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND;
             COVERED.fetch_or(bit(sig), Ordering::AcqRel);
             if real::sigaction(sig, &new, std::ptr::null_mut()) != 0 {
                 COVERED.fetch_and(!bit(sig), Ordering::AcqRel);
@@ -84,19 +86,25 @@ pub fn default_action() -> libc::sigaction {
 }
 
 /// The handler: the callback once per process, then the default action.
-extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     COVERED.fetch_and(!bit(sig), Ordering::AcqRel);
     if !FIRED.swap(true, Ordering::AcqRel) {
         let callback = CALLBACK.load(Ordering::Acquire);
         if callback != 0 {
             // SAFETY: `CALLBACK` only ever holds a `fn()` stored by `install`.
             let callback: fn() = unsafe { std::mem::transmute(callback) };
-            callback();
+            if !super::stacks::run_on_runtime_stack(ctx as usize, &mut || callback()) {
+                callback();
+            }
         }
     }
     // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
     let code = unsafe { info.as_ref() }.map_or(0, |info| info.si_code);
-    let fault = matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL) && code > 0;
+    // BUS_MCEERR_AO: an asynchronous machine-check report, not raised by an instruction.
+    const BUS_MCEERR_AO: c_int = 5;
+    let fault = matches!(sig, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL)
+        && code > 0
+        && !(sig == libc::SIGBUS && code == BUS_MCEERR_AO);
     if !fault {
         // SAFETY: tgkill to this very thread; the signal is blocked while we run, so it stays pending
         // and takes its default action (restored by SA_RESETHAND) when the handler returns.

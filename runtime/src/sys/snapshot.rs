@@ -70,7 +70,18 @@ impl<T: Send + Sync + 'static> SnapshotCell<T> {
 
     /// Publishes `value`; returns once the previous value is freed. Not for signal handlers.
     pub fn replace(&self, value: T) {
+        self.replace_if(value, || true);
+    }
+
+    /// Publishes `value` if `still_valid()`, checked under the writer lock (so no other writer
+    /// publishes between the check and this one). `Some(drained)`: published, and whether every
+    /// reader of the previous value left in time (false: the old value was leaked, a reader may
+    /// still hold it); `None`: not published.
+    pub fn replace_if(&self, value: T, still_valid: impl FnOnce() -> bool) -> Option<bool> {
         let _writer = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !still_valid() {
+            return None;
+        }
         let new = Box::into_raw(Box::new(value));
         let old = self.current.swap(new, SeqCst);
         let epoch = self.epoch.fetch_add(1, SeqCst);
@@ -80,7 +91,7 @@ impl<T: Send + Sync + 'static> SnapshotCell<T> {
                 // A reader that never leaves (a thread stopped inside `read`, or
                 // one that vanished at `fork`): leak the old value rather than wait
                 // forever or free it under the reader.
-                return;
+                return Some(false);
             }
             std::thread::yield_now();
         }
@@ -89,6 +100,14 @@ impl<T: Send + Sync + 'static> SnapshotCell<T> {
             // longer reachable through `current`, and every reader that loaded it
             // has left (see the module documentation).
             drop(unsafe { Box::from_raw(old) });
+        }
+        Some(true)
+    }
+
+    /// In a forked child: readers counted by threads that did not survive the fork are forgotten.
+    pub fn forget_readers_after_fork(&self) {
+        for readers in &self.readers {
+            readers.store(0, SeqCst);
         }
     }
 }

@@ -5,15 +5,22 @@
 //! thread when an unwind met a PC of a module loaded since) and published in a [`SnapshotCell`], so
 //! readers never block or allocate. A module's mapped bytes stay valid while a reader holds the
 //! snapshot because the interposed `dlclose` first publishes an empty table (which waits for every
-//! reader of the old one to leave) and only then lets the loader unmap anything; afterwards the table
-//! is rebuilt.
+//! reader of the old one to leave; if one does not leave in time, the module is not unloaded) and
+//! only then lets the loader unmap anything; afterwards the table is rebuilt, and a rebuild from a
+//! list taken while a `dlclose` ran is thrown away. Unloads that bypass `dlclose` (glibc's own, of
+//! gconv and NSS modules) are caught by a non-faulting check of each module's `.eh_frame_hdr` before
+//! it is read.
 
 use super::snapshot::SnapshotCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// One loaded module's unwind data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Module {
+    /// The first bytes of its `.eh_frame_hdr`, as read when the table was built: a module unloaded
+    /// behind the interposed `dlclose` (glibc's internal unloads) and replaced by another at the same
+    /// address does not match.
+    fingerprint: [u8; 16],
     /// Run-time address range of its loaded segments.
     lo: u64,
     hi: u64,
@@ -44,11 +51,23 @@ static IN_USE: AtomicBool = AtomicBool::new(false);
 const PT_LOAD: u32 = 1;
 const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 
-/// Rebuilds the table from the loader's list. Not for signal handlers.
+/// `dlclose` calls under way (the table must not be rebuilt from a list taken meanwhile), and how
+/// many have finished (a list taken before one finished may still name its module).
+static CLOSING: AtomicUsize = AtomicUsize::new(0);
+static CLOSED: AtomicUsize = AtomicUsize::new(0);
+
+/// Rebuilds the table from the loader's list, unless a `dlclose` ran or runs meanwhile (the table
+/// then stays stale and a later call rebuilds it). Not for signal handlers.
 pub fn refresh() {
     IN_USE.store(true, Ordering::Release);
     STALE.store(false, Ordering::Relaxed);
-    TABLE.replace(loaded_modules());
+    let closed = CLOSED.load(Ordering::SeqCst);
+    let modules = loaded_modules();
+    let published =
+        TABLE.replace_if(modules, || CLOSING.load(Ordering::SeqCst) == 0 && CLOSED.load(Ordering::SeqCst) == closed);
+    if published.is_none() {
+        STALE.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Rebuilds the table if an unwind asked for it. Not for signal handlers.
@@ -58,14 +77,35 @@ pub fn refresh_if_stale() {
     }
 }
 
-/// Empties the table and waits for its readers: call before the loader may unmap a module.
-/// Returns whether there was a table to rebuild afterwards.
-pub fn suspend() -> bool {
-    let in_use = IN_USE.load(Ordering::Acquire);
-    if in_use {
-        TABLE.replace(Vec::new());
+/// What [`suspend`] leaves to do.
+pub struct Closing {
+    /// A table was in use: rebuild it after the loader is done.
+    pub rebuild: bool,
+    /// Every reader of the old table left: the loader may unmap modules.
+    pub safe: bool,
+}
+
+/// A `dlclose` begins: empties the table and waits for its readers. Call [`closed`] when the loader
+/// is done (whether or not it ran).
+pub fn suspend() -> Closing {
+    CLOSING.fetch_add(1, Ordering::SeqCst);
+    let rebuild = IN_USE.load(Ordering::Acquire);
+    let safe = !rebuild || TABLE.replace_if(Vec::new(), || true) == Some(true);
+    Closing { rebuild, safe }
+}
+
+/// The `dlclose` that [`suspend`] announced is over.
+pub fn closed(closing: &Closing) {
+    CLOSED.fetch_add(1, Ordering::SeqCst);
+    CLOSING.fetch_sub(1, Ordering::SeqCst);
+    if closing.rebuild {
+        refresh();
     }
-    in_use
+}
+
+/// In a forked child: readers counted by the parent's other threads are gone.
+pub fn forget_readers_after_fork() {
+    TABLE.forget_readers_after_fork();
 }
 
 /// Runs `f` on the unwind segment of the module containing `pc`; `None` when no known module with
@@ -79,6 +119,17 @@ pub fn with_segment<R>(pc: u64, f: impl FnOnce(&UnwindSegment<'_>) -> R) -> Opti
             }
             return None;
         };
+        // Still mapped, and still this module: a non-faulting look at both ends of the segment.
+        let mut now = [0u8; 16];
+        let mut tail = [0u8; 8];
+        let end = module.segment + module.segment_len.saturating_sub(8);
+        if super::mem::read_into(module.hdr, &mut now) != 16
+            || now != module.fingerprint
+            || super::mem::read_into(end, &mut tail) != 8
+        {
+            STALE.store(true, Ordering::Relaxed);
+            return None;
+        }
         // SAFETY: `segment..segment + segment_len` is a readable PT_LOAD segment of a module that the
         // loader reported, and it stays mapped while this reader holds the snapshot: `dlclose` (the
         // only way a module goes away) waits in `suspend` for readers of this table before unmapping.
@@ -122,7 +173,11 @@ unsafe extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: 
         return 0;
     };
     let start = bias.wrapping_add(segment.p_vaddr);
-    modules.push(Module { lo, hi, segment: start, segment_len: segment.p_filesz, hdr });
+    let mut fingerprint = [0u8; 16];
+    if super::mem::read_into(hdr, &mut fingerprint) != 16 {
+        return 0;
+    }
+    modules.push(Module { fingerprint, lo, hi, segment: start, segment_len: segment.p_filesz, hdr });
     0
 }
 

@@ -534,7 +534,7 @@ impl<I: Image> Checker<'_, I> {
 
         for insn in &code {
             let is_tagged = tagged.binary_search(&insn.ip()).is_ok();
-            if let (true, Some(variable)) = (is_tagged, absolute_address(insn)) {
+            if let (true, Some(variable)) = (is_tagged && accesses_memory(insn), absolute_address(insn)) {
                 self.tagged_variables.entry(variable).or_insert(insn.ip());
             }
             if is_atomic_rmw(insn) && !is_tagged && self.gaps.insert(insn.ip()) {

@@ -240,7 +240,12 @@ impl ModuleFile {
     /// The symbol-table function containing `addr` (demangled); none for unreadable or non-ELF files.
     fn function_at(&self, addr: u64) -> Option<&Function> {
         let functions = self.functions.get_or_init(|| {
-            racewatch_instrument::elf::Module::open(&self.path).map(|m| m.functions).unwrap_or_default()
+            // Read through a high descriptor: the program may be closing every descriptor meanwhile.
+            crate::sys::fd::read_file(&self.path)
+                .ok()
+                .and_then(|bytes| racewatch_instrument::elf::Module::from_bytes(&self.path, bytes).ok())
+                .map(|m| m.functions)
+                .unwrap_or_default()
         });
         find_function(functions, addr)
     }

@@ -33,6 +33,32 @@ pub fn keep_high(fd: i32) -> std::io::Result<i32> {
     Ok(moved)
 }
 
+/// Reads a whole file for the runtime's own use (the reporter reading an ELF file for symbols)
+/// through a descriptor above the soft `RLIMIT_NOFILE`. A program that closes every descriptor
+/// meanwhile (a daemon's close loop) can close ours, and its next `open` can get the same number:
+/// our close would then close the program's file. The program is never given a number that high,
+/// so only the few microseconds between the `open` and the move remain exposed, not the read.
+pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::FromRawFd;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c_path` is NUL-terminated and outlives the call.
+    let low = unsafe { libc::open(c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if low < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let high = relocate(low);
+    real::close(low);
+    // SAFETY: `high` is a descriptor this function just made and nothing else owns; the File
+    // closes it when dropped.
+    let mut file = unsafe { std::fs::File::from_raw_fd(high?) };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 fn relocate(fd: i32) -> std::io::Result<i32> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `limit` is a live rlimit the kernel fills.

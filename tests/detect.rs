@@ -238,6 +238,18 @@ fn text_report_has_the_contract_shape() {
     }
 }
 
+/// Runs `bin` (one racy run of `RACY_RUN_SECONDS` each) until a run prints a text report, within the
+/// detection budget; every run must exit 0 and print `done` on stdout. The run and how many it took.
+fn first_reported_run(bin: &std::path::Path, options: &[&str], done: &str) -> Result<(Run, usize), String> {
+    retry_for(DETECTION_BUDGET, || {
+        let run = run_under(options, bin, &[RACY_RUN_SECONDS]);
+        if !run.status.success() || !run.stdout.contains(done) {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+        }
+        Ok(run.stderr.contains(REPORT_HEADER).then_some(run))
+    })
+}
+
 const OPENMP_RACE: &str = r#"
 #include <omp.h>
 #include <stdio.h>
@@ -281,14 +293,8 @@ fn openmp_race_on_a_shared_local_is_reported() {
         );
         return;
     }
-    let (run, runs) = retry_for(DETECTION_BUDGET, || {
-        let run = run_under(&[SAMPLE_PERIOD, "stats=1"], &bin, &[RACY_RUN_SECONDS]);
-        if !run.status.success() || !run.stdout.contains("openmp: done 1") {
-            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
-        }
-        Ok(run.stderr.contains(REPORT_HEADER).then_some(run))
-    })
-    .unwrap_or_else(|why| panic!("the OpenMP race was not reported: {why}"));
+    let (run, runs) = first_reported_run(&bin, &[SAMPLE_PERIOD, "stats=1"], "openmp: done 1")
+        .unwrap_or_else(|why| panic!("the OpenMP race was not reported: {why}"));
     assert!(run.stderr.contains("openmp.c:12"), "the report names the racing line: {}", run.stderr);
     // One of the two threads is the master: its stack goes through libomp (no frame pointers) to main.
     let report = first_text_report(&run.stderr).unwrap_or_default().join("\n");
@@ -327,14 +333,8 @@ fn stacks_are_unwound_through_code_without_frame_pointers() {
     let Some(clang) = common::clang() else { return };
     let dir = common::scratch("detect_nofp");
     let bin = common::build_c(&clang, &dir, "nofp", NO_FRAME_POINTERS, &["-fomit-frame-pointer", "-lpthread"]);
-    let (run, _) = retry_for(DETECTION_BUDGET, || {
-        let run = run_under(&[SAMPLE_PERIOD], &bin, &[RACY_RUN_SECONDS]);
-        if !run.status.success() || !run.stdout.contains("nofp: done 1") {
-            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
-        }
-        Ok(run.stderr.contains(REPORT_HEADER).then_some(run))
-    })
-    .unwrap_or_else(|why| panic!("the race was not reported: {why}"));
+    let (run, _) = first_reported_run(&bin, &[SAMPLE_PERIOD], "nofp: done 1")
+        .unwrap_or_else(|why| panic!("the race was not reported: {why}"));
     let report = first_text_report(&run.stderr).expect("a text report").join("\n");
     let (current, previous) = report.split_once("  Previous").expect("two accesses");
     for (access, text) in [("current", current), ("previous", previous)] {

@@ -53,7 +53,18 @@ fn file_data(file: &File, group: usize) -> Value {
         .map(|r| {
             let name = if r.instances > 1 { format!("{} ×{}", r.name, r.instances) } else { r.name.clone() };
             let covered = u8::from(r.covered > 0);
-            json!([name, r.line, r.size, covered, r.atomics, r.samples, r.watches, r.traps, r.races, r.binary])
+            json!([
+                name,
+                r.line,
+                r.size,
+                covered,
+                r.atomics,
+                r.run.samples,
+                r.run.watches,
+                r.run.traps,
+                r.run.races,
+                r.binary
+            ])
         })
         .collect();
     let source = (file.origin == Origin::User).then(|| read_source(&file.path)).flatten();

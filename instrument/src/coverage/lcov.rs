@@ -32,7 +32,7 @@ fn record(out: &mut String, file: &File) {
         let name = lcov_name(&row.name);
         let entry = functions.entry(name).or_insert((row.line, 0));
         entry.0 = entry.0.min(row.line);
-        entry.1 += row.samples;
+        entry.1 += row.run.samples;
     }
     let _ = writeln!(out, "TN:racewatch\nSF:{}", file.path);
     for (name, (line, _)) in &functions {

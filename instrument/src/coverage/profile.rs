@@ -36,7 +36,8 @@ pub struct RunCounts {
 }
 
 impl RunCounts {
-    fn add(&mut self, other: &RunCounts) {
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &RunCounts) {
         self.samples += other.samples;
         self.watches += other.watches;
         self.traps += other.traps;

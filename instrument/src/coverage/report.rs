@@ -46,10 +46,8 @@ pub struct Totals {
     pub sampled_functions: usize,
     /// Functions with at least one watch.
     pub watched_functions: usize,
-    pub samples: u64,
-    pub watches: u64,
-    pub traps: u64,
-    pub races: u64,
+    #[serde(flatten)]
+    pub run: RunCounts,
     pub atomics: usize,
     pub text_bytes: u64,
     pub covered_text_bytes: u64,
@@ -60,12 +58,9 @@ impl Totals {
         self.add(&Totals {
             functions: 1,
             covered_functions: usize::from(m.covered > 0),
-            sampled_functions: usize::from(m.samples > 0),
-            watched_functions: usize::from(m.watches > 0),
-            samples: m.samples,
-            watches: m.watches,
-            traps: m.traps,
-            races: m.races,
+            sampled_functions: usize::from(m.run.samples > 0),
+            watched_functions: usize::from(m.run.watches > 0),
+            run: m.run,
             atomics: m.atomics,
             text_bytes: m.size,
             covered_text_bytes: if m.covered > 0 { m.size } else { 0 },
@@ -77,10 +72,7 @@ impl Totals {
         self.covered_functions += other.covered_functions;
         self.sampled_functions += other.sampled_functions;
         self.watched_functions += other.watched_functions;
-        self.samples += other.samples;
-        self.watches += other.watches;
-        self.traps += other.traps;
-        self.races += other.races;
+        self.run.add(&other.run);
         self.atomics += other.atomics;
         self.text_bytes += other.text_bytes;
         self.covered_text_bytes += other.covered_text_bytes;
@@ -120,10 +112,8 @@ pub struct Row {
     pub line: u32,
     /// Last line of its own file that its code has (0: unknown; computed for your files).
     pub end_line: u32,
-    pub samples: u64,
-    pub watches: u64,
-    pub traps: u64,
-    pub races: u64,
+    #[serde(flatten)]
+    pub run: RunCounts,
 }
 
 /// One source file.
@@ -159,10 +149,7 @@ pub struct Merged {
     pub covered: usize,
     pub atomics: usize,
     pub size: u64,
-    pub samples: u64,
-    pub watches: u64,
-    pub traps: u64,
-    pub races: u64,
+    pub run: RunCounts,
     /// The binary of the first instance.
     pub binary: usize,
 }
@@ -188,10 +175,7 @@ impl File {
             m.covered += usize::from(row.covered);
             m.atomics += row.atomics;
             m.size += row.size;
-            m.samples += row.samples;
-            m.watches += row.watches;
-            m.traps += row.traps;
-            m.races += row.races;
+            m.run.add(&row.run);
         }
         out
     }
@@ -431,10 +415,7 @@ fn row(f: &super::FunctionRow, binary: usize, line: u32, counts: RunCounts) -> R
         atomics: f.atomics,
         line,
         end_line: 0,
-        samples: counts.samples,
-        watches: counts.watches,
-        traps: counts.traps,
-        races: counts.races,
+        run: counts,
     }
 }
 

@@ -2,6 +2,7 @@
 //! file, and under each of your files one line per function. Long paths and names keep their
 //! distinguishing end (`…::{closure#0}`), cut to the terminal's width.
 
+use super::profile::RunCounts;
 use super::report::{percent, Group, Merged, Origin, Report, Totals};
 use std::fmt::Write;
 
@@ -89,7 +90,7 @@ pub fn render(report: &Report, layout: Layout) -> String {
         };
         let _ = writeln!(out, "{:<name_width$}{}", keep_end(&label, name_width - 1), numbers.totals(&group.totals));
         if expanded {
-            files(&mut out, group, name_width, &numbers, report.profiled);
+            files(&mut out, group, name_width, &numbers);
         }
     }
     if !report.profiled {
@@ -157,17 +158,17 @@ fn heading(out: &mut String, report: &Report, width: usize) {
             "; {} functions sampled, {} watched; {}, {}, {}, {}",
             t.sampled_functions,
             t.watched_functions,
-            plural(t.samples, "sample"),
-            plural(t.watches, "watch"),
-            plural(t.traps, "trap"),
-            plural(t.races, "race")
+            plural(t.run.samples, "sample"),
+            plural(t.run.watches, "watch"),
+            plural(t.run.traps, "trap"),
+            plural(t.run.races, "race")
         );
     }
     out.push('\n');
 }
 
 /// A group's files, under a line per directory when they are in more than one.
-fn files(out: &mut String, group: &Group, name_width: usize, numbers: &Columns, profiled: bool) {
+fn files(out: &mut String, group: &Group, name_width: usize, numbers: &Columns) {
     let directories = group.directories();
     let nested = directories.len() > 1;
     for dir in &directories {
@@ -193,25 +194,21 @@ fn files(out: &mut String, group: &Group, name_width: usize, numbers: &Columns, 
                 writeln!(out, "{:indent$}{:<width$}{}", "", keep_end(name, width - 1), numbers.totals(&file.totals));
             let fn_width = name_width.saturating_sub(indent + 10).max(16);
             for row in file.merged() {
-                let _ = writeln!(out, "{:indent$}{}", "", function_line(&row, fn_width, numbers, profiled));
+                let _ = writeln!(out, "{:indent$}{}", "", function_line(&row, fn_width, numbers));
             }
         }
     }
 }
 
-fn function_line(row: &Merged, width: usize, numbers: &Columns, profiled: bool) -> String {
+fn function_line(row: &Merged, width: usize, numbers: &Columns) -> String {
     let line = if row.line == 0 { "-".to_string() } else { row.line.to_string() };
     let covered = if row.covered > 0 { "" } else { " [not covered]" };
     let instances = if row.instances > 1 { format!(" ×{}", row.instances) } else { String::new() };
     let suffix = format!("{instances}{covered}");
     let name = keep_end(&short_name(&row.name), width.saturating_sub(suffix.chars().count()));
     let mut cells = format!("  {line:>6}  {:<w$}", format!("{name}{suffix}"), w = width);
-    let counts = if profiled {
-        numbers.row(row.covered > 0, row.atomics, row.samples, row.watches, row.traps, row.races)
-    } else {
-        numbers.row(row.covered > 0, row.atomics, 0, 0, 0, 0)
-    };
-    cells.push_str(&counts);
+    // Without profiles the run-time columns are not shown (and the counts are 0).
+    cells.push_str(&numbers.row(row.covered > 0, row.atomics, &row.run));
     cells
 }
 
@@ -259,19 +256,19 @@ impl Columns {
             t.atomics as u64,
             t.sampled_functions as u64,
             t.watched_functions as u64,
-            t.samples,
-            t.watches,
-            t.traps,
-            t.races,
+            t.run.samples,
+            t.run.watches,
+            t.run.traps,
+            t.run.races,
         ];
         self.cells(&covered, values)
     }
 
-    fn row(&self, covered: bool, atomics: usize, samples: u64, watches: u64, traps: u64, races: u64) -> String {
-        let (sampled, watched) = (u64::from(samples > 0), u64::from(watches > 0));
+    fn row(&self, covered: bool, atomics: usize, run: &RunCounts) -> String {
+        let (sampled, watched) = (u64::from(run.samples > 0), u64::from(run.watches > 0));
         self.cells(
             if covered { "yes" } else { "no" },
-            [atomics as u64, sampled, watched, samples, watches, traps, races],
+            [atomics as u64, sampled, watched, run.samples, run.watches, run.traps, run.races],
         )
     }
 

@@ -166,6 +166,7 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
         stats::bump(Counter::SamplesBusy);
         return;
     }
+    // The frame-pointer walk only bounds the thread's own stack (its accesses are not watched).
     let mut pcs = [0u64; MAX_FRAMES];
     let walk = stack::walk_interrupted(regs, Some(function.start), regs.rip, &mut pcs);
     let own_stack = own_stack(regs, walk.top);
@@ -193,7 +194,6 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
         stats::bump(Counter::SamplesBackedOff);
         return;
     }
-    pcs[0] = found.pc;
     let access = AccessRecord {
         tid,
         pc: found.pc,
@@ -202,7 +202,8 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
         is_write: found.is_write,
         is_atomic: class == Access::Atomic || found.locked,
         locked: found.locked,
-        stack: Stack::from_pcs(&pcs[..walk.frames]),
+        // Unwound (CFI) only if the watch finds a race: most watches find none.
+        stack: Stack::EMPTY,
     };
     // Jitter the window too: uniform in [delay/2, 3*delay/2].
     let delay = DELAY_US.load(Ordering::Relaxed);

@@ -200,8 +200,9 @@ fn c_text_groups_files_and_fits_the_width() {
     for line in narrow.lines().filter(|l| l.starts_with(' ') || l.starts_with("FILE")) {
         assert!(line.chars().count() <= 80, "{} columns: {line}", line.chars().count());
     }
-    let cut = row(narrow, "…");
-    assert!(cut.contains("terminal_table"), "{cut}");
+    // The row of the long name (a long binary path in the header is cut too).
+    let cut = narrow.lines().find(|l| l.starts_with(' ') && l.contains('…') && l.contains(" yes "));
+    assert!(cut.is_some_and(|l| l.contains("terminal_table")), "{narrow}");
 }
 
 #[test]

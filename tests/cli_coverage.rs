@@ -48,12 +48,13 @@ fn main() {
 }
 "#;
 
-/// Links `cov.c` (with metadata) and `plain.c` (without) into `dir/prog`.
+/// Links `cov.c` (with metadata) and `lib/plain.c` (without) into `dir/prog`.
 fn build_two_tu(name: &str) -> Option<(PathBuf, PathBuf)> {
     let clang = common::clang()?;
     let dir = common::scratch(name);
     let compile = |file: &str, src: &str, flags: &[&str]| {
         let c = dir.join(file);
+        std::fs::create_dir_all(c.parent().unwrap()).unwrap();
         std::fs::write(&c, src).unwrap();
         let obj = c.with_extension("o");
         let out = Command::new(&clang).args(flags).args(["-O2", "-c"]).arg(&c).arg("-o").arg(&obj).output().unwrap();
@@ -61,7 +62,7 @@ fn build_two_tu(name: &str) -> Option<(PathBuf, PathBuf)> {
         obj
     };
     let covered = compile("cov.c", COVERED_TU, C_FLAGS);
-    let plain = compile("plain.c", PLAIN_TU, &["-gline-tables-only"]);
+    let plain = compile("lib/plain.c", PLAIN_TU, &["-gline-tables-only"]);
     let exe = dir.join("prog");
     common::check(Command::new(&clang).arg(&covered).arg(&plain).arg("-o").arg(&exe).output().unwrap(), "clang link");
     Some((dir, exe))
@@ -174,9 +175,16 @@ fn c_rows_files_and_summary_are_right() {
 
 #[test]
 fn c_text_groups_files_and_fits_the_width() {
-    let Some((_dir, exe)) = build_two_tu("cov_c_text") else { return };
+    let Some((dir, exe)) = build_two_tu("cov_c_text") else { return };
+    // Run where the program was built: files are shown relative to it.
     let text = |columns: &str| {
-        let out = common::racewatch().env("COLUMNS", columns).args(["coverage"]).arg(&exe).output().unwrap();
+        let out = common::racewatch()
+            .current_dir(&dir)
+            .env("COLUMNS", columns)
+            .args(["coverage"])
+            .arg(&exe)
+            .output()
+            .unwrap();
         assert!(out.status.success());
         String::from_utf8(out.stdout).unwrap()
     };
@@ -187,6 +195,9 @@ fn c_text_groups_files_and_fits_the_width() {
     let header = lines.iter().find(|l| l.starts_with("FILE")).expect("header");
     assert!(header.contains("COVERED") && header.contains("ATOMICS"), "{header}");
     assert!(lines.iter().any(|l| l.starts_with("your code")), "{wide}");
+    // Directories under the group: the files at the top are in `./`, not `/`.
+    assert!(lines.iter().any(|l| l.starts_with("  ./ ")), "{wide}");
+    assert!(lines.iter().any(|l| l.starts_with("  lib/ ")), "{wide}");
     let row = |text: &'static str, name: &str| -> String {
         text.lines().find(|l| l.contains(name)).unwrap_or_else(|| panic!("no {name} in\n{text}")).to_string()
     };

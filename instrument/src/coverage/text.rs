@@ -173,7 +173,8 @@ fn files(out: &mut String, group: &Group, name_width: usize, numbers: &Columns) 
     let nested = directories.len() > 1;
     for dir in &directories {
         if nested {
-            let label = format!("{}/", dir.path);
+            // Files without a directory are relative to where the report was made.
+            let label = if dir.path.is_empty() { "./".to_string() } else { format!("{}/", dir.path) };
             let _ = writeln!(
                 out,
                 "  {:<w$}{}",

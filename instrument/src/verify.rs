@@ -189,13 +189,14 @@ pub struct Report {
     /// Untagged memory accesses in known inline-assembly atomic code (`tags::ASM_ATOMIC_CODE`): gaps in
     /// the tables that the runtime's rule covers (so not failures), sorted by PC.
     pub rule_atomics: Vec<RuleAtomic>,
-    /// Untagged LOCK/XCHG instructions on a variable that tagged atomics access elsewhere in the file:
-    /// compiler atomics whose tags were lost (code inlined from a module the pass did not run on, such
-    /// as a global allocator's shim). Not failures: the runtime decodes LOCK and XCHG as atomic.
+    /// Untagged LOCK/XCHG instructions that are no gaps ([`LockedWhy`]): compiler atomics whose tags
+    /// were lost (code inlined from a module the pass did not run on, such as a global allocator's
+    /// shim), and fences on stack locals. Not failures: the runtime decodes LOCK and XCHG as atomic.
     pub untagged_locked: Vec<UntaggedLocked>,
 }
 
-/// An untagged LOCK/XCHG instruction that is a compiler atomic, not inline assembly.
+/// An untagged LOCK/XCHG instruction that is no gap: a compiler atomic, not inline assembly, or a fence
+/// on a stack local.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct UntaggedLocked {
     pub pc: u64,
@@ -215,16 +216,27 @@ pub enum LockedWhy {
     /// No line information: compiler-generated code (a shim, an allocator) or code inlined without
     /// debug info; inline assembly written in a source file would have a line.
     NoLine,
+    /// Its operand is a local of the thread's own stack (`[rsp]`, `[rbp-8]`, or a register last set
+    /// to such an address): the `lock not`/`lock or` full-fence idiom of inline assembly
+    /// (concurrent-queue's and event-listener's `full_fence`), which shares no variable.
+    OwnStack,
 }
 
 impl fmt::Display for LockedWhy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LockedWhy::TaggedElsewhere { variable, tagged } => {
-                write!(f, "the tagged atomic at {tagged:#x} accesses the same variable {variable:#x}")
+            LockedWhy::TaggedElsewhere { variable, tagged } => write!(
+                f,
+                "a compiler atomic whose tag was lost (the tagged atomic at {tagged:#x} accesses the same \
+                 variable {variable:#x})"
+            ),
+            LockedWhy::CoreAtomic => {
+                write!(f, "a compiler atomic whose tag was lost (the debug info places it in core::sync::atomic)")
             }
-            LockedWhy::CoreAtomic => write!(f, "the debug info places it in core::sync::atomic"),
-            LockedWhy::NoLine => write!(f, "compiler-generated code without line information"),
+            LockedWhy::NoLine => {
+                write!(f, "a compiler atomic whose tag was lost (compiler-generated code without line information)")
+            }
+            LockedWhy::OwnStack => write!(f, "a fence on a local of the thread's own stack, which shares nothing"),
         }
     }
 }
@@ -532,13 +544,23 @@ impl<I: Image> Checker<'_, I> {
         self.report.instructions += code.len();
         let tagged = &self.atomics[first..last];
 
-        for insn in &code {
+        for (idx, insn) in code.iter().enumerate() {
             let is_tagged = tagged.binary_search(&insn.ip()).is_ok();
             if let (true, Some(variable)) = (is_tagged && accesses_memory(insn), absolute_address(insn)) {
                 self.tagged_variables.entry(variable).or_insert(insn.ip());
             }
             if is_atomic_rmw(insn) && !is_tagged && self.gaps.insert(insn.ip()) {
                 let disassembly = self.disasm.format(insn);
+                if on_own_stack(&code, idx) {
+                    let why = LockedWhy::OwnStack;
+                    self.report.untagged_locked.push(UntaggedLocked {
+                        pc: insn.ip(),
+                        function: name.clone(),
+                        disassembly,
+                        why,
+                    });
+                    continue;
+                }
                 if let Some(variable) = absolute_address(insn) {
                     self.gap_variables.push((insn.ip(), variable));
                 }
@@ -576,7 +598,9 @@ impl<I: Image> Checker<'_, I> {
             } else if let Some(Tag::Root(atomic) | Tag::Lowered(atomic)) = previous {
                 self.explain(at, &name, insn, Explanation::LoweringOf { atomic });
                 Tag::Lowered(atomic)
-            } else if let Some(atomic) = tagged_access_right_after(&code, tagged, idx) {
+            } else if let Some(atomic) =
+                tagged_access_right_after(&code, tagged, idx).or_else(|| tagged_access_reading(&code, tagged, idx))
+            {
                 self.explain(at, &name, insn, Explanation::LoweringOf { atomic });
                 Tag::Lowered(atomic)
             } else if let Some(atomic) = atomic_shortly_before(&code, &tags, idx, &|a| self.image.is_read_only(a))
@@ -598,6 +622,101 @@ impl<I: Image> Checker<'_, I> {
         let disassembly = self.disasm.format(insn);
         self.report.explained.push(Explained { pc, function: function.to_string(), disassembly, why });
     }
+}
+
+/// How far [`tagged_access_reading`] follows a register to the atomic that reads it.
+const OPERAND_REACH: usize = 16;
+
+/// The tagged memory access that reads a register `code[idx]` writes, within [`OPERAND_REACH`]
+/// instructions on the fall-through path (following up to two jumps), before the register is
+/// overwritten: `code[idx]` computes an operand of that atomic, and LLVM labels it with the atomic's
+/// PC section. The scheduler may put plain stores between them (`add rdi, 0x10` computing the new
+/// value of a `lock cmpxchg` that publishes an `Arc`, its contents initialised in between), or lay
+/// the atomic out behind a jump (`mov eax, 2; jmp L … L: lock cmpxchg`, a peeled first attempt).
+fn tagged_access_reading(code: &[Instruction], tagged: &[u64], idx: usize) -> Option<u64> {
+    use iced_x86::FlowControl;
+    let mut factory = InstructionInfoFactory::new();
+    let written = |factory: &mut InstructionInfoFactory, insn: &Instruction| -> Vec<iced_x86::Register> {
+        let info = factory.info(insn);
+        info.used_registers()
+            .iter()
+            .filter(|r| matches!(r.access(), OpAccess::Write | OpAccess::ReadWrite))
+            .map(|r| r.register().full_register())
+            .collect()
+    };
+    let mut live = written(&mut factory, &code[idx]);
+    let (mut p, mut jumps) = (idx + 1, 0);
+    for _ in 0..OPERAND_REACH {
+        let insn = code.get(p)?;
+        if insn.is_invalid() {
+            return None;
+        }
+        match insn.flow_control() {
+            FlowControl::UnconditionalBranch if jumps < 2 => {
+                let target = insn.near_branch_target();
+                p = code.iter().position(|i| i.ip() == target)?;
+                jumps += 1;
+                continue;
+            }
+            FlowControl::Next | FlowControl::ConditionalBranch => {}
+            _ => return None,
+        }
+        let info = factory.info(insn);
+        let reads = |r: &iced_x86::UsedRegister| {
+            matches!(r.access(), OpAccess::Read | OpAccess::ReadWrite | OpAccess::CondRead | OpAccess::ReadCondWrite)
+                && live.contains(&r.register().full_register())
+        };
+        let uses_live = info.used_registers().iter().any(reads);
+        if uses_live && accesses_memory(insn) && tagged.binary_search(&insn.ip()).is_ok() {
+            return Some(insn.ip());
+        }
+        let overwritten = written(&mut factory, insn);
+        if !uses_live {
+            live.retain(|r| !overwritten.contains(r));
+        }
+        if live.is_empty() {
+            return None;
+        }
+        p += 1;
+    }
+    None
+}
+
+/// Whether the memory operand of `code[idx]` is on the thread's own stack: based on RSP or RBP (the
+/// frame pointer, which racewatch's builds keep), or on a register whose last write before it, in
+/// code order, is `lea reg, [rsp|rbp + disp]`.
+fn on_own_stack(code: &[Instruction], idx: usize) -> bool {
+    use iced_x86::Register::{RBP, RSP};
+    let insn = &code[idx];
+    if memory_operand(insn).is_none() || insn.memory_index() != iced_x86::Register::None {
+        return false;
+    }
+    let base = insn.memory_base().full_register();
+    if matches!(base, RSP | RBP) {
+        return true;
+    }
+    if base == iced_x86::Register::None || base == iced_x86::Register::RIP {
+        return false;
+    }
+    use iced_x86::Register::{R10, R11, R8, R9, RAX, RCX, RDI, RDX, RSI};
+    let caller_saved = matches!(base, RAX | RCX | RDX | RSI | RDI | R8 | R9 | R10 | R11);
+    let mut factory = InstructionInfoFactory::new();
+    for before in code[..idx].iter().rev() {
+        if caller_saved && before.flow_control() == iced_x86::FlowControl::Call {
+            return false;
+        }
+        let info = factory.info(before);
+        let writes_base = info.used_registers().iter().any(|r| {
+            !matches!(r.access(), OpAccess::Read | OpAccess::CondRead | OpAccess::None)
+                && r.register().full_register() == base
+        });
+        if writes_base {
+            return before.mnemonic() == Mnemonic::Lea
+                && matches!(before.memory_base(), RSP | RBP)
+                && before.memory_index() == iced_x86::Register::None;
+        }
+    }
+    false
 }
 
 /// Untagged instructions [`previous_tag`] and [`tagged_access_right_after`] look across.
@@ -808,7 +927,7 @@ mod tests {
             &[0x55],                   // push rbp
             &[0x48, 0x89, 0xe5],       // mov rbp, rsp (tagged)
             &[0x90],                   // nop
-            &[0x48, 0x8d, 0x47, 0x08], // lea rax, [rdi+8] (tagged)
+            &[0x48, 0x8d, 0x4f, 0x08], // lea rcx, [rdi+8] (tagged; not an operand of the xadd)
             &[0x90],
             &[0x90],
             &[0x90],
@@ -829,7 +948,7 @@ mod tests {
             .collect();
         assert_eq!(bad.iter().map(|b| b.0).collect::<Vec<_>>(), vec![s[1], s[3]]);
         assert_eq!(bad[0].1, "mov rbp, rsp");
-        assert_eq!(bad[1].1, "lea rax, [rdi+8]");
+        assert_eq!(bad[1].1, "lea rcx, [rdi+8]");
     }
 
     #[test]
@@ -1032,5 +1151,65 @@ mod tests {
         let (blob, s) = assemble(&parts);
         let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0], s[MAX_FENCE_DISTANCE + 2]]);
         assert_eq!(report.findings.len(), 1, "{:#?}", report.findings);
+    }
+
+    #[test]
+    fn untagged_lock_on_a_stack_local_is_a_fence_note_and_elsewhere_a_gap() {
+        let (blob, s) = assemble(&[
+            &[0x48, 0xc7, 0x45, 0xf8, 0, 0, 0, 0], // mov qword [rbp-8], 0
+            &[0x48, 0x8d, 0x45, 0xf8],             // lea rax, [rbp-8]
+            &[0xf0, 0x48, 0xf7, 0x10],             // lock not qword [rax]: full_fence on a local
+            &[0x48, 0x8b, 0x07],                   // mov rax, [rdi]
+            &[0xf0, 0x48, 0xf7, 0x10],             // lock not qword [rax]: shared memory, a gap
+            &[0x48, 0x8d, 0x45, 0xf8],             // lea rax, [rbp-8]
+            &[0xe8, 0, 0, 0, 0],                   // call (rax is the callee's result now)
+            &[0xf0, 0x48, 0xf7, 0x10],             // lock not qword [rax]: a gap
+            &[0xc3],
+        ]);
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[]);
+        let gaps: Vec<u64> = report.findings.iter().map(Finding::pc).collect();
+        assert_eq!(gaps, [s[4], s[7]], "{:#?}", report.findings);
+        assert_eq!(
+            report.untagged_locked.iter().map(|u| (u.pc, u.why)).collect::<Vec<_>>(),
+            [(s[2], LockedWhy::OwnStack)]
+        );
+    }
+
+    #[test]
+    fn tagged_operand_setup_reaches_its_atomic_across_stores_and_jumps() {
+        let (blob, s) = assemble(&[
+            &[0x48, 0x83, 0xc7, 0x10],       // add rdi, 0x10 (tagged: the new value)
+            &[0xc7, 0x40, 0x10, 0, 0, 0, 0], // mov dword [rax+0x10], 0 (plain init)
+            &[0xf0, 0x49, 0x0f, 0xb1, 0x3e], // lock cmpxchg [r14], rdi (tagged)
+            &[0x48, 0xff, 0xc3],             // inc rbx
+            &[0xb8, 2, 0, 0, 0],             // mov eax, 2 (tagged: the expected value)
+            &[0xeb, 0x01],                   // jmp over the nop
+            &[0x90],
+            &[0xf0, 0x49, 0x0f, 0xb1, 0x4f, 0x08], // lock cmpxchg [r15+8], rcx (tagged, reads rax)
+            &[0xc3],
+        ]);
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0], s[2], s[4], s[7]]);
+        assert!(report.passed(), "{:#?}", report.findings);
+        assert_eq!(
+            report.explained.iter().map(|e| (e.pc, e.why)).collect::<Vec<_>>(),
+            [(s[0], Explanation::LoweringOf { atomic: s[2] }), (s[4], Explanation::LoweringOf { atomic: s[7] })]
+        );
+        // The register is overwritten before the atomic: no operand of it.
+        let (blob, s) = assemble(&[
+            &[0x48, 0x83, 0xc7, 0x10],       // add rdi, 0x10 (tagged)
+            &[0xc7, 0x40, 0x10, 0, 0, 0, 0], // mov dword [rax+0x10], 0
+            &[0x48, 0x89, 0xc7],             // mov rdi, rax
+            &[0xf0, 0x49, 0x0f, 0xb1, 0x3e], // lock cmpxchg [r14], rdi (tagged)
+            &[0xc3],
+        ]);
+        let report = verify_tables(&blob, &[entry(BASE, size(&blob))], &[s[0], s[3]]);
+        assert!(
+            matches!(
+                report.findings.as_slice(),
+                [Finding::BadAtomicPc { pc, reason: BadPc::NoMemoryAccess { .. }, .. }] if *pc == s[0]
+            ),
+            "{:#?}",
+            report.findings
+        );
     }
 }

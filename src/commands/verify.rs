@@ -80,8 +80,7 @@ fn text(file: &str, report: &Report, verbose: bool) -> String {
     }
     for u in &report.untagged_locked {
         out += &format!(
-            "racewatch verify: {file}: note: {:#x} in {}: untagged {}, a compiler atomic whose tag was lost ({}): \
-             atomic by its encoding at run time\n",
+            "racewatch verify: {file}: note: {:#x} in {}: untagged {}, {}: atomic by its encoding at run time\n",
             u.pc, u.function, u.disassembly, u.why
         );
     }

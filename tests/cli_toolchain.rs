@@ -308,3 +308,14 @@ fn cargo_test_coverage_leaves_a_merged_report() {
     let page = std::fs::read_to_string(dir.join("target/racewatch/coverage/index.html")).unwrap();
     assert!(page.contains("rw_cargo_coverage::spin"));
 }
+
+/// A format racewatch does not know is an error before cargo runs, not a bare `--coverage` and a test filter.
+#[test]
+fn cargo_coverage_with_an_unknown_format_is_an_error() {
+    let dir = tiny_crate("rw_cargo_coverage_bad", BUSY_TESTS);
+    let out = racewatch_cargo(&dir, &["test", "--coverage", "xml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--coverage xml: expected text, html, lcov or json"), "{stderr}");
+    assert!(!dir.join("target").exists(), "cargo did not run");
+}

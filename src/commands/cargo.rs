@@ -58,7 +58,10 @@ pub fn run(mut args: Args) -> ExitCode {
         None => None,
         Some(Ok(format)) => Some(format),
         Some(Err(bad)) => {
-            eprintln!("racewatch: --coverage {bad}: expected text, html, lcov or json");
+            eprintln!(
+                "racewatch: --coverage {bad}: expected text, html, lcov or json (a test filter goes after a \
+                 format: --coverage text {bad})"
+            );
             return ExitCode::from(2);
         }
     };
@@ -202,9 +205,11 @@ fn coverage_report(dir: &std::path::Path, format: coverage::Format) {
     let processes = report.profile.as_ref().map_or(0, |p| p.processes);
     if super::emit(&out, file.as_deref()).is_ok() {
         if let Some(file) = file {
+            let plural = racewatch_instrument::coverage::text::plural;
             eprintln!(
-                "racewatch: coverage of {} binaries ({processes} processes) written to {}",
-                report.binaries.len(),
+                "racewatch: coverage of {} ({}) written to {}",
+                plural(report.binaries.len() as u64, "binary"),
+                plural(processes as u64, "process"),
                 file.display()
             );
         }
@@ -221,8 +226,10 @@ fn take_option(args: &mut Vec<OsString>, name: &str) -> Option<String> {
         return Some(value.to_string());
     }
     let next = args.get(at).filter(|_| at < end - 1).map(|a| a.to_string_lossy().into_owned());
+    // A word after it is its value, checked by the caller: `--coverage xml` is an error, not text and
+    // a test filter `xml` (write `--coverage=text xml` for that).
     match next {
-        Some(value) if coverage_format(&value).is_ok() => {
+        Some(value) if !value.starts_with('-') => {
             args.remove(at);
             Some(value)
         }
@@ -366,6 +373,10 @@ mod tests {
         let mut args = os(&["test", "--coverage", "--release"]);
         assert_eq!(take_option(&mut args, "--coverage").as_deref(), Some("text"));
         assert_eq!(args, os(&["test", "--release"]));
+        // A word is its value, even a wrong one (the caller rejects it), not a test filter.
+        let mut args = os(&["test", "--coverage", "xml"]);
+        assert_eq!(take_option(&mut args, "--coverage").as_deref(), Some("xml"));
+        assert_eq!(args, os(&["test"]));
     }
 
     #[test]

@@ -41,12 +41,16 @@ fn covered_phrase(t: &Totals) -> String {
     format!("{}/{} functions covered ({:.1}%)", t.covered_functions, t.functions, t.covered_percent())
 }
 
-/// `1 race`, `2 races`, `3 watches`.
-fn plural(n: u64, word: &str) -> String {
-    match (n, word.ends_with("ch")) {
-        (1, _) => format!("1 {word}"),
-        (_, true) => format!("{n} {word}es"),
-        _ => format!("{n} {word}s"),
+/// `1 race`, `2 races`, `3 watches`, `2 processes`, `2 binaries`.
+pub fn plural(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else if let Some(stem) = word.strip_suffix("ry") {
+        format!("{n} {stem}ries")
+    } else if word.ends_with("ch") || word.ends_with("ss") {
+        format!("{n} {word}es")
+    } else {
+        format!("{n} {word}s")
     }
 }
 
@@ -155,8 +159,8 @@ fn heading(out: &mut String, report: &Report, width: usize) {
     if report.profiled {
         let _ = write!(
             out,
-            "; {} functions sampled, {} watched; {}, {}, {}, {}",
-            t.sampled_functions,
+            "; {} sampled, {} watched; {}, {}, {}, {}",
+            plural(t.sampled_functions as u64, "function"),
             t.watched_functions,
             plural(t.run.samples, "sample"),
             plural(t.run.watches, "watch"),
@@ -292,6 +296,16 @@ impl Columns {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_read_as_english() {
+        let words: Vec<String> =
+            [(1, "binary"), (2, "binary"), (2, "process"), (3, "watch"), (1, "function"), (0, "race")]
+                .iter()
+                .map(|&(n, w)| plural(n, w))
+                .collect();
+        assert_eq!(words, ["1 binary", "2 binaries", "2 processes", "3 watches", "1 function", "0 races"]);
+    }
 
     #[test]
     fn qualified_paths_lose_their_module_paths() {

@@ -331,3 +331,16 @@ fn output_goes_to_a_file_with_dash_o_and_a_closed_pipe_ends_quietly() {
         assert!(out.status.code().is_some_and(|c| c <= 1), "{args:?}: {:?} {stderr}", out.status);
     }
 }
+
+/// A profile without a single sample (a suite that ends in milliseconds) says why, instead of a table of zeros.
+#[test]
+fn profile_without_samples_explains_why() {
+    let Some((dir, exe)) = build_two_tu("cov_no_samples") else { return };
+    let profile = dir.join("profile.1");
+    std::fs::write(&profile, format!("racewatch-profile 1\npid 1\ndropped 0\nmodule - {}\n", exe.display())).unwrap();
+    let out = common::racewatch().args(["coverage", "--profile"]).arg(&profile).arg(&exe).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("run-time profiles of 1 process"), "{text}");
+    assert!(text.contains("No samples:") && text.contains("sample_period_us=100"), "{text}");
+}

@@ -102,6 +102,12 @@ pub fn render(report: &Report, layout: Layout) -> String {
             "\nStatic metadata only. To see where the detector looked, run with -o coverage_path=PREFIX \
              (racewatch run, racewatch cargo) and pass the profiles: racewatch coverage --profile PREFIX.* BINARY\n",
         );
+    } else if report.totals.run.samples == 0 {
+        out.push_str(
+            "\nNo samples: the programs ended before a thread ran for one sampling period (a thread is sampled \
+             once per sample_period_us of its CPU time, and only from the program's second thread on). Run \
+             them longer, or sample more often: -o sample_period_us=100.\n",
+        );
     }
     out
 }

@@ -319,3 +319,30 @@ fn cargo_coverage_with_an_unknown_format_is_an_error() {
     assert!(stderr.contains("--coverage xml: expected text, html, lcov or json"), "{stderr}");
     assert!(!dir.join("target").exists(), "cargo did not run");
 }
+
+/// `racewatch cargo nextest run`: nextest runs each test in its own process through the same runner, at
+/// the test rate, and `--coverage` merges their profiles. Skipped where cargo-nextest is not installed.
+#[test]
+fn cargo_nextest_runs_tests_under_the_runtime() {
+    let has_nextest = Command::new("cargo").args(["nextest", "--version"]).output().is_ok_and(|o| o.status.success());
+    if !has_nextest {
+        eprintln!("skipped: cargo-nextest is not installed");
+        return;
+    }
+    let dir = tiny_crate("rw_cargo_nextest", BUSY_TESTS);
+    let out = racewatch_cargo(&dir, &["-o", "stats=1", "nextest", "run", "--no-capture", "--coverage", "json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("programs run at the test rate sample_period_us=1000"), "{stderr}");
+    let samples: u64 = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("racewatch: stats: samples: "))
+        .map(|n| n.trim().parse::<u64>().unwrap())
+        .sum();
+    assert!(samples > 0, "the test process was sampled: {stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("target/racewatch/coverage/coverage.json")).unwrap()).unwrap();
+    assert!(report["totals"]["samples"].as_u64().unwrap() > 0, "{}", report["totals"]);
+}

@@ -37,7 +37,7 @@ pub struct Args {
 }
 
 /// Subcommands (and their aliases) whose programs are run by cargo.
-const RUNNING_SUBCOMMANDS: &[&str] = &["test", "t", "run", "r", "bench"];
+const RUNNING_SUBCOMMANDS: &[&str] = &["test", "t", "run", "r", "bench", "nextest"];
 
 /// The sampling rate of programs run by `racewatch cargo test|run|bench` unless the user chose one.
 pub const TEST_RATE: &str = "sample_period_us=1000";
@@ -121,7 +121,7 @@ pub fn run(mut args: Args) -> ExitCode {
             }
         }
         (Some(_), false) => {
-            eprintln!("racewatch: --coverage needs a subcommand that runs programs (test, run, bench)");
+            eprintln!("racewatch: --coverage needs a subcommand that runs programs (test, run, bench, nextest)");
             return ExitCode::from(2);
         }
         _ => None,

@@ -134,4 +134,13 @@ fn tagged_inline_asm_passes_and_known_asm_atomic_crates_are_listed_not_failed() 
     let notes: Vec<&str> = stdout.lines().filter(|l| l.contains("treated as atomic by rule")).collect();
     assert!(notes.len() >= 2, "the load and the store: {stdout}");
     assert!(notes.iter().all(|l| l.contains("atomic-maybe-uninit")), "{stdout}");
+    // The same for a C library's primitives in a header named like Concurrency Kit's ck_pr.h.
+    if common::clang().is_some() {
+        let ck = common::demo("c", "clean_ck_pr");
+        let (status, stdout, _) = verify(&[], &ck.bin);
+        assert_eq!(status, 0, "{stdout}");
+        let notes: Vec<&str> = stdout.lines().filter(|l| l.contains("treated as atomic by rule")).collect();
+        assert!(notes.len() >= 3, "the load, the store and the lock inc: {stdout}");
+        assert!(notes.iter().all(|l| l.contains("ck_pr.h")), "{stdout}");
+    }
 }

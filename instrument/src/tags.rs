@@ -20,6 +20,9 @@ pub const ASM_ATOMIC_CODE: &[(&str, &str)] = &[
     ("/atomic-maybe-uninit-", "/src/arch/"),
     // portable-atomic: its implementations (inline-assembly atomics among them).
     ("/portable-atomic-", "/src/imp/"),
+    // Concurrency Kit (C): `ck_pr_load_*`/`ck_pr_store_*` are inline-assembly `mov`s in the
+    // architecture's `gcc/<arch>/ck_pr.h`, volatile accesses in the generic one; atomic by contract.
+    ("/ck_pr.h", ""),
 ];
 
 /// Whether `file` (a source path from debug info) is in [`ASM_ATOMIC_CODE`].

@@ -118,10 +118,11 @@ fn in_std(frame: &Frame) -> bool {
 }
 
 /// The frame a summary names: the current access's first frame in the
-/// user's code (not in Rust's standard library, not in the runtime), else
-/// its innermost frame.
+/// user's code (not in Rust's standard library, not in the runtime, not in a
+/// known atomic primitive such as `ck_pr.h`'s), else its innermost frame.
 pub fn summary_frame(stack: &[Frame]) -> Option<&Frame> {
-    stack.iter().find(|f| !in_std(f) && !f.in_runtime).or(stack.first())
+    let in_atomic_primitive = |f: &Frame| f.file.as_deref().is_some_and(racewatch_instrument::tags::is_asm_atomic_file);
+    stack.iter().find(|f| !in_std(f) && !f.in_runtime && !in_atomic_primitive(f)).or(stack.first())
 }
 
 /// The human report, TSan-like, ending with a newline: Rust names without generic arguments, and runs of
@@ -429,7 +430,7 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
     }
 
     #[test]
-    fn summary_names_the_first_frame_outside_std_and_the_runtime() {
+    fn summary_names_the_first_frame_outside_std_the_runtime_and_atomic_primitives() {
         let mut stack = rust_thread_stack();
         assert_eq!(summary_frame(&stack).unwrap().function.as_deref(), Some("racy_flag::publish"));
         // A runtime frame (an interceptor) is skipped like std.
@@ -442,6 +443,13 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
         let c = vec![libc_frame(Some("memcpy")), frame("main", "prog.c", 3, 1, 0x10, false)];
         assert_eq!(summary_frame(&c).unwrap().function.as_deref(), Some("memcpy"));
         assert_eq!(summary_frame(&[]), None);
+        // A known atomic primitive inlined into the caller (Concurrency Kit's ck_pr.h) names the caller.
+        let ck = vec![
+            frame("ck_pr_md_load_ptr", "../include/gcc/x86_64/ck_pr.h", 185, 1, 0x20, true),
+            frame("ck_fifo_mpmc_dequeue", "../include/ck_fifo.h", 255, 3, 0x20, true),
+            frame("thread", "validate.c", 40, 2, 0x20, false),
+        ];
+        assert_eq!(summary_frame(&ck).unwrap().function.as_deref(), Some("ck_fifo_mpmc_dequeue"));
     }
 
     #[test]

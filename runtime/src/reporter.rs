@@ -178,7 +178,7 @@ impl Reporter {
                 record.is_atomic = false;
                 stats::bump(stats::Counter::FenceLabelsPlain);
             }
-            record.is_atomic |= self.is_atomic_code(stack);
+            record.is_atomic |= is_atomic_code(stack, &self.config.atomic_code);
         }
         let both_atomic = current_record.is_atomic && previous_record.is_atomic;
         let mixed = current_record.is_atomic != previous_record.is_atomic;
@@ -241,17 +241,6 @@ impl Reporter {
             address: record.addr,
             stack: report::short_backtrace(stack),
         }
-    }
-
-    /// Whether the access's own frame (innermost, inlined included) is in atomic inline-assembly code:
-    /// a built-in rule (`racewatch_instrument::tags::ASM_ATOMIC_CODE`) or one of the user's `atomic_code`
-    /// patterns.
-    fn is_atomic_code(&self, stack: &[Frame]) -> bool {
-        let Some(frame) = stack.first() else { return false };
-        let file = frame.file.as_deref().unwrap_or("");
-        let function = frame.function.as_deref().unwrap_or("");
-        racewatch_instrument::tags::is_asm_atomic_file(file)
-            || self.config.atomic_code.iter().any(|p| file.contains(p.as_str()) || function.contains(p.as_str()))
     }
 
     fn is_suppressed(&self, stack: &[Frame]) -> bool {
@@ -369,9 +358,39 @@ pub fn forget_after_fork() {
     STOP.store(false, Ordering::Release);
 }
 
+/// Whether the access's own frame (innermost, inlined included) is in atomic inline-assembly code: a
+/// built-in rule (`racewatch_instrument::tags::ASM_ATOMIC_CODE`) or one of the user's `atomic_code`
+/// `patterns`. Not for an approximate line: that is a neighbouring instruction's (a plain load next to
+/// an inlined `ck_pr` primitive).
+fn is_atomic_code(stack: &[Frame], patterns: &[String]) -> bool {
+    let Some(frame) = stack.first().filter(|f| !f.line_approximate) else { return false };
+    let file = frame.file.as_deref().unwrap_or("");
+    let function = frame.function.as_deref().unwrap_or("");
+    racewatch_instrument::tags::is_asm_atomic_file(file)
+        || patterns.iter().any(|p| file.contains(p.as_str()) || function.contains(p.as_str()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn atomic_code_rules_judge_the_access_own_exact_line() {
+        let at = |file: &str, approximate: bool| Frame {
+            function: Some("ck_stack_pop_mpmc".into()),
+            file: Some(file.into()),
+            line: Some(527),
+            line_approximate: approximate,
+            ..Frame::default()
+        };
+        let ck = "../../include/gcc/x86_64/ck_pr.h";
+        assert!(is_atomic_code(&[at(ck, false)], &[]));
+        // A line borrowed from the neighbouring instruction says nothing about this one.
+        assert!(!is_atomic_code(&[at(ck, true)], &[]));
+        assert!(!is_atomic_code(&[at("include/ck_stack.h", false)], &[]));
+        assert!(is_atomic_code(&[at("include/ck_stack.h", false)], &["pop_mpmc".to_string()]));
+        assert!(!is_atomic_code(&[], &[]));
+    }
 
     #[test]
     fn suppression_files_keep_race_lines_and_warn_about_the_rest() {

@@ -117,7 +117,10 @@ impl Symbolizer {
         }
         if let (Some(first), Some(loader)) = (frames.first_mut(), file.loader.as_ref()) {
             if first.line.is_none_or(|l| l == 0) {
-                if let Some((near_file, line)) = nearest_line(loader, probe) {
+                // Rows of the same file only (a line-0 row usually keeps its file): the nearest row may be
+                // another inlined function's, from another file (an atomic primitive's header).
+                let own_file = loader.find_location(probe).ok().flatten().and_then(|l| l.file).map(str::to_string);
+                if let Some((near_file, line)) = nearest_line(loader, probe, own_file.as_deref()) {
                     first.file = Some(display_path(&near_file, cwd.as_deref()));
                     first.line = Some(line);
                     first.column = None;
@@ -252,13 +255,14 @@ impl ModuleFile {
 }
 
 /// The nearest line-table row with a real line around `addr` (forward first: a hoisted load's line is
-/// usually the use that follows), within a few instructions.
-fn nearest_line(loader: &addr2line::Loader, addr: u64) -> Option<(String, u32)> {
+/// usually the use that follows), within a few instructions, in `file` when given.
+fn nearest_line(loader: &addr2line::Loader, addr: u64, file: Option<&str>) -> Option<(String, u32)> {
     const REACH: u64 = 32;
     let at = |a: u64| {
         let loc = loader.find_location(a).ok()??;
         let line = loc.line.filter(|&l| l > 0)?;
-        Some((loc.file?.to_string(), line))
+        let near = loc.file?;
+        file.is_none_or(|f| f == near).then(|| (near.to_string(), line))
     };
     (1..=REACH).find_map(|d| at(addr + d).or_else(|| at(addr.checked_sub(d)?)))
 }

@@ -78,6 +78,10 @@ impl ThreadNames {
 
 /// Where Rust's standard library sources are said to be (remapped by rustc).
 const STD_SOURCES: &str = "/rustc/";
+/// The directory of the C++ standard library's headers, under any prefix (libstdc++'s
+/// `/usr/include/c++/12/…`, reached as `/usr/lib/gcc/x86_64-linux-gnu/12/../../../../include/c++/12/…`;
+/// libc++'s `…/include/c++/v1/…`).
+const CXX_STD_HEADERS: &str = "/include/c++/";
 /// Rust's marker frames: below `__rust_begin_short_backtrace` is thread or
 /// process start-up, above `__rust_end_short_backtrace` panic machinery.
 const BEGIN_SHORT_BACKTRACE: &str = "__rust_begin_short_backtrace";
@@ -112,9 +116,27 @@ pub fn short_backtrace(mut frames: Vec<Frame>) -> Vec<Frame> {
     frames
 }
 
-/// Whether the frame's source is Rust's standard library.
+/// The standard library a frame's source is in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StdLib {
+    Rust,
+    Cxx,
+}
+
+fn std_lib(frame: &Frame) -> Option<StdLib> {
+    let file = frame.file.as_deref()?;
+    if file.starts_with(STD_SOURCES) {
+        Some(StdLib::Rust)
+    } else if file.contains(CXX_STD_HEADERS) {
+        Some(StdLib::Cxx)
+    } else {
+        None
+    }
+}
+
+/// Whether the frame's source is Rust's or C++'s standard library.
 fn in_std(frame: &Frame) -> bool {
-    frame.file.as_deref().is_some_and(|file| file.starts_with(STD_SOURCES))
+    std_lib(frame).is_some()
 }
 
 /// The frame a summary names: the current access's first frame in the
@@ -186,10 +208,12 @@ fn render_access(out: &mut String, access: &AccessReport, previous: bool, full_s
     let stack = &access.stack;
     let mut i = 0;
     while i < stack.len() {
-        // A run of two or more standard-library frames after the access's own frame: one line.
-        let run = stack[i..].iter().take_while(|f| in_std(f)).count();
+        // A run of two or more frames of one standard library after the access's own frame: one line.
+        let lib = std_lib(&stack[i]);
+        let run = stack[i..].iter().take_while(|f| lib.is_some() && std_lib(f) == lib).count();
         if !full_stacks && i > 0 && run >= 2 {
-            let _ = writeln!(out, "    #{i}..#{} ({run} frames of the Rust standard library)", i + run - 1);
+            let name = if lib == Some(StdLib::Cxx) { "C++" } else { "Rust" };
+            let _ = writeln!(out, "    #{i}..#{} ({run} frames of the {name} standard library)", i + run - 1);
             i += run;
             continue;
         }
@@ -236,8 +260,12 @@ fn location(frame: &Frame, paths: Paths) -> String {
     }
 }
 
-/// `library/...` for a standard-library path `/rustc/<commit>/library/...`; any other path unchanged.
+/// `library/...` for a standard-library path `/rustc/<commit>/library/...`, `c++/...` for a C++
+/// standard header `.../include/c++/...`; any other path unchanged.
 pub fn short_path(file: &str) -> &str {
+    if let Some(at) = file.find(CXX_STD_HEADERS) {
+        return &file[at + "/include/".len()..];
+    }
     file.strip_prefix(STD_SOURCES)
         .and_then(|rest| rest.split_once('/'))
         .map(|(_commit, rest)| rest)
@@ -392,7 +420,7 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
     }
 
     #[test]
-    fn rust_names_lose_their_generic_arguments_and_std_runs_fold() {
+    fn names_lose_their_generic_arguments_and_std_runs_fold() {
         assert_eq!(without_generics("{closure#0}<app::main::{closure_env#0}, u64>"), "{closure#0}");
         assert_eq!(
             without_generics("<alloc::boxed::Box<dyn core::ops::FnOnce<()>> as core::ops::FnOnce<()>>::call_once"),
@@ -411,6 +439,16 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
         );
         let full = render_text_with(&report, true);
         assert!(full.contains("    #1 a<T> library/std/src/thread/mod.rs:1:1"), "{full}");
+        // C++: libstdc++'s headers fold the same way, named as such, and a summary skips them.
+        let cxx = "/usr/lib/gcc/x86_64-linux-gnu/12/../../../../include/c++/12/bits/std_thread.h";
+        let cxx_frame = |name: &str| frame(name, cxx, 210, 13, 0x10, true);
+        let access = frame("std::vector::push_back", "/usr/include/c++/12/bits/stl_vector.h", 1283, 4, 0x10, true);
+        let caller = frame("worker", "prog.cc", 9, 3, 0x10, true);
+        report.current.stack = vec![access, caller, cxx_frame("__invoke"), cxx_frame("_M_run")];
+        let text = render_text(&report);
+        assert!(text.contains("    #0 std::vector::push_back c++/12/bits/stl_vector.h:1283:4"), "{text}");
+        assert!(text.contains("    #2..#3 (2 frames of the C++ standard library)"), "{text}");
+        assert_eq!(summary_frame(&report.current.stack).unwrap().function.as_deref(), Some("worker"));
     }
 
     #[test]
@@ -524,6 +562,9 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
         assert_eq!(short_path("/rustc/library/x.rs"), "/rustc/library/x.rs");
         assert_eq!(short_path("demos/src/bin/racy_flag.rs"), "demos/src/bin/racy_flag.rs");
         assert_eq!(short_path("/home/u/rustc/abc/library/x.rs"), "/home/u/rustc/abc/library/x.rs");
+        let libstdcxx = "/usr/lib/gcc/x86_64-linux-gnu/12/../../../../include/c++/12/bits/std_thread.h";
+        assert_eq!(short_path(libstdcxx), "c++/12/bits/std_thread.h");
+        assert_eq!(short_path("/usr/lib/llvm-19/bin/../include/c++/v1/__thread/thread.h"), "c++/v1/__thread/thread.h");
     }
 
     #[test]

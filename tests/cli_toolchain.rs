@@ -346,3 +346,37 @@ fn cargo_nextest_runs_tests_under_the_runtime() {
         serde_json::from_slice(&std::fs::read(dir.join("target/racewatch/coverage/coverage.json")).unwrap()).unwrap();
     assert!(report["totals"]["samples"].as_u64().unwrap() > 0, "{}", report["totals"]);
 }
+
+const RACY_INLINED_MAIN: &str = r#"
+static mut COUNTER: u64 = 0;
+mod work {
+    #[inline(always)]
+    pub fn bump() { unsafe { super::COUNTER += 1; } }
+    pub fn worker(until: std::time::Instant) {
+        while std::time::Instant::now() < until { for _ in 0..1000 { bump(); } }
+    }
+}
+fn main() {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let t = std::thread::spawn(move || work::worker(until));
+    work::worker(until);
+    t.join().unwrap();
+}
+"#;
+
+/// Release builds get debug info from the profile (`limited`), so a race report's inlined frames carry
+/// path-qualified names, as Rust's own backtraces do, not bare `bump`.
+#[test]
+fn release_reports_name_inlined_frames_with_their_paths() {
+    let dir = tiny_crate("rw_cargo_inlined", RACY_INLINED_MAIN);
+    let out = racewatch_cargo(&dir, &["-o", "halt_on_error=1", "-o", "report_format=json", "run", "--release", "-q"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report = stderr.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no report in 20 s: {stderr}"));
+    let report: serde_json::Value = serde_json::from_str(report).unwrap();
+    let names: Vec<&str> =
+        report["accesses"][0]["stack"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
+    assert_eq!(names.first(), Some(&"rw_cargo_inlined::work::bump"), "{names:?}");
+    assert!(names.contains(&"rw_cargo_inlined::work::worker"), "{names:?}");
+}

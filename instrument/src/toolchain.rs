@@ -12,8 +12,12 @@ pub const RUST_FLAGS: &[&str] = &[
     "-Cllvm-args=-sanitizer-metadata-atomics",
     "-Cllvm-args=-sanitizer-metadata-covered",
     "-Cforce-frame-pointers=yes",
-    "-Cdebuginfo=line-tables-only",
+    RUST_DEBUGINFO_FLAG,
 ];
+
+/// The debug-info flag of [`RUST_FLAGS`]: line tables, the least reports need. `racewatch cargo` gets
+/// them through cargo's profiles instead, so a project's richer debug info is kept.
+pub const RUST_DEBUGINFO_FLAG: &str = "-Cdebuginfo=line-tables-only";
 
 /// clang (>= 17) flags for C and C++.
 pub const C_FLAGS: &[&str] =

@@ -1,7 +1,8 @@
 //! `racewatch cargo [-o KEY=VALUE]… <cargo args…>`: cargo with the metadata
 //! flags, in its own target directory (`<target dir>/racewatch`), so the
-//! user's normal build is untouched; release builds keep their line tables
-//! (cargo would strip them). For `test`, `run` and `bench` the built programs
+//! user's normal build is untouched; every profile keeps at least line tables
+//! (see [`cargo_profiles`]; cargo would strip release builds'). For `test`, `run`, `bench` and
+//! `nextest` the built programs
 //! run with the runtime preloaded (`racewatch run -o … --` as the cargo
 //! runner), at the test rate `sample_period_us=1000` unless the user set a
 //! rate: tests want detection, not 0.1% overhead. Doctests are compiled with
@@ -12,9 +13,10 @@
 //! the merged report of the whole suite is printed (text) or written there (`index.html`,
 //! `lcov.info`, `coverage.json`).
 
+use super::cargo_profiles;
 use super::coverage;
 use super::run::self_exe;
-use racewatch_instrument::toolchain::{self, RUST_FLAGS};
+use racewatch_instrument::toolchain::{self, RUST_DEBUGINFO_FLAG, RUST_FLAGS};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -83,18 +85,24 @@ pub fn run(mut args: Args) -> ExitCode {
     cmd.args(&args.args);
 
     let user_flags = user_rustflags(std::env::var_os("CARGO_ENCODED_RUSTFLAGS"), std::env::var_os("RUSTFLAGS"));
-    cmd.env("CARGO_ENCODED_RUSTFLAGS", encoded_rustflags(&user_flags));
+    // Line tables come from the profiles (below), so the project's own debug info is not lowered.
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", encoded_rustflags(&user_flags, false));
     cmd.env_remove("RUSTFLAGS");
     // Doctests too: rustdoc compiles them with the metadata flags, and they run through the runner.
     let user_doc_flags =
         user_rustflags(std::env::var_os("CARGO_ENCODED_RUSTDOCFLAGS"), std::env::var_os("RUSTDOCFLAGS"));
-    cmd.env("CARGO_ENCODED_RUSTDOCFLAGS", encoded_rustflags(&user_doc_flags));
+    cmd.env("CARGO_ENCODED_RUSTDOCFLAGS", encoded_rustflags(&user_doc_flags, true));
     cmd.env_remove("RUSTDOCFLAGS");
 
+    let workspace = workspace(&cargo, &args.args);
     let racewatch_target = match option_value(&args.args, "--target-dir") {
         Some(dir) => Some(PathBuf::from(dir)),
-        None => target_directory(&cargo, &args.args).map(|dir| dir.join("racewatch")),
+        None => workspace.as_ref().map(|w| w.target_directory.join("racewatch")),
     };
+    let manifest = workspace.and_then(|w| std::fs::read_to_string(w.root.join("Cargo.toml")).ok());
+    for (var, value) in cargo_profiles::debug_env(manifest.as_deref(), |var| std::env::var(var).ok()) {
+        cmd.env(var, value);
+    }
     if !has_option(&args.args, "--target-dir") {
         if let Some(dir) = &racewatch_target {
             cmd.env("CARGO_TARGET_DIR", dir);
@@ -257,8 +265,12 @@ fn user_rustflags(encoded: Option<OsString>, plain: Option<OsString>) -> Vec<Str
 }
 
 /// The user's flags followed by the metadata flags, in cargo's encoding.
-fn encoded_rustflags(user: &[String]) -> String {
-    let ours = RUST_FLAGS.iter().copied().filter(|f| !user.iter().any(|u| u == f));
+fn encoded_rustflags(user: &[String], debuginfo: bool) -> String {
+    let ours = RUST_FLAGS
+        .iter()
+        .copied()
+        .filter(|f| debuginfo || *f != RUST_DEBUGINFO_FLAG)
+        .filter(|f| !user.iter().any(|u| u == f));
     user.iter().map(String::as_str).chain(ours).collect::<Vec<_>>().join("\x1f")
 }
 
@@ -303,7 +315,13 @@ fn option_value(args: &[OsString], name: &str) -> Option<String> {
 
 /// The project's target directory as cargo resolves it (CARGO_TARGET_DIR,
 /// config, workspace root), from `cargo metadata`; `None` outside a project.
-fn target_directory(cargo: &OsStr, args: &[OsString]) -> Option<PathBuf> {
+/// Where cargo puts a workspace's build output, and the workspace's root directory.
+struct Workspace {
+    target_directory: PathBuf,
+    root: PathBuf,
+}
+
+fn workspace(cargo: &OsStr, args: &[OsString]) -> Option<Workspace> {
     let mut cmd = Command::new(cargo);
     cmd.args(["metadata", "--no-deps", "--format-version", "1"]);
     if let Some(manifest) = option_value(args, "--manifest-path") {
@@ -314,7 +332,8 @@ fn target_directory(cargo: &OsStr, args: &[OsString]) -> Option<PathBuf> {
         return None;
     }
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
-    json.get("target_directory")?.as_str().map(PathBuf::from)
+    let path = |key: &str| json.get(key)?.as_str().map(PathBuf::from);
+    Some(Workspace { target_directory: path("target_directory")?, root: path("workspace_root")? })
 }
 
 #[cfg(test)]
@@ -345,11 +364,14 @@ mod tests {
     fn user_rustflags_are_kept_before_ours() {
         let user = user_rustflags(None, Some("-C target-cpu=native".into()));
         assert_eq!(user, ["-C", "target-cpu=native"]);
-        let encoded = encoded_rustflags(&user);
+        let encoded = encoded_rustflags(&user, false);
         assert!(encoded.starts_with("-C\x1ftarget-cpu=native\x1f-Cpasses=sanmd-module"), "{encoded:?}");
         let enc = user_rustflags(Some("-Ca b\x1f-Cb".into()), Some("ignored".into()));
         assert_eq!(enc, ["-Ca b", "-Cb"]);
-        assert_eq!(encoded_rustflags(&[]).split('\x1f').count(), RUST_FLAGS.len());
+        assert_eq!(encoded_rustflags(&[], true).split('\x1f').count(), RUST_FLAGS.len());
+        // Builds get their line tables from the profiles, doctests (rustdoc) from the flag.
+        assert!(!encoded_rustflags(&[], false).contains(RUST_DEBUGINFO_FLAG));
+        assert!(encoded_rustflags(&[], true).contains(RUST_DEBUGINFO_FLAG));
     }
 
     #[test]

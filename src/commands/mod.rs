@@ -1,6 +1,7 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run(Args) -> ExitCode`.
 
 pub mod cargo;
+mod cargo_profiles;
 pub mod coverage;
 pub mod demo;
 pub mod dump;

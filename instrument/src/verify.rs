@@ -21,9 +21,15 @@
 //! x86, so LLVM's label for them lands on the next instruction; a tagged
 //! non-memory instruction at most [`MAX_FENCE_DISTANCE`] untagged
 //! non-memory instructions after a tagged atomic is taken for such a label
-//! (the reference-count idiom: `lock dec; jne; <fence label>`). Anywhere else
-//! a tagged non-memory instruction fails: a fence label there cannot be told
-//! from a wrong table.
+//! (the reference-count idiom: `lock dec; jne; <fence label>`). A fourth is
+//! found by data flow: a tagged instruction whose result a tagged atomic reads
+//! a little later computes one of its operands. Anywhere else a tagged
+//! non-memory instruction fails: a fence label there cannot be told from a
+//! wrong table.
+//!
+//! Untagged LOCK/XCHG instructions that are no gaps are listed apart (see
+//! [`LockedWhy`]): compiler atomics whose tag was lost, and fences on a local
+//! of the thread's own stack.
 
 use crate::format::pcsections::CoveredEntry;
 pub use crate::x86::is_atomic_rmw;

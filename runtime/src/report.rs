@@ -217,6 +217,21 @@ fn render_access(out: &mut String, access: &AccessReport, previous: bool, full_s
             i += run;
             continue;
         }
+        // The unnamed frames that end most C stacks (libc's `start_thread` and `clone3`, shipped without
+        // symbols): one line naming their modules.
+        let unnamed = &stack[i..];
+        if !full_stacks && i > 0 && unnamed.len() >= 2 && unnamed.iter().all(|f| f.function.is_none()) {
+            let mut modules: Vec<&str> = Vec::new();
+            for f in unnamed {
+                let name = f.module.as_deref().map_or("?", |m| m.rsplit('/').next().unwrap_or(m));
+                if !modules.contains(&name) {
+                    modules.push(name);
+                }
+            }
+            let n = unnamed.len();
+            let _ = writeln!(out, "    #{i}..#{} ({n} frames without symbols in {})", i + n - 1, modules.join(", "));
+            break;
+        }
         let frame = &stack[i];
         let name = if full_stacks { function(frame).to_string() } else { without_generics(function(frame)) };
         let _ = write!(out, "    #{i} {name}");
@@ -449,6 +464,16 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
         assert!(text.contains("    #0 std::vector::push_back c++/12/bits/stl_vector.h:1283:4"), "{text}");
         assert!(text.contains("    #2..#3 (2 frames of the C++ standard library)"), "{text}");
         assert_eq!(summary_frame(&report.current.stack).unwrap().function.as_deref(), Some("worker"));
+        // The unnamed frames that end a C thread's stack: one line naming their modules.
+        let caller = frame("worker", "prog.cc", 9, 3, 0x10, false);
+        report.current.stack = vec![caller, libc_frame(None), libc_frame(None)];
+        let text = render_text(&report);
+        assert!(
+            text.contains("    #0 worker prog.cc:9:3 ")
+                && text.contains("    #1..#2 (2 frames without symbols in libc.so.6)\n"),
+            "{text}"
+        );
+        assert!(render_text_with(&report, true).contains("    #2 <unknown> (libc.so.6+"), "full_stacks keeps them");
     }
 
     #[test]

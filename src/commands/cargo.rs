@@ -99,8 +99,9 @@ pub fn run(mut args: Args) -> ExitCode {
         Some(dir) => Some(PathBuf::from(dir)),
         None => workspace.as_ref().map(|w| w.target_directory.join("racewatch")),
     };
-    let manifest = workspace.and_then(|w| std::fs::read_to_string(w.root.join("Cargo.toml")).ok());
-    for (var, value) in cargo_profiles::debug_env(manifest.as_deref(), |var| std::env::var(var).ok()) {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let settings = cargo_profiles::settings_texts(workspace.as_ref().map(|w| w.root.as_path()), &cwd);
+    for (var, value) in cargo_profiles::debug_env(&settings, |var| std::env::var(var).ok()) {
         cmd.env(var, value);
     }
     if !has_option(&args.args, "--target-dir") {

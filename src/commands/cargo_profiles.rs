@@ -8,9 +8,26 @@
 //! frames their path-qualified names (`tc::work::bump`, not `bump`), in sections the program never
 //! loads — and any other keeps what the project chose.
 
+/// The texts that can set a profile's `debug`, lowest precedence first: the workspace manifest, then
+/// cargo's configuration files (`$CARGO_HOME/config.toml`, then `.cargo/config.toml` from the root
+/// down to `cwd`; the environment, above them all, is read by [`debug_env`]).
+pub fn settings_texts(workspace_root: Option<&Path>, cwd: &Path) -> Vec<String> {
+    let mut files: Vec<PathBuf> = workspace_root.map(|root| root.join("Cargo.toml")).into_iter().collect();
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")));
+    let mut config_dirs: Vec<PathBuf> = cwd.ancestors().map(|dir| dir.join(".cargo")).collect();
+    config_dirs.reverse();
+    for dir in cargo_home.into_iter().chain(config_dirs) {
+        files.extend(["config", "config.toml"].map(|name| dir.join(name)));
+    }
+    files.dedup();
+    files.iter().filter_map(|file| std::fs::read_to_string(file).ok()).collect()
+}
+
 /// The environment variables to set: one per built-in profile whose debug setting (from the
-/// environment, else the workspace manifest, else cargo's default) has no line tables.
-pub fn debug_env(manifest: Option<&str>, env: impl Fn(&str) -> Option<String>) -> Vec<(String, &'static str)> {
+/// environment, else the last of `texts` that sets it, else cargo's default) has no line tables.
+pub fn debug_env(texts: &[String], env: impl Fn(&str) -> Option<String>) -> Vec<(String, &'static str)> {
     // `test` inherits `dev`'s setting and `bench` `release`'s, unless the manifest sets theirs.
     [("dev", true), ("test", true), ("release", false), ("bench", false)]
         .into_iter()
@@ -19,7 +36,7 @@ pub fn debug_env(manifest: Option<&str>, env: impl Fn(&str) -> Option<String>) -
             if env(&var).is_some() {
                 return None;
             }
-            let has_lines = match manifest.and_then(|m| profile_debug(m, profile)) {
+            let has_lines = match texts.iter().rev().find_map(|text| profile_debug(text, profile)) {
                 Some(value) => has_line_tables(&value),
                 // Only dev and release need a decision; test and bench follow them.
                 None if matches!(profile, "test" | "bench") => true,
@@ -74,12 +91,15 @@ fn strip_comment(line: &str) -> &str {
     line
 }
 
+use std::path::{Path, PathBuf};
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn vars(manifest: Option<&str>, set: &[&str]) -> Vec<String> {
-        debug_env(manifest, |v| set.contains(&v).then(String::new)).into_iter().map(|(v, _)| v).collect()
+        let texts: Vec<String> = manifest.map(str::to_string).into_iter().collect();
+        debug_env(&texts, |v| set.contains(&v).then(String::new)).into_iter().map(|(v, _)| v).collect()
     }
 
     #[test]
@@ -101,5 +121,18 @@ mod tests {
         // The user's own environment wins.
         assert!(vars(None, &["CARGO_PROFILE_RELEASE_DEBUG"]).is_empty());
         assert_eq!(strip_comment("debug = \"a#b\" # c"), "debug = \"a#b\" ");
+    }
+
+    #[test]
+    fn configuration_files_override_the_manifest() {
+        let dir = std::env::temp_dir().join(format!("rw-cargo-profiles-{}", std::process::id()));
+        let project = dir.join("project");
+        std::fs::create_dir_all(project.join(".cargo")).unwrap();
+        std::fs::write(project.join("Cargo.toml"), "[profile.release]\ndebug = 0\n").unwrap();
+        std::fs::write(project.join(".cargo/config.toml"), "[profile.release]\ndebug = 2\n").unwrap();
+        let texts = settings_texts(Some(&project), &project);
+        assert_eq!(texts.first().map(String::as_str), Some("[profile.release]\ndebug = 0\n"));
+        assert!(debug_env(&texts, |_| None).is_empty(), "the config's full debug info is kept");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

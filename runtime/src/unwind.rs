@@ -149,7 +149,16 @@ fn caller_of(stack: &StackCopy<'_>, frame: &Frame, row: &UnwindTableRow<usize, O
     let cfa = frame.regs.get(usize::from(register.0)).copied().flatten()?.checked_add_signed(offset)?;
     let recover = |rule: RegisterRule<usize>, current: Option<u64>| match rule {
         RegisterRule::SameValue => current,
-        RegisterRule::Offset(n) => stack.read_u64(cfa.checked_add_signed(n)?),
+        // A save slot below the stack pointer was popped already (an epilogue's `pop rbp; ret`, whose
+        // row still names the slot): the register holds the caller's value again.
+        RegisterRule::Offset(n) => {
+            let slot = cfa.checked_add_signed(n)?;
+            if frame.rsp().is_some_and(|sp| slot < sp) {
+                current
+            } else {
+                stack.read_u64(slot)
+            }
+        }
         RegisterRule::ValOffset(n) => cfa.checked_add_signed(n),
         RegisterRule::Register(other) => frame.regs.get(usize::from(other.0)).copied().flatten(),
         _ => None,
@@ -168,4 +177,52 @@ fn caller_of(stack: &StackCopy<'_>, frame: &Frame, row: &UnwindTableRow<usize, O
     }
     caller.regs[DWARF_RSP] = Some(cfa);
     Some(caller)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A leaf function with its own CFI, written out so the test knows every row: at its `ret`, the
+    // row still says rbp is saved at CFA-16, a slot `pop rbp` has already left behind.
+    core::arch::global_asm!(
+        ".pushsection .text.rw_epilogue_leaf,\"ax\",@progbits",
+        ".globl rw_epilogue_leaf",
+        ".type rw_epilogue_leaf,@function",
+        "rw_epilogue_leaf:",
+        ".cfi_startproc",
+        "push rbp",
+        ".cfi_def_cfa_offset 16",
+        ".cfi_offset rbp, -16",
+        "mov rbp, rsp",
+        ".cfi_def_cfa_register rbp",
+        "pop rbp",
+        ".cfi_def_cfa rsp, 8",
+        ".globl rw_epilogue_leaf_ret",
+        "rw_epilogue_leaf_ret:",
+        "ret",
+        ".cfi_endproc",
+        ".size rw_epilogue_leaf, . - rw_epilogue_leaf",
+        ".popsection",
+    );
+    extern "C" {
+        fn rw_epilogue_leaf_ret();
+    }
+
+    #[test]
+    fn a_register_popped_in_the_epilogue_keeps_its_value() {
+        unwind_info::refresh();
+        let ret = rw_epilogue_leaf_ret as unsafe extern "C" fn() as usize as u64;
+        // The interrupted thread at the `ret`: [rsp] is the return address; rbp already the caller's.
+        let stack_words: [u64; 4] = [0x5555_0000_1234, 0, 0, 0];
+        let mut regs = Regs { gpr: [0; 16], rip: ret, rflags: 0 };
+        regs.gpr[Regs::RSP] = stack_words.as_ptr() as u64;
+        regs.gpr[Regs::RBP] = 0x7fff_0000_0040;
+        let bytes: Vec<u8> = stack_words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let stack = StackCopy { base: regs.rsp(), bytes: &bytes };
+        let caller = step(&stack, &Frame::from_regs(&regs), ret).expect("a caller");
+        assert_eq!(caller.pc, 0x5555_0000_1234);
+        assert_eq!(caller.rsp(), Some(regs.rsp() + 8));
+        assert_eq!(caller.regs[DWARF_RBP], Some(0x7fff_0000_0040), "rbp was lost at the epilogue");
+    }
 }

@@ -11,7 +11,7 @@ use crate::options::{Options, ReportFormat};
 use crate::report::{self, AccessReport, RaceReport, ThreadNames};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::{log, queue, stats, sys};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -132,11 +132,22 @@ fn location(stack: &[Frame], pc: u64) -> Location {
     }
 }
 
+/// What became of a pair of PCs the first time it was judged.
+#[derive(Clone, Copy)]
+enum Verdict {
+    /// Printed, or its source locations had been printed already.
+    Reported,
+    /// Both accesses atomic on review (or atomic against plain with `report_atomic_races=0`).
+    NotARace,
+    Suppressed,
+}
+
 /// Turns race events into printed reports: dedup, symbolization, suppression, rendering.
 pub struct Reporter {
     config: Config,
     pid: u32,
-    seen: HashSet<(u64, u64)>,
+    /// Unordered PC pairs judged so far, with their verdicts.
+    seen: HashMap<(u64, u64), Verdict>,
     seen_locations: HashSet<(Location, Location)>,
     threads: ThreadNames,
     symbolizer: Symbolizer,
@@ -148,7 +159,7 @@ impl Reporter {
         Reporter {
             config,
             pid,
-            seen: HashSet::new(),
+            seen: HashMap::new(),
             seen_locations: HashSet::new(),
             threads: ThreadNames::new(pid),
             symbolizer: Symbolizer::new(),
@@ -156,18 +167,33 @@ impl Reporter {
     }
 
     /// The rendered report for `event`, or `None` when this unordered pair of
-    /// PCs was already seen or a suppression matches (any frame of either
-    /// full stack, before [`report::short_backtrace`] cuts them).
+    /// PCs was already judged, the review finds it is no race, its source
+    /// locations were already reported, or a suppression matches (any frame of
+    /// either full stack, before [`report::short_backtrace`] cuts them).
     pub fn render(&mut self, event: &RaceEvent) -> Option<String> {
         let (a, b) = (event.current.pc, event.previous.pc);
-        if !self.seen.insert((a.min(b), a.max(b))) {
-            stats::bump(stats::Counter::RacesRepeated);
+        let pair = (a.min(b), a.max(b));
+        // A pair is judged once (the verdict depends only on its two PCs); a repeat counts as it did.
+        if let Some(verdict) = self.seen.get(&pair) {
+            match verdict {
+                Verdict::Reported => stats::bump(stats::Counter::RacesRepeated),
+                Verdict::NotARace => stats::bump(stats::Counter::ReviewedNotRaces),
+                Verdict::Suppressed => {}
+            }
             return None;
         }
+        let (verdict, text) = self.judge(event);
+        self.seen.insert(pair, verdict);
+        text
+    }
+
+    /// The verdict on a pair seen for the first time, and its report when it is printed.
+    fn judge(&mut self, event: &RaceEvent) -> (Verdict, Option<String>) {
+        let (a, b) = (event.current.pc, event.previous.pc);
         let current_stack = self.symbolize(&event.current);
         let previous_stack = self.symbolize(&event.previous);
         if self.is_suppressed(&current_stack) || self.is_suppressed(&previous_stack) {
-            return None;
+            return (Verdict::Suppressed, None);
         }
         // Judge again with what the debug info says: a tag that is only a compiler-only fence's label is
         // not an atomic access; accesses made by atomic inline assembly (a rule) are atomic.
@@ -184,7 +210,7 @@ impl Reporter {
         let mixed = current_record.is_atomic != previous_record.is_atomic;
         if both_atomic || (mixed && !self.config.report_atomic_races) {
             stats::bump(stats::Counter::ReviewedNotRaces);
-            return None;
+            return (Verdict::NotARace, None);
         }
         // One report per unordered pair of source locations: an unrolled or vectorised loop has many
         // PCs on one line.
@@ -192,16 +218,17 @@ impl Reporter {
         let key = if here <= there { (here, there) } else { (there, here) };
         if !self.seen_locations.insert(key) {
             stats::bump(stats::Counter::RacesRepeated);
-            return None;
+            return (Verdict::Reported, None);
         }
         // Threads are numbered only once their race is really reported.
         let current = self.access(&current_record, current_stack);
         let previous = self.access(&previous_record, previous_stack);
         let race = RaceReport { pid: self.pid, current, previous };
-        Some(match self.config.format {
+        let text = match self.config.format {
             ReportFormat::Text => report::render_text_with(&race, self.config.full_stacks),
             ReportFormat::Json => report::render_json(&race),
-        })
+        };
+        (Verdict::Reported, Some(text))
     }
 
     /// Renders, prints and counts `event`; halts the process when configured to.

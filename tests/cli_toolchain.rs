@@ -298,6 +298,9 @@ fn cargo_test_coverage_leaves_a_merged_report() {
         user["files"].as_array().unwrap().iter().find(|f| f["display"] == "src/main.rs").expect("src/main.rs");
     let spin = main_rs["functions"].as_array().unwrap().iter().find(|r| r["name"] == "rw_cargo_coverage::spin");
     let spin = spin.unwrap_or_else(|| panic!("no spin row in {main_rs}"));
+    // The harness's generated `main` (at line 1) is not listed among the user's functions.
+    let names: Vec<&str> = main_rs["functions"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+    assert!(!names.contains(&"rw_cargo_coverage::main"), "{names:?}");
     assert_eq!(spin["covered"], true);
     assert!(spin["samples"].as_u64().unwrap() > 0, "{spin}");
     // A failing run keeps cargo's status, and the report is still written (HTML this time).

@@ -155,6 +155,11 @@ impl ModuleCoverage {
         }
         rows.sort_by_key(|r| r.address);
         rows.dedup_by_key(|r| r.address);
+        // A test binary's `main` is the harness rustc generates, placed at line 1 of the crate root
+        // (`lib.rs:1`, `tests/x.rs:1`): not a function the user wrote.
+        if module.functions.iter().any(|f| f.name == "test::test_main_static") {
+            rows.retain(|r| !(r.name.ends_with("::main") && r.source.as_ref().is_some_and(|s| s.line == 1)));
+        }
         let summary = Summary::of(&rows, module.atomics.len());
         ModuleCoverage {
             path: module.path.to_string_lossy().into_owned(),

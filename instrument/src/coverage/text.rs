@@ -113,11 +113,9 @@ pub fn render(report: &Report, layout: Layout) -> String {
 }
 
 fn heading(out: &mut String, report: &Report, width: usize) {
-    let binaries = report.binaries.len();
-    let _ = write!(out, "racewatch coverage: {binaries} binar{}", if binaries == 1 { "y" } else { "ies" });
+    let _ = write!(out, "racewatch coverage: {}", plural(report.binaries.len() as u64, "binary"));
     if let Some(p) = &report.profile {
-        let _ =
-            write!(out, ", run-time profiles of {} process{}", p.processes, if p.processes == 1 { "" } else { "es" });
+        let _ = write!(out, ", run-time profiles of {}", plural(p.processes as u64, "process"));
     }
     out.push('\n');
     for b in &report.binaries {

@@ -101,19 +101,12 @@ pub fn run(mut args: Args) -> ExitCode {
     };
     let cwd = std::env::current_dir().unwrap_or_default();
     let settings = cargo_profiles::settings_texts(workspace.as_ref().map(|w| w.root.as_path()), &cwd);
-    for (var, value) in cargo_profiles::debug_env(&settings, |var| std::env::var(var).ok()) {
+    for (var, value) in cargo_profiles::profile_env(&settings, |var| std::env::var(var).ok()) {
         cmd.env(var, value);
     }
     if !has_option(&args.args, "--target-dir") {
         if let Some(dir) = &racewatch_target {
             cmd.env("CARGO_TARGET_DIR", dir);
-        }
-    }
-
-    // cargo strips release builds' debug info by default, line tables included: reports would lose file:line.
-    for var in ["CARGO_PROFILE_RELEASE_STRIP", "CARGO_PROFILE_BENCH_STRIP"] {
-        if std::env::var_os(var).is_none() {
-            cmd.env(var, "false");
         }
     }
 

@@ -6,7 +6,7 @@
 //! lose their qualified names. Instead, a profile that would have no line tables gets
 //! `CARGO_PROFILE_<NAME>_DEBUG=limited` — line tables plus the function entries that give inlined
 //! frames their path-qualified names (`tc::work::bump`, not `bump`), in sections the program never
-//! loads — and any other keeps what the project chose.
+//! loads — and any other keeps what the project chose. Release builds are also kept unstripped.
 
 /// The texts that can set a profile's `debug`, lowest precedence first: the workspace manifest, then
 /// cargo's configuration files (`$CARGO_HOME/config.toml`, then `.cargo/config.toml` from the root
@@ -25,9 +25,22 @@ pub fn settings_texts(workspace_root: Option<&Path>, cwd: &Path) -> Vec<String> 
     files.iter().filter_map(|file| std::fs::read_to_string(file).ok()).collect()
 }
 
+/// Every profile variable `racewatch cargo` sets: [`debug_env`]'s, and `strip = false` for the
+/// release-based profiles (cargo strips their debug info by default, line tables included), each
+/// unless the user's environment sets it.
+pub fn profile_env(texts: &[String], env: impl Fn(&str) -> Option<String>) -> Vec<(String, &'static str)> {
+    let strip = ["CARGO_PROFILE_RELEASE_STRIP", "CARGO_PROFILE_BENCH_STRIP"]
+        .into_iter()
+        .filter(|var| env(var).is_none())
+        .map(|var| (var.to_string(), "false"));
+    let mut vars = debug_env(texts, &env);
+    vars.extend(strip);
+    vars
+}
+
 /// The environment variables to set: one per built-in profile whose debug setting (from the
 /// environment, else the last of `texts` that sets it, else cargo's default) has no line tables.
-pub fn debug_env(texts: &[String], env: impl Fn(&str) -> Option<String>) -> Vec<(String, &'static str)> {
+fn debug_env(texts: &[String], env: impl Fn(&str) -> Option<String>) -> Vec<(String, &'static str)> {
     // `test` inherits `dev`'s setting and `bench` `release`'s, unless the manifest sets theirs.
     [("dev", true), ("test", true), ("release", false), ("bench", false)]
         .into_iter()
@@ -121,6 +134,19 @@ mod tests {
         // The user's own environment wins.
         assert!(vars(None, &["CARGO_PROFILE_RELEASE_DEBUG"]).is_empty());
         assert_eq!(strip_comment("debug = \"a#b\" # c"), "debug = \"a#b\" ");
+    }
+
+    #[test]
+    fn release_builds_stay_unstripped_unless_the_user_says() {
+        let strip = |set: &[&str]| -> Vec<String> {
+            profile_env(&[], |v| set.contains(&v).then(String::new))
+                .into_iter()
+                .filter(|(v, value)| v.ends_with("_STRIP") && *value == "false")
+                .map(|(v, _)| v)
+                .collect()
+        };
+        assert_eq!(strip(&[]), ["CARGO_PROFILE_RELEASE_STRIP", "CARGO_PROFILE_BENCH_STRIP"]);
+        assert_eq!(strip(&["CARGO_PROFILE_RELEASE_STRIP"]), ["CARGO_PROFILE_BENCH_STRIP"]);
     }
 
     #[test]

@@ -254,7 +254,7 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
 
     let traps = slot.count.load(Ordering::Acquire);
     let mut races = 0;
-    // A's stack so far is the cheap frame-pointer walk; a race gets the full unwind (once).
+    // A's record carries no stack yet: the first event queued gets the CFI unwind (once per watch).
     let mut access = *access;
     let mut unwound = false;
     let mut reported = [0u64; MAX_RECORDS];

@@ -78,7 +78,6 @@ fn thread_count() -> usize {
 }
 
 fn start(opts: &Options) -> bool {
-    thread::init_exit_hook(thread_exit_hook);
     unwind_info::refresh();
     reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
@@ -89,24 +88,18 @@ fn start(opts: &Options) -> bool {
     }
     signal::virtualise_thread_mask();
     crate::intercept::adopt_installed_handlers();
-    stacks::record_current_thread();
+    stacks::record_current_thread(thread::register_current());
     OWNER.store(thread::getpid(), Ordering::Release);
     true
 }
 
-/// Runs in every thread created through the interposer, before the program's start routine; `stack`
-/// is the size of its stack.
-pub fn thread_hook(trap_blocked: bool, stack: usize) {
-    signal::set_trap_blocked(trap_blocked);
+/// Runs in every thread created through the interposer, before the program's start routine.
+pub fn thread_hook(start: &thread::ThreadStart) {
+    signal::set_trap_blocked(start.trap_blocked);
+    // A mask given with `pthread_attr_setsigmask_np` is in the kernel already: keep SIGTRAP out of it.
+    signal::virtualise_thread_mask();
     if is_running() {
-        stacks::thread_started(stack);
-        thread::call_at_exit();
-    }
-}
-
-extern "C" fn thread_exit_hook(_: *mut libc::c_void) {
-    if !is_sandboxed() {
-        stacks::thread_exiting();
+        stacks::thread_started(thread::register_current(), start.stack, start.alt_stack);
     }
 }
 
@@ -153,6 +146,8 @@ extern "C" fn after_fork_in_child() {
         queue::reset_after_fork();
         reporter::forget_after_fork();
         thread::forget_runtime_threads();
+        stacks::forget_after_fork();
+        thread::forget_known_threads();
         stats::reset();
         STATS_PRINTED.store(false, Ordering::Release);
         profile::reset_after_fork();

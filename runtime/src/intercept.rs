@@ -29,7 +29,7 @@
 
 use crate::sys::ptr::{opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
-use crate::sys::{fatal, fd, signal, thread, unwind_info};
+use crate::sys::{fatal, fd, signal, stacks, thread, unwind_info};
 use crate::{detector, log};
 use std::ffi::{c_int, c_long, c_uint, c_ulong, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,7 +49,13 @@ pub extern "C" fn pthread_create(
     if !signal::is_installed() || detector::is_sandboxed() {
         return real::pthread_create(thread, attr, start, arg);
     }
-    thread::create_hooked(thread, attr, start, arg, detector::thread_hook, signal::trap_blocked())
+    let stack = stacks::stack_size_of(attr);
+    let info = thread::ThreadStart {
+        trap_blocked: signal::trap_blocked(),
+        stack,
+        alt_stack: if detector::is_running() { stacks::alt_stack_size_for(stack) } else { 0 },
+    };
+    thread::create_hooked(thread, attr, start, arg, detector::thread_hook, info)
 }
 
 /// Interposed `sigaction`.
@@ -76,7 +82,11 @@ pub extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut l
             *old = signal::program_action();
         }
         if let Some(act) = opt_ref(act) {
+            let handled = program_handles_trap();
             signal::set_program_action(act);
+            if handled != program_handles_trap() {
+                apply_trap_rule(false);
+            }
         }
         return 0;
     }
@@ -110,13 +120,27 @@ fn signal_bit(sig: c_int) -> Option<u64> {
 /// alternate stack before any check of ours runs; our signals wait until the handler returns (and
 /// are then dropped as late). Elsewhere, no: a blocked signal of ours would be queued where the
 /// program's `sigwait`/`signalfd` could take it.
+///
+/// Not while the program has a `SIGTRAP` handler of its own: an `int3` or a debugger's trap inside
+/// such a handler must reach it (a blocked synchronous `SIGTRAP` kills the process).
 fn blocks_trap_in_kernel(flags: c_int) -> bool {
-    flags & libc::SA_ONSTACK != 0
+    flags & libc::SA_ONSTACK != 0 && !program_handles_trap()
+}
+
+fn program_handles_trap() -> bool {
+    !matches!(signal::program_action().sa_sigaction, libc::SIG_DFL | libc::SIG_IGN)
 }
 
 /// Brings the handlers the program installed before the runtime took `SIGTRAP` under the rule of
 /// [`blocks_trap_in_kernel`], remembering their masks as the program set them.
 pub fn adopt_installed_handlers() {
+    apply_trap_rule(true);
+}
+
+/// Puts every installed handler's kernel mask under the rule of [`blocks_trap_in_kernel`] (again,
+/// after the program's own `SIGTRAP` handler came or went). `adopting`: the kernel's masks are the
+/// program's own (the first time), to be remembered.
+fn apply_trap_rule(adopting: bool) {
     for sig in 1..=64 {
         let Some(bit) = signal_bit(sig) else { continue };
         if sig == libc::SIGTRAP || sig == libc::SIGKILL || sig == libc::SIGSTOP {
@@ -127,38 +151,165 @@ pub fn adopt_installed_handlers() {
         if real::sigaction(sig, std::ptr::null(), &mut current) != 0 {
             continue;
         }
-        let program_has_trap = signal::has_trap(&current.sa_mask);
-        if program_has_trap {
+        let kernel_has_trap = signal::has_trap(&current.sa_mask);
+        if adopting && kernel_has_trap {
             PROGRAM_MASK_HAS_TRAP.fetch_or(bit, Ordering::AcqRel);
         }
         let handler = current.sa_sigaction;
         let wanted = blocks_trap_in_kernel(current.sa_flags);
-        if handler != libc::SIG_DFL && handler != libc::SIG_IGN && wanted != program_has_trap {
+        if handler != libc::SIG_DFL && handler != libc::SIG_IGN && wanted != kernel_has_trap {
             current.sa_mask = signal::with_trap(&current.sa_mask, wanted);
             real::sigaction(sig, &current, std::ptr::null_mut());
         }
     }
 }
 
-/// Interposed `signal` (glibc's calls its internal `sigaction`, which the interposer above never sees).
+/// Interposed `signal` (glibc's calls its internal `sigaction`, which the interposer above never sees):
+/// BSD semantics, as glibc's: the handler restarts system calls and has its own signal blocked.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if fatal::covers(sig) {
-        fatal::release(sig);
-        let replaced = real::signal(sig, handler);
-        return if replaced == libc::SIG_ERR { replaced } else { libc::SIG_DFL };
+    install_simple(sig, handler, libc::SA_RESTART, true)
+}
+
+/// Interposed `bsd_signal` (glibc's `signal` under another name).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    install_simple(sig, handler, libc::SA_RESTART, true)
+}
+
+/// Interposed `ssignal` (glibc's `signal` under another name).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn ssignal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    install_simple(sig, handler, libc::SA_RESTART, true)
+}
+
+/// Interposed `__sysv_signal`: what `signal` is in a program built for strict ISO C or POSIX
+/// (`-std=c11`): a one-shot handler, not blocked in itself, that interrupts system calls.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn __sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    install_simple(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER, false)
+}
+
+/// Interposed `sysv_signal`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    __sysv_signal(sig, handler)
+}
+
+/// `SIG_HOLD` of System V's `sigset` (glibc's value).
+const SIG_HOLD: libc::sighandler_t = 2;
+
+/// Interposed `sigset` (System V): installs a handler with an empty mask and unblocks the signal, or
+/// with `SIG_HOLD` blocks it; returns `SIG_HOLD` when the signal was blocked before.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn sigset(sig: c_int, disposition: libc::sighandler_t) -> libc::sighandler_t {
+    let Some(set) = single(sig) else { return libc::SIG_ERR };
+    // SAFETY: zeroed sigset/sigaction are valid out-parameters.
+    let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    let how = if disposition == SIG_HOLD { libc::SIG_BLOCK } else { libc::SIG_UNBLOCK };
+    if disposition != SIG_HOLD {
+        let act = simple_action(disposition, 0, None);
+        if sigaction(sig, &act, &mut old) != 0 {
+            return libc::SIG_ERR;
+        }
+    } else if sigaction(sig, std::ptr::null(), &mut old) != 0 {
+        return libc::SIG_ERR;
     }
-    if sig != libc::SIGTRAP || !signal::is_installed() {
-        return real::signal(sig, handler);
+    if masked(how, &set, &mut old_mask, real::sigprocmask) != 0 {
+        return libc::SIG_ERR;
     }
-    let old = signal::program_action().sa_sigaction;
-    let mut action = signal::program_action();
-    action.sa_sigaction = handler;
-    // BSD semantics, as glibc's signal(): restart, and the signal blocked in its own handler.
-    action.sa_flags = libc::SA_RESTART;
-    action.sa_mask = signal::with_trap(&signal::from_bits(0), true);
-    signal::set_program_action(&action);
-    old
+    // SAFETY: reads the live local set.
+    if unsafe { libc::sigismember(&old_mask, sig) } == 1 {
+        SIG_HOLD
+    } else {
+        old.sa_sigaction
+    }
+}
+
+/// Interposed `sigignore` (System V).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn sigignore(sig: c_int) -> c_int {
+    sigaction(sig, &simple_action(libc::SIG_IGN, 0, None), std::ptr::null_mut())
+}
+
+/// Interposed `sighold` (System V).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn sighold(sig: c_int) -> c_int {
+    single(sig).map_or(-1, |set| masked(libc::SIG_BLOCK, &set, std::ptr::null_mut(), real::sigprocmask))
+}
+
+/// Interposed `sigrelse` (System V).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn sigrelse(sig: c_int) -> c_int {
+    single(sig).map_or(-1, |set| masked(libc::SIG_UNBLOCK, &set, std::ptr::null_mut(), real::sigprocmask))
+}
+
+/// Interposed `siginterrupt`: whether the signal's handler interrupts system calls (`SA_RESTART` off).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int {
+    // SAFETY: zeroed sigaction is a valid out-parameter.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    if sigaction(sig, std::ptr::null(), &mut action) != 0 {
+        return -1;
+    }
+    if interrupt != 0 {
+        action.sa_flags &= !libc::SA_RESTART;
+    } else {
+        action.sa_flags |= libc::SA_RESTART;
+    }
+    sigaction(sig, &action, std::ptr::null_mut())
+}
+
+/// The set holding only `sig` (`None`, with `EINVAL`, for a signal number libc refuses).
+fn single(sig: c_int) -> Option<libc::sigset_t> {
+    // SAFETY: sigemptyset/sigaddset write only the live local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        (libc::sigaddset(&mut set, sig) == 0).then_some(set)
+    }
+}
+
+/// A `sigaction` for `handler` with `flags`, blocking `blocked` (or nothing) while it runs.
+fn simple_action(handler: libc::sighandler_t, flags: c_int, blocked: Option<c_int>) -> libc::sigaction {
+    // SAFETY: zeroed sigaction is SIG_DFL with an empty mask; the fields are then set.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler;
+    act.sa_flags = flags;
+    if let Some(set) = blocked.and_then(single) {
+        act.sa_mask = set;
+    }
+    act
+}
+
+/// The `signal` family: installs `handler` through the `sigaction` interposer; returns the previous
+/// handler, or `SIG_ERR`.
+fn install_simple(sig: c_int, handler: libc::sighandler_t, flags: c_int, block_self: bool) -> libc::sighandler_t {
+    let act = simple_action(handler, flags, block_self.then_some(sig));
+    // SAFETY: zeroed sigaction is a valid out-parameter.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    if sigaction(sig, &act, &mut old) != 0 {
+        return libc::SIG_ERR;
+    }
+    old.sa_sigaction
+}
+
+/// Interposed `sigaltstack`: the program sees and sets only its own alternate stack (the runtime's,
+/// given to every thread it knows, is hidden; [`stacks::program_sigaltstack`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn sigaltstack(new: *const libc::stack_t, old: *mut libc::stack_t) -> c_int {
+    errno_result(stacks::program_sigaltstack(opt_ref(new), opt_mut(old)))
+}
+
+/// 0, or -1 with `errno` set from a `-errno` result.
+fn errno_result(rc: i32) -> c_int {
+    if rc >= 0 {
+        return 0;
+    }
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = -rc };
+    -1
 }
 
 /// Interposed `sigprocmask`.
@@ -292,9 +443,75 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
             closing(a as c_uint as u64, b as c_uint as u64)
         }
         libc::SYS_dup2 | libc::SYS_dup3 => replacing(b as c_int),
+        // The signal calls the runtime virtualises, made raw: the same doors as their libc wrappers.
+        libc::SYS_rt_sigaction if signal::is_installed() && d == 8 => {
+            return raw_sigaction(a as c_int, a_ptr(b), a_ptr::<KernelSigaction>(c) as *mut KernelSigaction).into()
+        }
+        libc::SYS_rt_sigprocmask if signal::is_installed() && d == 8 => {
+            return raw_sigprocmask(a as c_int, a_ptr(b), a_ptr::<u64>(c) as *mut u64).into()
+        }
+        libc::SYS_sigaltstack => return sigaltstack(a_ptr(a), a_ptr::<libc::stack_t>(b) as *mut libc::stack_t).into(),
         _ => {}
     }
     real::syscall(number, [a, b, c, d, e, f])
+}
+
+/// A raw system call's pointer argument.
+fn a_ptr<T>(word: c_long) -> *const T {
+    word as usize as *const T
+}
+
+/// `SA_RESTORER` (x86-64): the C library sets its own restorer.
+const SA_RESTORER: c_int = 0x0400_0000;
+
+/// The kernel's `struct sigaction` on x86-64 (what raw `rt_sigaction` takes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct KernelSigaction {
+    handler: usize,
+    flags: c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// Raw `rt_sigaction`, through the `sigaction` interposer.
+fn raw_sigaction(sig: c_int, act: *const KernelSigaction, old: *mut KernelSigaction) -> c_int {
+    let act = opt_ref(act).map(|k| {
+        // SAFETY: zeroed sigaction is SIG_DFL with an empty mask; the fields are then set.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = k.handler;
+        act.sa_flags = k.flags as c_int & !SA_RESTORER;
+        act.sa_mask = signal::from_bits(k.mask);
+        act
+    });
+    // SAFETY: zeroed sigaction is a valid out-parameter.
+    let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
+    let rc = sigaction(sig, act.as_ref().map_or(std::ptr::null(), |a| a), &mut previous);
+    if rc == 0 {
+        if let Some(old) = opt_mut(old) {
+            *old = KernelSigaction {
+                handler: previous.sa_sigaction,
+                flags: previous.sa_flags as c_ulong,
+                restorer: previous.sa_restorer.map_or(0, |r| r as usize),
+                mask: signal::to_bits(&previous.sa_mask),
+            };
+        }
+    }
+    rc
+}
+
+/// Raw `rt_sigprocmask`, through the mask interposer.
+fn raw_sigprocmask(how: c_int, set: *const u64, old: *mut u64) -> c_int {
+    let set = opt_ref(set).map(|bits| signal::from_bits(*bits));
+    // SAFETY: zeroed sigset is a valid out-parameter.
+    let mut previous: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let rc = masked(how, set.as_ref().map_or(std::ptr::null(), |s| s), &mut previous, real::sigprocmask);
+    if rc == 0 {
+        if let Some(old) = opt_mut(old) {
+            *old = signal::to_bits(&previous);
+        }
+    }
+    rc
 }
 
 /// Interposed `dlclose`: no stack unwind may read a module's `.eh_frame` while the loader unmaps it.

@@ -21,7 +21,7 @@
 //! (one raised meanwhile is delivered, flagged async, on return), and no
 //! program handler nests on top of ours on a small alternate stack.
 
-use crate::sys::{real, stacks};
+use crate::sys::{raw, real, stacks, thread};
 use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -141,23 +141,40 @@ pub fn install(claims: Claims, handler: PerfHandler) -> io::Result<()> {
         return Ok(());
     }
     stacks::init_pool();
-    // SAFETY: zeroed `sigaction` is a valid "SIG_DFL, empty mask" value; we then fill
-    // in our handler and flags; `old` receives the previous disposition.
-    unsafe {
-        let mut new: libc::sigaction = std::mem::zeroed();
-        new.sa_sigaction = on_sigtrap as *const () as usize;
-        new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
-        // Every signal waits while the handler runs (at most a watch window): a program handler
-        // must never nest on top of ours on a small alternate stack.
-        libc::sigfillset(&mut new.sa_mask);
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if real::sigaction(libc::SIGTRAP, &new, &mut old) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        record(&old);
+    // SAFETY: zeroed `sigaction` is a valid "SIG_DFL, empty mask" value to receive the old one.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    if real::sigaction(libc::SIGTRAP, std::ptr::null(), &mut old) != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    record(&old);
+    if !install_kernel_action() {
+        return Err(io::Error::last_os_error());
     }
     INSTALLED.store(true, Ordering::Release);
     Ok(())
+}
+
+/// Puts the runtime's handler in the kernel with flags that follow the program's recorded
+/// disposition: `SA_RESTART` as the program's handler has it (the runtime's own signals only ever
+/// interrupt user code, so this decides only what a foreign `SIGTRAP` does to a system call).
+/// Every signal, the C library's internal ones (cancellation, `setxid`) included, waits while the
+/// handler runs (at most a watch window): a program handler never nests on top of ours on a small
+/// alternate stack, and a `pthread_cancel` never acts inside it.
+fn install_kernel_action() -> bool {
+    let program = program_action();
+    let restart = match program.sa_sigaction {
+        libc::SIG_DFL | libc::SIG_IGN => libc::SA_RESTART,
+        _ => program.sa_flags & libc::SA_RESTART,
+    };
+    // SAFETY: zeroed `sigaction` is a valid "SIG_DFL, empty mask" value; we then fill in our handler,
+    // flags and mask. The kernel's sigset is the first 64 bits of glibc's, which glibc passes as is.
+    unsafe {
+        let mut new: libc::sigaction = std::mem::zeroed();
+        new.sa_sigaction = on_sigtrap as *const () as usize;
+        new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | restart;
+        *(&mut new.sa_mask as *mut libc::sigset_t as *mut u64) = u64::MAX;
+        real::sigaction(libc::SIGTRAP, &new, std::ptr::null_mut()) == 0
+    }
 }
 
 /// Whether the runtime owns `SIGTRAP` (the program's calls are then virtualised).
@@ -187,9 +204,14 @@ pub fn program_action() -> libc::sigaction {
     action
 }
 
-/// Records `action` as the program's `SIGTRAP` disposition (the kernel's stays the runtime's).
+/// Records `action` as the program's `SIGTRAP` disposition (the kernel's stays the runtime's, with
+/// the program's `SA_RESTART`).
 pub fn set_program_action(action: &libc::sigaction) {
+    let restart_before = program_action().sa_flags & libc::SA_RESTART;
     record(action);
+    if INSTALLED.load(Ordering::Acquire) && program_action().sa_flags & libc::SA_RESTART != restart_before {
+        install_kernel_action();
+    }
 }
 
 /// Signals 1..=64 of `set` as bits 0..=63.
@@ -300,42 +322,60 @@ fn perf_fields(info: &libc::siginfo_t) -> (u64, u32, u32, u64) {
     }
 }
 
-extern "C" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // SAFETY: errno is thread-local; we restore it so the interrupted code never sees our syscalls.
+extern "C-unwind" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // A thread the runtime does not know (a raw `clone`, maybe sharing another thread's TLS): nothing
+    // thread-local is touched, the runtime's signals are dropped, others go to the program.
+    let known = thread::known_slot(raw::gettid()).is_some();
+    if info.is_null() || ctx.is_null() {
+        chain(sig, info, ctx, known);
+        return;
+    }
+    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
+    let claimed = claimed(unsafe { &*info });
+    if claimed.is_none() {
+        chain(sig, info, ctx, known);
+        return;
+    }
+    if !known {
+        return;
+    }
+    // SAFETY: errno is thread-local and this thread's own (a known thread has its own TLS); we
+    // restore it so the interrupted code never sees our syscalls.
     let errno_slot = unsafe { libc::__errno_location() };
     // SAFETY: `errno_slot` is this thread's errno.
     let saved_errno = unsafe { *errno_slot };
-    if info.is_null() || ctx.is_null() || !dispatch(info, ctx) {
-        chain(sig, info, ctx);
-    }
+    dispatch(claimed, ctx);
     // SAFETY: as above.
     unsafe { *errno_slot = saved_errno };
 }
 
-/// Runs the runtime's callback for a claimed perf signal; false when the signal is not the runtime's.
-fn dispatch(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) -> bool {
-    // SAFETY: the kernel passes a valid siginfo_t and ucontext_t to an SA_SIGINFO handler.
-    let (info, uc) = unsafe { (&*info, &*(ctx as *const libc::ucontext_t)) };
+/// The `TRAP_PERF` fields of a signal one of the runtime's events sent; `None` for any other.
+fn claimed(info: &libc::siginfo_t) -> Option<(u64, u32, u32, u64)> {
     let claims = CLAIMS.load(Ordering::Acquire);
     if info.si_code != TRAP_PERF || claims == 0 {
-        return false;
+        return None;
     }
-    let (data, kind, flags, addr) = perf_fields(info);
+    let fields = perf_fields(info);
     // SAFETY: CLAIMS only ever holds a `Claims` stored by `install`.
     let claims: Claims = unsafe { std::mem::transmute::<usize, Claims>(claims) };
-    if !claims(data) {
-        return false;
-    }
+    claims(fields.0).then_some(fields)
+}
+
+/// Runs the runtime's callback for a claimed perf signal in a known thread.
+fn dispatch(claimed: Option<(u64, u32, u32, u64)>, ctx: *mut libc::c_void) {
+    let Some((data, kind, flags, addr)) = claimed else { return };
+    // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler.
+    let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
     let handler = HANDLER.load(Ordering::Acquire);
     if handler == 0 {
-        return true; // Detection is off: drop it.
+        return; // Detection is off: drop it.
     }
     // SAFETY: HANDLER only ever holds a `PerfHandler` stored by `install`.
     let handler: PerfHandler = unsafe { std::mem::transmute::<usize, PerfHandler>(handler) };
     let room = stacks::host_room(stacks::current_sp());
     if room.is_some_and(|room| room < stacks::HOST_BUDGET) {
         SKIPPED_FOR_STACK.fetch_add(1, Ordering::Relaxed);
-        return true;
+        return;
     }
     let signal = PerfSignal { data, kind, flags, addr, regs: Regs::from_ucontext(uc) };
     ACTIVE.fetch_add(1, Ordering::SeqCst);
@@ -344,7 +384,6 @@ fn dispatch(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) -> bool {
         SKIPPED_FOR_STACK.fetch_add(1, Ordering::Relaxed);
     }
     ACTIVE.fetch_sub(1, Ordering::SeqCst);
-    true
 }
 
 /// How many claimed signals were dropped for lack of stack room (or of a free runtime stack).
@@ -360,9 +399,12 @@ pub fn wait_until_quiet(timeout_ms: u64) {
     }
 }
 
-/// Passes a signal that is not the runtime's to the program's disposition.
-fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    if trap_blocked() && !info.is_null() && !ctx.is_null() {
+/// Passes a signal that is not the runtime's to the program's disposition, as the kernel would have
+/// delivered it: blocked while the program has it blocked, with the program's handler mask, on the
+/// stack the program's flags choose. `known`: the calling thread is one the runtime knows (its
+/// thread-local state may be read).
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, known: bool) {
+    if known && trap_blocked() && !info.is_null() && !ctx.is_null() {
         make_pending(sig, info, ctx);
         return;
     }
@@ -370,42 +412,48 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     match action.sa_sigaction {
         libc::SIG_IGN => {}
         libc::SIG_DFL => {
-            // SAFETY: restoring the default action and re-raising to this thread: the
-            // signal stays pending (SIGTRAP is blocked in here) and takes its default
-            // action (core dump) as soon as the handler returns.
-            unsafe {
-                let mut dfl: libc::sigaction = std::mem::zeroed();
-                dfl.sa_sigaction = libc::SIG_DFL;
-                real::sigaction(libc::SIGTRAP, &dfl, std::ptr::null_mut());
-                libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), sig);
-            }
+            // Restore the default action and re-raise to this thread: the signal stays pending
+            // (SIGTRAP is blocked in here) and takes its default action (core dump) as soon as the
+            // handler returns.
+            // SAFETY: zeroed sigaction is SIG_DFL with an empty mask.
+            let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+            real::sigaction(libc::SIGTRAP, &dfl, std::ptr::null_mut());
+            raw::tgkill(raw::getpid(), raw::gettid(), sig);
         }
         handler => {
             if action.sa_flags & libc::SA_RESETHAND != 0 {
                 PROGRAM_HANDLER.store(libc::SIG_DFL, Ordering::Release);
             }
+            // SAFETY: a non-null `ctx` is the kernel's ucontext for this delivery.
+            let uc = unsafe { (ctx as *const libc::ucontext_t).as_ref() };
             // The mask the program's handler would run with: the interrupted one, its sa_mask and
             // (without SA_NODEFER) SIGTRAP itself.
-            // SAFETY: a non-null `ctx` is the kernel's ucontext for this delivery.
-            let interrupted =
-                unsafe { (ctx as *const libc::ucontext_t).as_ref() }.map_or(from_bits(0), |uc| uc.uc_sigmask);
-            let bits = to_bits(&interrupted) | to_bits(&action.sa_mask);
-            let trap = action.sa_flags & libc::SA_NODEFER == 0;
-            let mask = with_trap(&from_bits(bits), trap);
-            let mut old: libc::sigset_t = action.sa_mask;
-            real::pthread_sigmask(libc::SIG_SETMASK, &mask, &mut old);
-            if action.sa_flags & libc::SA_SIGINFO != 0 {
-                // SAFETY: the program installed this as an SA_SIGINFO handler; we pass it the
-                // arguments the kernel gave us.
-                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                    unsafe { std::mem::transmute(handler) };
-                f(sig, info, ctx);
-            } else {
-                // SAFETY: the program installed this as a classic one-argument handler.
-                let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
-                f(sig);
+            let interrupted = uc.map_or(0, |uc| to_bits(&uc.uc_sigmask));
+            let trap = if action.sa_flags & libc::SA_NODEFER == 0 { 1 << (libc::SIGTRAP - 1) } else { 0 };
+            let old = raw::sigprocmask(libc::SIG_SETMASK, Some(interrupted | to_bits(&action.sa_mask) | trap));
+            let mut call = || {
+                if action.sa_flags & libc::SA_SIGINFO != 0 {
+                    // SAFETY: the program installed this as an SA_SIGINFO handler; we pass it the
+                    // arguments the kernel gave us.
+                    let f: extern "C-unwind" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                        unsafe { std::mem::transmute(handler) };
+                    f(sig, info, ctx);
+                } else {
+                    // SAFETY: the program installed this as a classic one-argument handler.
+                    let f: extern "C-unwind" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+                    f(sig);
+                }
+            };
+            let onstack = action.sa_flags & libc::SA_ONSTACK != 0;
+            match uc.and_then(|uc| {
+                stacks::program_handler_top(uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize, onstack)
+            }) {
+                Some(top) => stacks::run_at(top, &mut call),
+                None => call(),
             }
-            real::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            if let Some(old) = old {
+                raw::sigprocmask(libc::SIG_SETMASK, Some(old));
+            }
         }
     }
 }
@@ -414,10 +462,12 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
 /// `SIGTRAP` blocked in the kernel, so it waits as a pending signal, exactly as without racewatch.
 fn make_pending(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: `ctx` is the kernel's ucontext for this delivery: the mask in it is restored on
-    // return. rt_tgsigqueueinfo to our own thread accepts the kernel's siginfo unchanged.
+    // return.
     unsafe {
         let uc = &mut *(ctx as *mut libc::ucontext_t);
         libc::sigaddset(&mut uc.uc_sigmask, libc::SIGTRAP);
-        libc::syscall(libc::SYS_rt_tgsigqueueinfo, libc::getpid(), libc::gettid(), sig, info);
     }
+    // rt_tgsigqueueinfo to our own thread accepts the kernel's siginfo unchanged.
+    let (pid, tid) = (raw::getpid(), raw::gettid());
+    raw::syscall6(libc::SYS_rt_tgsigqueueinfo, [pid as u64, tid as u64, sig as u64, info as u64, 0, 0]);
 }

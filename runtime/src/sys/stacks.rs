@@ -12,15 +12,23 @@
 //!   with a raw `clone`, or before a `dlopen` started the detector) and that
 //!   is not on an alternate stack is taken to have room: it has a normal
 //!   thread stack.
-//! - **Alternate stacks for small threads** ([`thread_started`]): a thread
-//!   whose stack is smaller than [`SMALL_STACK`] gets a 16 KiB alternate
-//!   signal stack of the runtime's, so even the kernel's signal frame (about
-//!   3.5 KiB with AVX-512 state) never lands on its stack. It is freed when
-//!   the thread exits ([`thread_exiting`]).
+//! - **Alternate stacks** ([`thread_started`]): every known thread without an
+//!   alternate stack of its own gets one of the runtime's, so the kernel's
+//!   signal frame (about 3.5 KiB with AVX-512 state) never lands on a stack
+//!   the runtime cannot see the end of (a small thread stack, a coroutine's
+//!   stack). It is as large as the thread's own stack (64 KiB to 1 MiB): a
+//!   program handler with `SA_ONSTACK` but no alternate stack of the program's
+//!   runs there with the room it would have had on the thread's stack. It is
+//!   invisible: the program's `sigaltstack` calls see and set only the
+//!   program's own ([`program_sigaltstack`]). A thread that ended leaves its
+//!   stack to the next thread that takes over its slot of the known-thread
+//!   table ([`crate::sys::thread`]): no exit hook.
 // The pointers here are a C caller's, passed on under the libc function's own contract (null
 // or valid); making these functions `unsafe` would only move the same promise into the callers.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+use crate::sys::raw;
+use crate::sys::thread::KNOWN_SLOTS;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -32,10 +40,9 @@ pub const HOST_BUDGET: usize = 1024;
 pub const RUNTIME_STACK: usize = 64 << 10;
 /// Runtime stacks in the pool: watch windows (at most 4) plus concurrent traps and samples.
 const POOL: usize = 16;
-/// Threads with stacks below this get a runtime alternate signal stack.
-pub const SMALL_STACK: usize = 1 << 20;
-/// Size of a runtime alternate signal stack.
-const ALT_STACK: usize = 16 << 10;
+/// Bounds of a runtime alternate signal stack's size.
+const MIN_ALT_STACK: usize = 64 << 10;
+const MAX_ALT_STACK: usize = 1 << 20;
 const PAGE: usize = 4096;
 
 static POOL_BASE: AtomicUsize = AtomicUsize::new(0);
@@ -99,15 +106,35 @@ pub fn host_room(sp: usize) -> Option<usize> {
         }
     }
     // A program's alternate stack: ask the kernel where it is.
-    // SAFETY: reads the current alternate-stack setting into a live local.
-    let mut ss: libc::stack_t = unsafe { std::mem::zeroed() };
-    if unsafe { libc::sigaltstack(std::ptr::null(), &mut ss) } == 0 && ss.ss_flags & libc::SS_ONSTACK != 0 {
-        let lo = ss.ss_sp as usize;
-        if (lo..lo + ss.ss_size).contains(&sp) {
-            return Some(sp - lo);
-        }
+    let ss = raw::sigaltstack(None)?;
+    let lo = ss.ss_sp as usize;
+    (ss.ss_flags & libc::SS_ONSTACK != 0 && (lo..lo + ss.ss_size).contains(&sp)).then(|| sp - lo)
+}
+
+/// Where a program's signal handler with `SA_ONSTACK` set or not (`onstack`) must run when the
+/// runtime's handler, delivered on top of the code interrupted at `interrupted_sp`, passes a signal
+/// on to it: `None` where the runtime's handler runs now (the kernel would have put the program's
+/// frame on this stack too), or the top of the stack the kernel would have chosen (below the
+/// interrupted code's red zone), when the runtime's handler runs on an alternate stack the
+/// program's handler would not have used.
+pub fn program_handler_top(interrupted_sp: usize, onstack: bool) -> Option<usize> {
+    let current = raw::sigaltstack(None)?;
+    if current.ss_flags & libc::SS_ONSTACK == 0 {
+        return None; // On the interrupted stack already.
     }
-    None
+    let lo = current.ss_sp as usize;
+    let interrupted_on_alt = (lo..lo + current.ss_size).contains(&interrupted_sp);
+    let programs_alt = as_program_sees(current).ss_flags & libc::SS_DISABLE == 0;
+    if interrupted_on_alt || (onstack && programs_alt) {
+        return None; // The kernel would have used this alternate stack as well.
+    }
+    Some(interrupted_sp.saturating_sub(128) & !15)
+}
+
+/// Runs `f` with the stack pointer at `top` (a stack the program owns; no guard, no bookkeeping).
+/// Nothing catches an unwind there: a program's handler may leave by `pthread_exit` or cancellation.
+pub fn run_at(top: usize, f: &mut dyn FnMut()) {
+    switch_and_call(top, f, false);
 }
 
 /// The most bytes the handler used below the kernel's signal frame before switching stacks.
@@ -139,7 +166,7 @@ pub fn run_on_runtime_stack(frame: usize, f: &mut dyn FnMut()) -> bool {
         }
     };
     let top = base + (index + 1) * (RUNTIME_STACK + PAGE);
-    switch_and_call(top, f);
+    switch_and_call(top, f, true);
     POOL_FREE.fetch_or(1 << index, Ordering::AcqRel);
     true
 }
@@ -151,13 +178,21 @@ extern "C" fn trampoline(data: *mut u8) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
 }
 
-fn switch_and_call(top: usize, f: &mut dyn FnMut()) {
+extern "C-unwind" fn trampoline_uncaught(data: *mut u8) {
+    // SAFETY: as in `trampoline`.
+    let f = unsafe { &mut *(data as *mut &mut dyn FnMut()) };
+    f();
+}
+
+fn switch_and_call(top: usize, f: &mut dyn FnMut(), catching: bool) {
+    let tramp = if catching { trampoline as *const () as usize } else { trampoline_uncaught as *const () as usize };
     let mut f: &mut dyn FnMut() = f;
     let data = &mut f as *mut &mut dyn FnMut() as *mut u8;
-    // SAFETY: `top` is the 16-byte-aligned end of a runtime stack this thread has claimed
-    // exclusively. The old stack pointer is pushed on the new stack and popped back after the
-    // call; `call` leaves the stack 16-byte aligned at the callee's entry minus the return
-    // address, as the C ABI wants; every register the C ABI lets the callee clobber is declared.
+    // SAFETY: `top` is the 16-byte-aligned end of a stack this thread may use exclusively (a runtime
+    // stack it claimed, or the free part of its own stack below the interrupted code). The old stack
+    // pointer is pushed on the new stack and popped back after the call; `call` leaves the stack
+    // 16-byte aligned at the callee's entry minus the return address, as the C ABI wants; `tramp` is
+    // one of the two trampolines above; every register the C ABI lets the callee clobber is declared.
     unsafe {
         std::arch::asm!(
             "mov rax, rsp",
@@ -168,18 +203,18 @@ fn switch_and_call(top: usize, f: &mut dyn FnMut()) {
             "add rsp, 8",
             "pop rsp",
             top = in(reg) top,
+            tramp = in(reg) tramp,
             out("rax") _,
-            tramp = sym trampoline,
             in("rdi") data,
             clobber_abi("C"),
         );
     }
 }
 
-/// Records the calling thread's stack bounds (exact, from `pthread_getattr_np`). For the thread that
-/// starts the detector; new threads use [`thread_started`], which allocates nothing (a `malloc` in a
-/// new thread would give it a 64 MiB malloc arena of its own).
-pub fn record_current_thread() {
+/// Records the calling thread's stack bounds (exact, from `pthread_getattr_np`) and gives it an
+/// alternate stack. For the thread that starts the detector; new threads use [`thread_started`],
+/// which allocates nothing (a `malloc` in a new thread would give it a 64 MiB malloc arena of its own).
+pub fn record_current_thread(slot: Option<usize>) {
     // SAFETY: pthread_getattr_np fills a live attr for the calling thread, destroyed right after.
     let bounds = unsafe {
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
@@ -196,6 +231,7 @@ pub fn record_current_thread() {
         (addr as usize, addr as usize + size)
     };
     STACK.with(|s| s.set(bounds));
+    give_alt_stack(slot, alt_stack_size_for(bounds.1 - bounds.0));
 }
 
 extern "C" {
@@ -222,61 +258,121 @@ pub fn stack_size_of(attr: *const libc::pthread_attr_t) -> usize {
     size
 }
 
-/// Records the bounds of a new thread's stack of `size` bytes (a lower bound: the thread descriptor
-/// and TLS sit above the start routine's frame) and gives a small-stack thread a runtime alternate
-/// signal stack. Call first thing in the new thread (not from a signal handler).
-pub fn thread_started(size: usize) {
-    if size == 0 {
-        return;
-    }
-    let sp = current_sp();
-    STACK.with(|s| s.set((sp.saturating_sub(size) + PAGE, sp + PAGE)));
-    if size < SMALL_STACK {
-        give_alt_stack();
+/// The size of the alternate stack a thread whose stack has `stack` bytes gets: the same, within
+/// 64 KiB..=1 MiB; 0 (none) when `RLIMIT_AS` leaves less than eight times that. Call in the creating
+/// thread (it may read `/proc`).
+pub fn alt_stack_size_for(stack: usize) -> usize {
+    let size = stack.clamp(MIN_ALT_STACK, MAX_ALT_STACK).next_multiple_of(PAGE);
+    match crate::sys::mem::address_space_headroom() {
+        Some(room) if room < 8 * size as u64 => 0,
+        _ => size,
     }
 }
 
-fn give_alt_stack() {
-    // SAFETY: reads the current setting into a live local.
-    let mut current: libc::stack_t = unsafe { std::mem::zeroed() };
-    if unsafe { libc::sigaltstack(std::ptr::null(), &mut current) } != 0 || current.ss_flags & libc::SS_DISABLE == 0 {
-        return; // The program has one: leave it.
+/// Records the bounds of a new thread's stack of `size` bytes (a lower bound: the thread descriptor
+/// and TLS sit above the start routine's frame) and gives it an alternate stack of `alt` bytes. Call
+/// first thing in the new thread (not from a signal handler); `slot` is its known-thread slot.
+pub fn thread_started(slot: Option<usize>, size: usize, alt: usize) {
+    if size > 0 {
+        let sp = current_sp();
+        STACK.with(|s| s.set((sp.saturating_sub(size) + PAGE, sp + PAGE)));
     }
-    let Some(base) = map(ALT_STACK + PAGE) else { return };
-    protect_guard(base);
-    let ss = libc::stack_t { ss_sp: (base + PAGE) as *mut libc::c_void, ss_flags: 0, ss_size: ALT_STACK };
-    // SAFETY: `ss` describes a live mapping of ours that stays mapped until `thread_exiting`.
-    if unsafe { libc::sigaltstack(&ss, std::ptr::null_mut()) } != 0 {
-        unmap(base, ALT_STACK + PAGE);
+    give_alt_stack(slot, alt);
+}
+
+/// Per known-thread slot: the runtime alternate stack (mapping base, length) of the thread that held
+/// it last, reused or unmapped by the next thread that takes the slot over.
+static SLOT_ALT_BASE: [AtomicUsize; KNOWN_SLOTS] = [const { AtomicUsize::new(0) }; KNOWN_SLOTS];
+static SLOT_ALT_LEN: [AtomicUsize; KNOWN_SLOTS] = [const { AtomicUsize::new(0) }; KNOWN_SLOTS];
+
+fn give_alt_stack(slot: Option<usize>, size: usize) {
+    let (Some(slot), true) = (slot, size > 0) else { return };
+    if ALT.with(Cell::get).0 != 0 {
+        return; // Ours already (a forked child's thread keeps the one it had).
+    }
+    match raw::sigaltstack(None) {
+        Some(current) if current.ss_flags & libc::SS_DISABLE != 0 => {}
+        _ => return, // The program has one: leave it.
+    }
+    let len = size + PAGE;
+    let old = (SLOT_ALT_BASE[slot].swap(0, Ordering::AcqRel), SLOT_ALT_LEN[slot].swap(0, Ordering::AcqRel));
+    let base = match old {
+        (base, old_len) if base != 0 && old_len == len => base,
+        (base, old_len) => {
+            if base != 0 {
+                unmap(base, old_len);
+            }
+            let Some(base) = map(len) else { return };
+            protect_guard(base);
+            base
+        }
+    };
+    let ss = libc::stack_t { ss_sp: (base + PAGE) as *mut libc::c_void, ss_flags: 0, ss_size: size };
+    if raw::sigaltstack(Some(&ss)).is_none() {
+        unmap(base, len);
         return;
     }
-    ALT.with(|a| a.set((base + PAGE, base + PAGE + ALT_STACK)));
+    SLOT_ALT_BASE[slot].store(base, Ordering::Release);
+    SLOT_ALT_LEN[slot].store(len, Ordering::Release);
+    ALT.with(|a| a.set((base + PAGE, base + PAGE + size)));
 }
 
 fn unmap(addr: usize, len: usize) {
-    // SAFETY: unmaps a mapping of ours that nothing uses any more.
+    // SAFETY: unmaps a mapping of ours that nothing uses any more (its thread ended).
     unsafe { libc::munmap(addr as *mut libc::c_void, len) };
 }
 
-/// Frees the calling thread's runtime alternate stack (disabling it first if it is still installed).
-/// Call when the thread exits.
-pub fn thread_exiting() {
-    let (lo, hi) = ALT.with(|a| a.replace((0, 0)));
+/// In a forked child: the forking thread keeps its alternate stack for good (its slot's record is
+/// dropped, so no later thread of the child takes it over); the other slots' stacks belonged to
+/// threads that do not exist here and are free for reuse.
+pub fn forget_after_fork() {
+    let (lo, _) = ALT.with(Cell::get);
     if lo == 0 {
         return;
     }
-    // SAFETY: reads the current setting, and disables it only when it is ours and not in use.
-    unsafe {
-        let mut current: libc::stack_t = std::mem::zeroed();
-        if libc::sigaltstack(std::ptr::null(), &mut current) == 0 && current.ss_sp as usize == lo {
-            if current.ss_flags & libc::SS_ONSTACK != 0 {
-                return; // Exiting from a handler on it: leave it mapped.
-            }
-            let off = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
-            libc::sigaltstack(&off, std::ptr::null_mut());
+    for (base, len) in SLOT_ALT_BASE.iter().zip(&SLOT_ALT_LEN) {
+        if base.load(Ordering::Acquire) + PAGE == lo {
+            base.store(0, Ordering::Release);
+            len.store(0, Ordering::Release);
         }
     }
-    unmap(lo - PAGE, hi - lo + PAGE);
+}
+
+/// What `sigaltstack` shows the program: a disabled stack where the runtime's is installed.
+fn as_program_sees(real: libc::stack_t) -> libc::stack_t {
+    let (lo, _) = ALT.with(Cell::get);
+    if lo != 0 && real.ss_sp as usize == lo {
+        libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 }
+    } else {
+        real
+    }
+}
+
+/// The program's `sigaltstack(new, old)`: it sees and sets only its own alternate stack. Setting one
+/// replaces the runtime's; disabling it puts the runtime's back. Returns 0 or `-errno`.
+pub fn program_sigaltstack(new: Option<&libc::stack_t>, old: Option<&mut libc::stack_t>) -> i32 {
+    let (lo, hi) = ALT.with(Cell::get);
+    let Some(current) = raw::sigaltstack(None) else { return -libc::EFAULT };
+    let seen = as_program_sees(current);
+    if let Some(new) = new {
+        let ours_installed = lo != 0 && current.ss_sp as usize == lo;
+        let wanted = if new.ss_flags & libc::SS_DISABLE != 0 && lo != 0 {
+            libc::stack_t { ss_sp: lo as *mut libc::c_void, ss_flags: 0, ss_size: hi - lo }
+        } else {
+            *new
+        };
+        let unchanged = ours_installed && new.ss_flags & libc::SS_DISABLE != 0;
+        if !unchanged {
+            let rc = raw::syscall6(libc::SYS_sigaltstack, [&wanted as *const libc::stack_t as u64, 0, 0, 0, 0, 0]);
+            if rc != 0 {
+                return rc as i32;
+            }
+        }
+    }
+    if let Some(old) = old {
+        *old = seen;
+    }
+    0
 }
 
 /// The deepest any runtime stack of the pool was used so far, in bytes (they start zeroed; call only

@@ -1,19 +1,17 @@
 //! Thread identity, time and stalling for the signal path (all async-signal-safe),
 //! and the set of the runtime's own threads, which are never sampled.
 
-use crate::sys::{real, signal};
+use crate::sys::{raw, real, signal};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The kernel thread id of the caller.
 pub fn gettid() -> i32 {
-    // SAFETY: gettid(2) has no arguments and cannot fail.
-    unsafe { libc::gettid() }
+    raw::gettid()
 }
 
 /// The process id of the caller (a forked child sees its own).
 pub fn getpid() -> i32 {
-    // SAFETY: getpid(2) has no arguments and cannot fail.
-    unsafe { libc::getpid() }
+    raw::getpid()
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (vDSO, no syscall).
@@ -24,18 +22,10 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Sleeps `us` microseconds of wall time, resuming after interruptions.
+/// Sleeps `us` microseconds of wall time, resuming after interruptions. Never a cancellation point:
+/// a `pthread_cancel` cannot act inside the runtime's signal handler.
 pub fn sleep_us(us: u64) {
-    let mut req = libc::timespec { tv_sec: (us / 1_000_000) as libc::time_t, tv_nsec: ((us % 1_000_000) * 1000) as _ };
-    loop {
-        let mut rem = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: both timespecs are live locals.
-        let rc = unsafe { libc::nanosleep(&req, &mut rem) };
-        if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return;
-        }
-        req = rem;
-    }
+    raw::sleep_ns(us.saturating_mul(1000));
 }
 
 /// Starts a runtime thread running `body` with every signal blocked for its whole life (it inherits the
@@ -64,9 +54,19 @@ pub fn spawn_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc:
 struct Start {
     start: real::StartRoutine,
     arg: *mut libc::c_void,
-    hook: fn(bool, usize),
-    trap_blocked: bool,
-    stack: usize,
+    hook: fn(&ThreadStart),
+    info: ThreadStart,
+}
+
+/// What the creating thread knows of a new thread, handed to the hook that runs in it first.
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadStart {
+    /// Whether the program had `SIGTRAP` blocked (virtually) in the creating thread.
+    pub trap_blocked: bool,
+    /// The size of the new thread's stack.
+    pub stack: usize,
+    /// The size of the alternate signal stack to give it (0: none).
+    pub alt_stack: usize,
 }
 
 /// Start records in flight: a fixed pool, so that neither the creating nor the new thread calls
@@ -79,23 +79,22 @@ static RECORD: [spin::Mutex<Option<Start>>; RECORDS] = [const { spin::Mutex::new
 // program hands to another thread anyway (that is what pthread_create does).
 unsafe impl Send for Start {}
 
-/// The real `pthread_create`, with `hook(trap_blocked, stack size)` run in the new thread before
-/// `start(arg)`. Falls back to a plain creation when every start record is in flight.
+/// The real `pthread_create`, with `hook(info)` run in the new thread before `start(arg)`. Falls back
+/// to a plain creation when every start record is in flight.
 pub fn create_hooked(
     thread: *mut libc::pthread_t,
     attr: *const libc::pthread_attr_t,
     start: real::StartRoutine,
     arg: *mut libc::c_void,
-    hook: fn(bool, usize),
-    trap_blocked: bool,
+    hook: fn(&ThreadStart),
+    info: ThreadStart,
 ) -> libc::c_int {
     let Some(index) =
         RECORD_BUSY.iter().position(|b| b.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok())
     else {
         return real::pthread_create(thread, attr, start, arg);
     };
-    let stack = crate::sys::stacks::stack_size_of(attr);
-    *RECORD[index].lock() = Some(Start { start, arg, hook, trap_blocked, stack });
+    *RECORD[index].lock() = Some(Start { start, arg, hook, info });
     let rc = real::pthread_create(thread, attr, hooked_start, index as *mut libc::c_void);
     if rc != 0 {
         RECORD[index].lock().take();
@@ -108,8 +107,62 @@ extern "C" fn hooked_start(index: *mut libc::c_void) -> *mut libc::c_void {
     let index = index as usize;
     let start = RECORD[index].lock().take().expect("a start record for every hooked thread");
     RECORD_BUSY[index].store(false, Ordering::Release);
-    (start.hook)(start.trap_blocked, start.stack);
+    (start.hook)(&start.info);
     (start.start)(start.arg)
+}
+
+// ---- The program threads the runtime knows ----
+//
+// A thread is known once it registered here: the thread that started the detector and every thread
+// created through the interposed `pthread_create`. The signal handler looks the caller's tid up before
+// it touches anything thread-local: a thread made with a raw `clone` (a green-thread runtime's, or one
+// sharing its parent's TLS) is not known, and the runtime's own signals are dropped there untouched.
+// There is no exit hook (it would cost the program a `pthread_key` or a malloc in every thread): the
+// slot of a thread that ended is taken over by a later registration once the kernel says the tid is
+// gone, and a tid the kernel gave again replaces its stale entry.
+
+/// Slots of the known-thread table.
+pub const KNOWN_SLOTS: usize = 4096;
+/// How many slots from a tid's home slot it may occupy.
+const PROBES: usize = 32;
+static KNOWN: [AtomicI32; KNOWN_SLOTS] = [const { AtomicI32::new(0) }; KNOWN_SLOTS];
+
+fn probe(tid: i32) -> impl Iterator<Item = usize> {
+    let home = (tid as u32).wrapping_mul(0x9e37_79b9) as usize % KNOWN_SLOTS;
+    (0..PROBES).map(move |i| (home + i) % KNOWN_SLOTS)
+}
+
+/// Registers the calling thread as known; returns its slot (a slot that an ended thread held before
+/// is handed over: the caller may reuse what it left there), or `None` when the table has no room.
+pub fn register_current() -> Option<usize> {
+    let tid = raw::gettid();
+    if let Some(slot) = known_slot(tid) {
+        return Some(slot);
+    }
+    for slot in probe(tid) {
+        if KNOWN[slot].compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            return Some(slot);
+        }
+    }
+    probe(tid).find(|&slot| {
+        let old = KNOWN[slot].load(Ordering::Acquire);
+        old != 0
+            && !raw::thread_alive(old)
+            && KNOWN[slot].compare_exchange(old, tid, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    })
+}
+
+/// The slot of thread `tid` when it is known. Async-signal-safe, touches no thread-local storage.
+pub fn known_slot(tid: i32) -> Option<usize> {
+    probe(tid).find(|&slot| KNOWN[slot].load(Ordering::Acquire) == tid)
+}
+
+/// Forgets every known thread (in a forked child, only the forking thread lives on; it registers
+/// again when the child starts its own detector).
+pub fn forget_known_threads() {
+    for slot in &KNOWN {
+        slot.store(0, Ordering::Release);
+    }
 }
 
 /// Runs `child` in the child of every `fork` (not `vfork`, `_Fork` or raw `clone`).
@@ -134,29 +187,6 @@ pub fn join_for(thread: libc::pthread_t, timeout_ms: u64) -> bool {
         deadline.tv_sec += (timeout_ms / 1000 + ns / 1_000_000_000) as libc::time_t;
         deadline.tv_nsec = (ns % 1_000_000_000) as libc::c_long;
         libc::pthread_timedjoin_np(thread, std::ptr::null_mut(), &deadline) == 0
-    }
-}
-
-static EXIT_KEY: std::sync::OnceLock<libc::pthread_key_t> = std::sync::OnceLock::new();
-
-/// Makes `on_exit` run in every thread that called [`call_at_exit`], when it exits (returns from its
-/// start routine or calls `pthread_exit`). Call once, before threads use it.
-pub fn init_exit_hook(on_exit: extern "C" fn(*mut libc::c_void)) {
-    EXIT_KEY.get_or_init(|| {
-        let mut key: libc::pthread_key_t = 0;
-        // SAFETY: creates a key with a destructor; `key` is written on success.
-        if unsafe { libc::pthread_key_create(&mut key, Some(on_exit)) } != 0 {
-            return libc::pthread_key_t::MAX;
-        }
-        key
-    });
-}
-
-/// Arranges for the exit hook to run when the calling thread exits.
-pub fn call_at_exit() {
-    if let Some(&key) = EXIT_KEY.get().filter(|&&k| k != libc::pthread_key_t::MAX) {
-        // SAFETY: a non-null value makes the key's destructor run at thread exit.
-        unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<libc::c_void>()) };
     }
 }
 

@@ -1,0 +1,109 @@
+//! System calls made with the `syscall` instruction itself, for the signal path.
+//!
+//! Unlike libc's wrappers they never write `errno` (the result carries `-errno`),
+//! are never cancellation points (a `pthread_cancel` can never act inside the
+//! runtime's handler), and do not go through racewatch's own `syscall`
+//! interposer. They also touch no thread-local storage, so they are safe in a
+//! thread the runtime does not know (a raw `clone` sharing another thread's TLS).
+
+/// A raw system call with up to six arguments; returns the kernel's result (`-errno` on failure).
+#[inline]
+pub fn syscall6(number: i64, args: [u64; 6]) -> i64 {
+    let ret: i64;
+    // SAFETY: the `syscall` instruction with the x86-64 Linux convention: number in rax, arguments in
+    // rdi, rsi, rdx, r10, r8, r9; the kernel clobbers rcx and r11 and returns in rax. What the call does
+    // to memory is the caller's contract with the kernel (every caller passes live buffers).
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") number => ret,
+            in("rdi") args[0],
+            in("rsi") args[1],
+            in("rdx") args[2],
+            in("r10") args[3],
+            in("r8") args[4],
+            in("r9") args[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// The caller's kernel thread id.
+pub fn gettid() -> i32 {
+    syscall6(libc::SYS_gettid, [0; 6]) as i32
+}
+
+/// The caller's process id.
+pub fn getpid() -> i32 {
+    syscall6(libc::SYS_getpid, [0; 6]) as i32
+}
+
+/// Sends `sig` to thread `tid` of process `pid` (signal 0: only checks that the thread exists).
+pub fn tgkill(pid: i32, tid: i32, sig: i32) -> i64 {
+    syscall6(libc::SYS_tgkill, [pid as u64, tid as u64, sig as u64, 0, 0, 0])
+}
+
+/// Whether thread `tid` of this process is alive.
+pub fn thread_alive(tid: i32) -> bool {
+    tgkill(getpid(), tid, 0) != -i64::from(libc::ESRCH)
+}
+
+/// Sleeps `ns` nanoseconds of monotonic time, resuming after signals (not a cancellation point).
+pub fn sleep_ns(ns: u64) {
+    let mut req = libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as _ };
+    loop {
+        let mut rem = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let rc = syscall6(
+            libc::SYS_clock_nanosleep,
+            [libc::CLOCK_MONOTONIC as u64, 0, &req as *const _ as u64, &mut rem as *mut _ as u64, 0, 0],
+        );
+        if rc != -i64::from(libc::EINTR) {
+            return;
+        }
+        req = rem;
+    }
+}
+
+/// `rt_sigprocmask` on the kernel's 64-bit mask (signals 1..=64 as bits 0..=63, the internal signals
+/// 32 and 33 included, which libc's wrappers hide). Returns the previous mask, or `None` on failure.
+pub fn sigprocmask(how: i32, set: Option<u64>) -> Option<u64> {
+    let mut old = 0u64;
+    let new = set.as_ref().map_or(0, |s| s as *const u64 as u64);
+    let rc = syscall6(libc::SYS_rt_sigprocmask, [how as u64, new, &mut old as *mut u64 as u64, 8, 0, 0]);
+    (rc == 0).then_some(old)
+}
+
+/// `sigaltstack`: installs `new` (when given) and returns the previous setting, or `None` on failure.
+pub fn sigaltstack(new: Option<&libc::stack_t>) -> Option<libc::stack_t> {
+    let mut old = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: 0, ss_size: 0 };
+    let new = new.map_or(0, |s| s as *const libc::stack_t as u64);
+    let rc = syscall6(libc::SYS_sigaltstack, [new, &mut old as *mut libc::stack_t as u64, 0, 0, 0, 0]);
+    (rc == 0).then_some(old)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_calls_match_libc_and_leave_errno_alone() {
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = 1234 };
+        assert_eq!(gettid(), unsafe { libc::gettid() });
+        assert_eq!(getpid(), std::process::id() as i32);
+        assert!(thread_alive(gettid()));
+        assert!(!thread_alive(i32::MAX - 7));
+        assert_eq!(tgkill(getpid(), i32::MAX - 7, 0), -i64::from(libc::ESRCH));
+        let start = std::time::Instant::now();
+        sleep_ns(2_000_000);
+        assert!(start.elapsed() >= std::time::Duration::from_millis(2));
+        let mask = sigprocmask(libc::SIG_BLOCK, None).expect("query the mask");
+        assert_eq!(sigprocmask(libc::SIG_SETMASK, Some(mask)), Some(mask));
+        assert!(sigaltstack(None).is_some());
+        // SAFETY: as above.
+        assert_eq!(unsafe { *libc::__errno_location() }, 1234, "raw calls never write errno");
+    }
+}

@@ -64,7 +64,10 @@ extern "C" fn racewatch_init() {
 
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn racewatch_fini() {
-    guarded(detector::at_exit);
+    guarded(|| {
+        detector::at_exit();
+        crate::exit_status::at_fini();
+    });
 }
 
 /// Runs `f`, never letting a panic unwind into C.

@@ -3,7 +3,9 @@
 //! Start-up: [`api`] (constructor and the exported `__sanitizer_metadata_*`
 //! callbacks) → [`options`] → [`modules`] walk → [`registry`] → [`index`].
 //! Host contract: [`intercept`] (interposed libc functions) → [`detector`]
-//! (started at the second thread, off in sandboxes, reset in forked children).
+//! (started at the second thread, off in sandboxes, reset in forked children);
+//! [`exit_status`] (interposed `__libc_start_main` and `exit`: the status of a
+//! process that reported races).
 //! Run time: [`sampler`] → [`decode`] → [`watch`] → [`judge`] → [`queue`] →
 //! [`reporter`] ([`symbolize`], [`report`]). All `unsafe` FFI lives in [`sys`].
 
@@ -12,6 +14,7 @@ pub mod bias;
 pub mod decode;
 pub mod detector;
 pub mod event;
+pub mod exit_status;
 pub mod fixed;
 pub mod index;
 pub mod intercept;

@@ -15,7 +15,7 @@ pub const DEFAULT_SAMPLE_PERIOD_US: u64 = 100_000;
 pub const DEFAULT_DELAY_US: u64 = 100;
 /// Default number of hardware watchpoints used (x86 has 4 debug registers).
 pub const DEFAULT_WATCHPOINTS: u32 = 1;
-/// Default exit status when `halt_on_error` stops the program.
+/// Default exit status when `halt_on_error` stops the program, or `fail_on_race` fails it.
 pub const DEFAULT_EXITCODE: i32 = 66;
 
 const SAMPLE_PERIOD_RANGE: (u64, u64) = (1, 60_000_000);
@@ -40,7 +40,14 @@ pub struct Options {
     pub report_atomic_races: bool,
     pub log_path: Option<String>,
     pub halt_on_error: bool,
+    /// Exit status of `halt_on_error`, and of `fail_on_race`.
     pub exitcode: i32,
+    /// A process that reported a race and ends with status 0 (`main` returns 0, or `exit(0)`) exits with
+    /// `exitcode` instead. Off for a bare `LD_PRELOAD`; `racewatch run` turns it on.
+    pub fail_on_race: bool,
+    /// A process that reported races writes `<races_path>.<pid>` at exit: its executable and one line per
+    /// distinct race (the side channel of `racewatch cargo`'s summary).
+    pub races_path: Option<String>,
     pub report_format: ReportFormat,
     pub suppressions: Option<String>,
     pub verbosity: u32,
@@ -66,6 +73,8 @@ impl Options {
         log_path: None,
         halt_on_error: false,
         exitcode: DEFAULT_EXITCODE,
+        fail_on_race: false,
+        races_path: None,
         report_format: ReportFormat::Text,
         suppressions: None,
         verbosity: 0,
@@ -130,6 +139,8 @@ fn apply(o: &mut Options, key: &str, v: &str, warnings: &mut Vec<String>) -> Opt
         "verbosity" => parse_clamped(key, v, VERBOSITY_RANGE, warnings).map(|n| o.verbosity = n),
         "report_atomic_races" => parse_bool(v).map(|b| o.report_atomic_races = b),
         "halt_on_error" => parse_bool(v).map(|b| o.halt_on_error = b),
+        "fail_on_race" => parse_bool(v).map(|b| o.fail_on_race = b),
+        "races_path" => non_empty(v).map(|p| o.races_path = p),
         "stats" => parse_bool(v).map(|b| o.stats = b),
         "log_path" => non_empty(v).map(|p| o.log_path = p),
         "coverage_path" => non_empty(v).map(|p| o.coverage_path = p),
@@ -208,6 +219,8 @@ mod tests {
         assert!(w.is_empty());
         assert_eq!(get().watchpoints, 1);
         assert_eq!((o.sample_period_us, o.delay_us, o.exitcode, o.cold_bias), (100_000, 100, 66, true));
+        // A bare LD_PRELOAD never changes the program's exit status.
+        assert!(!o.fail_on_race && o.races_path.is_none());
     }
 
     #[test]
@@ -215,7 +228,8 @@ mod tests {
         let (o, w) = parse(
             "sample_period_us=500:delay_us=50:watchpoints=4:report_atomic_races=0:log_path=/tmp/rw:\
              halt_on_error=1:exitcode=3:report_format=json:suppressions=/tmp/s:verbosity=1:stats=true:seed=0x2a:\
-             cold_bias=0:atomic_code=vendor/lock.c,my_asm_:full_stacks=1:coverage_path=/tmp/cov",
+             cold_bias=0:atomic_code=vendor/lock.c,my_asm_:full_stacks=1:coverage_path=/tmp/cov:fail_on_race=1:\
+             races_path=/tmp/races",
         );
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(
@@ -228,6 +242,8 @@ mod tests {
                 log_path: Some("/tmp/rw".into()),
                 halt_on_error: true,
                 exitcode: 3,
+                fail_on_race: true,
+                races_path: Some("/tmp/races".into()),
                 report_format: ReportFormat::Json,
                 suppressions: Some("/tmp/s".into()),
                 verbosity: 1,

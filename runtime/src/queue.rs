@@ -88,6 +88,11 @@ impl<const N: usize> Queue<N> {
         self.tail.store(0, Ordering::Release);
     }
 
+    /// Whether nothing is queued: no published event and no push under way.
+    pub fn is_empty(&self) -> bool {
+        self.head.load(Ordering::SeqCst) == self.tail.load(Ordering::SeqCst)
+    }
+
     /// Dequeues the oldest published event, if any.
     pub fn pop(&self) -> Option<RaceEvent> {
         let mut pos = self.head.load(Ordering::Relaxed);
@@ -135,6 +140,11 @@ pub fn push(event: &RaceEvent) -> bool {
 /// thread runs (a forked child).
 pub fn reset_after_fork() {
     QUEUE.reset();
+}
+
+/// Whether no race is pending (nor being pushed).
+pub fn is_empty() -> bool {
+    QUEUE.is_empty()
 }
 
 /// Takes the oldest pending race (reporter thread and exit path).
@@ -227,15 +237,17 @@ mod tests {
     #[test]
     fn round_trips_every_field_in_order() {
         let queue: Queue<4> = Queue::new();
-        assert!(queue.pop().is_none());
+        assert!(queue.pop().is_none() && queue.is_empty());
         for n in 0..4 {
             assert!(queue.push(&event(1, n)));
+            assert!(!queue.is_empty());
         }
         assert!(!queue.push(&event(1, 4)), "a full queue refuses");
         for n in 0..4 {
+            assert!(!queue.is_empty());
             assert_eq!(queue.pop(), Some(event(1, n)));
         }
-        assert!(queue.pop().is_none());
+        assert!(queue.pop().is_none() && queue.is_empty());
         // Positions wrap around the ring many times.
         for n in 0..100 {
             assert!(queue.push(&event(2, n)));

@@ -132,6 +132,17 @@ fn location(stack: &[Frame], pc: u64) -> Location {
     }
 }
 
+/// A race's identity across the processes of one program (`racewatch cargo`'s summary counts distinct
+/// ones): its unordered pair of source locations, as `file:line<TAB>file:line` (a location without line
+/// information is its PC, which differs between processes of a position-independent program).
+fn race_key((here, there): &(Location, Location)) -> String {
+    let text = |location: &Location| match location {
+        Location::Line(file, line) => format!("{file}:{line}").replace(['\t', '\n'], " "),
+        Location::Pc(pc) => format!("{pc:#x}"),
+    };
+    format!("{}\t{}", text(here), text(there))
+}
+
 /// What became of a pair of PCs the first time it was judged.
 #[derive(Clone, Copy)]
 enum Verdict {
@@ -171,6 +182,11 @@ impl Reporter {
     /// locations were already reported, or a suppression matches (any frame of
     /// either full stack, before [`report::short_backtrace`] cuts them).
     pub fn render(&mut self, event: &RaceEvent) -> Option<String> {
+        self.render_keyed(event).map(|(text, _)| text)
+    }
+
+    /// [`Reporter::render`], with the race's [`race_key`].
+    fn render_keyed(&mut self, event: &RaceEvent) -> Option<(String, String)> {
         let (a, b) = (event.current.pc, event.previous.pc);
         let pair = (a.min(b), a.max(b));
         // A pair is judged once (the verdict depends only on its two PCs); a repeat counts as it did.
@@ -187,8 +203,8 @@ impl Reporter {
         text
     }
 
-    /// The verdict on a pair seen for the first time, and its report when it is printed.
-    fn judge(&mut self, event: &RaceEvent) -> (Verdict, Option<String>) {
+    /// The verdict on a pair seen for the first time, and its report and [`race_key`] when it is printed.
+    fn judge(&mut self, event: &RaceEvent) -> (Verdict, Option<(String, String)>) {
         let (a, b) = (event.current.pc, event.previous.pc);
         let current_stack = self.symbolize(&event.current);
         let previous_stack = self.symbolize(&event.previous);
@@ -216,6 +232,7 @@ impl Reporter {
         // PCs on one line.
         let (here, there) = (location(&current_stack, a), location(&previous_stack, b));
         let key = if here <= there { (here, there) } else { (there, here) };
+        let race = race_key(&key);
         if !self.seen_locations.insert(key) {
             stats::bump(stats::Counter::RacesRepeated);
             return (Verdict::Reported, None);
@@ -223,25 +240,27 @@ impl Reporter {
         // Threads are numbered only once their race is really reported.
         let current = self.access(&current_record, current_stack);
         let previous = self.access(&previous_record, previous_stack);
-        let race = RaceReport { pid: self.pid, current, previous };
+        let race_report = RaceReport { pid: self.pid, current, previous };
         let text = match self.config.format {
-            ReportFormat::Text => report::render_text_with(&race, self.config.full_stacks),
-            ReportFormat::Json => report::render_json(&race),
+            ReportFormat::Text => report::render_text_with(&race_report, self.config.full_stacks),
+            ReportFormat::Json => report::render_json(&race_report),
         };
-        (Verdict::Reported, Some(text))
+        (Verdict::Reported, Some((text, race)))
     }
 
     /// Renders, prints and counts `event`; halts the process when configured to.
     pub fn handle(&mut self, event: &RaceEvent) {
         PHASE.store(SYMBOLIZING, Ordering::Release);
-        let rendered = self.render(event);
+        let rendered = self.render_keyed(event);
         PHASE.store(IDLE, Ordering::Release);
-        let Some(text) = rendered else { return };
+        let Some((text, race)) = rendered else { return };
         log::write(&text);
         stats::bump(stats::Counter::ReportsPrinted);
+        remember(race);
         crate::profile::count_race(event.current.pc, event.previous.pc);
         if self.config.halt_on_error {
             crate::detector::write_profile();
+            crate::exit_status::write_races_file();
             if self.config.stats {
                 crate::detector::print_stats();
             }
@@ -292,6 +311,43 @@ static STOP: AtomicBool = AtomicBool::new(false);
 const DRAIN_MS: u64 = 1000;
 const DRAIN_SYMBOLIZING_MS: u64 = 5000;
 
+/// Set while the reporter handles what it took from the queue (see [`settle`]).
+static BUSY: AtomicBool = AtomicBool::new(false);
+/// Set when [`shutdown`] gave up waiting for a reporter thread that may still hold the state's lock.
+static ABANDONED: AtomicBool = AtomicBool::new(false);
+
+/// The races this process printed, as [`race_key`]s, in order. A forked child starts a list of its own.
+static REPORTED: AtomicPtr<Mutex<Vec<String>>> = AtomicPtr::new(std::ptr::null_mut());
+
+fn reported_list() -> &'static Mutex<Vec<String>> {
+    if let Some(list) = sys::ptr::leaked_ref(REPORTED.load(Ordering::Acquire)) {
+        return list;
+    }
+    let fresh: *mut Mutex<Vec<String>> = Box::leak(Box::new(Mutex::new(Vec::new())));
+    let current = match REPORTED.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => fresh,
+        Err(other) => other, // Another thread published one first; ours stays leaked (once per process).
+    };
+    sys::ptr::leaked_ref(current).expect("published list")
+}
+
+fn remember(race: String) {
+    reported_list().lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(race);
+}
+
+/// How many races this process printed (each once: repeats and suppressed races are not counted).
+pub fn races_reported() -> usize {
+    sys::ptr::leaked_ref(REPORTED.load(Ordering::Acquire))
+        .map_or(0, |list| list.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).len())
+}
+
+/// The races this process printed, as `file:line<TAB>file:line` keys (the unordered pair of locations
+/// of the two accesses), in the order printed.
+pub fn reported_races() -> Vec<String> {
+    sys::ptr::leaked_ref(REPORTED.load(Ordering::Acquire))
+        .map_or_else(Vec::new, |list| list.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone())
+}
+
 /// What the reporter thread is doing: reading debug info for a report, or anything else.
 static PHASE: AtomicU8 = AtomicU8::new(IDLE);
 const IDLE: u8 = 0;
@@ -302,10 +358,21 @@ fn state() -> Option<MutexGuard<'static, Option<Reporter>>> {
     Some(mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
 }
 
+/// Clears [`BUSY`] when dropped (a panicking report included).
+struct Busy;
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        BUSY.store(false, Ordering::SeqCst);
+    }
+}
+
 /// Handles everything queued so far.
 fn drain() {
     let Some(mut guard) = state() else { return };
     let Some(reporter) = guard.as_mut() else { return };
+    BUSY.store(true, Ordering::SeqCst);
+    let _busy = Busy;
     while let Some(event) = queue::pop() {
         reporter.handle(&event);
     }
@@ -353,7 +420,10 @@ pub fn is_reporter_thread(tid: i32) -> bool {
 pub fn shutdown() {
     let thread = THREAD.swap(0, Ordering::AcqRel);
     if thread == 0 {
-        drain();
+        // A second call after a reporter was left writing would wait for its lock forever.
+        if !ABANDONED.load(Ordering::Acquire) {
+            drain();
+        }
     } else {
         STOP.store(true, Ordering::Release);
         sys::wake::notify();
@@ -367,6 +437,7 @@ pub fn shutdown() {
             if waited_ms >= DRAIN_SYMBOLIZING_MS || (waited_ms >= DRAIN_MS && !symbolizing) {
                 // Still writing (a full pipe) or stuck: leave it; the process is about to exit or be sandboxed.
                 REPORTER_TID.store(0, Ordering::Release);
+                ABANDONED.store(true, Ordering::Release);
                 break;
             }
         }
@@ -376,10 +447,37 @@ pub fn shutdown() {
     }
 }
 
+/// Waits until the reporter thread has printed everything queued so far, without ending it: bounded
+/// like [`shutdown`] (about a second, up to five while it reads debug info). Call once no new race can
+/// be queued (sampling stopped, watch windows closed). Without a reporter thread, drains here.
+pub fn settle() {
+    if THREAD.load(Ordering::Acquire) == 0 {
+        if !ABANDONED.load(Ordering::Acquire) {
+            drain();
+        }
+        return;
+    }
+    let start = sys::thread::monotonic_ns();
+    // Empty queue first, then idle: every event leaves the queue while BUSY is set, so a reporter that
+    // is idle after the queue was seen empty has handled all of them.
+    while !queue::is_empty() || BUSY.load(Ordering::SeqCst) {
+        let waited_ms = (sys::thread::monotonic_ns() - start) / 1_000_000;
+        let symbolizing = PHASE.load(Ordering::Acquire) == SYMBOLIZING;
+        if waited_ms >= DRAIN_SYMBOLIZING_MS || (waited_ms >= DRAIN_MS && !symbolizing) {
+            return;
+        }
+        sys::wake::notify();
+        sys::thread::sleep_us(1000);
+    }
+}
+
 /// In a forked child: the parent's reporter thread does not exist here; abandon its state (its lock
 /// may be held) so that the child's own detector starts a fresh reporter.
 pub fn forget_after_fork() {
     STATE.store(std::ptr::null_mut(), Ordering::Release);
+    REPORTED.store(std::ptr::null_mut(), Ordering::Release);
+    BUSY.store(false, Ordering::SeqCst);
+    ABANDONED.store(false, Ordering::Release);
     THREAD.store(0, Ordering::Release);
     REPORTER_TID.store(0, Ordering::Release);
     STOP.store(false, Ordering::Release);

@@ -267,3 +267,50 @@ fn shutdown_prints_every_pending_race_once_and_counts_it() {
     assert_eq!(stderr.matches("WARNING: racewatch: data race").count(), 2, "{stderr}");
     assert!(stdout.contains("reports printed: 2"), "{stdout}");
 }
+
+#[test]
+fn child_settle() {
+    if !in_child() {
+        return;
+    }
+    reporter::start(&Options::DEFAULT);
+    let me = racewatch::sys::thread::gettid();
+    let first = event(me + 1, me);
+    let mut second = first;
+    second.previous = record(me, writer_side, false, 0x7f00_0000_1000);
+    assert_eq!(reporter::races_reported(), 0);
+    for e in [first, second, first, second] {
+        assert!(queue::push(&e));
+    }
+    // Waits for the reporter without ending it: the races are printed and counted once each.
+    reporter::settle();
+    assert!(queue::is_empty());
+    println!("races reported: {}", reporter::races_reported());
+    for race in reporter::reported_races() {
+        println!("race {race}");
+    }
+    assert!(queue::push(&first));
+    reporter::settle();
+    println!("after a repeat: {}", reporter::races_reported());
+    reporter::shutdown();
+}
+
+/// `settle` (at exit, before the status is decided) leaves every queued race printed and counted, keyed
+/// by its pair of source lines.
+#[test]
+fn settle_waits_until_every_queued_race_is_printed_and_counted() {
+    let out = run_child("child_settle");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stderr.matches("WARNING: racewatch: data race").count(), 2, "{stderr}");
+    assert!(stdout.contains("races reported: 2\n"), "{stdout}");
+    assert!(stdout.contains("after a repeat: 2\n"), "{stdout}");
+    let file = "tests/report_reporter.rs";
+    let keys: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("race ")).collect();
+    assert_eq!(
+        keys,
+        [format!("{file}:{WRITER_LINE}\t{file}:{READER_LINE}"), format!("{file}:{WRITER_LINE}\t{file}:{WRITER_LINE}")],
+        "{stdout}"
+    );
+}

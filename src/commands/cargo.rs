@@ -8,6 +8,12 @@
 //! rate: tests want detection, not 0.1% overhead. Doctests are compiled with
 //! the metadata flags too (RUSTDOCFLAGS) and run through the same runner.
 //!
+//! The programs run with `fail_on_race=1` (`racewatch run`'s default): a test binary that reported a
+//! race exits 66 at its end, so cargo counts it failed, and `racewatch cargo` fails with cargo. Each
+//! process that reported races leaves a record in `<target dir>/racewatch/races/<pid of racewatch>/`
+//! (`races_path`); after cargo ends, one line says how many distinct races were found in which
+//! binaries ([`races`]).
+//!
 //! `--coverage FORMAT` (before or after the cargo subcommand) also collects run-time coverage: every
 //! program cargo runs writes a profile into `<target dir>/racewatch/coverage/`, and after cargo ends
 //! the merged report of the whole suite is printed (text) or written there (`index.html`,
@@ -15,7 +21,8 @@
 
 use super::cargo_profiles;
 use super::coverage;
-use super::run::self_exe;
+use super::races;
+use super::run::{self_exe, sets_option};
 use racewatch_instrument::toolchain::{self, RUST_DEBUGINFO_FLAG, RUST_FLAGS};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
@@ -110,10 +117,11 @@ pub fn run(mut args: Args) -> ExitCode {
         }
     }
 
-    let runs_programs = subcommand(&args.args).is_some_and(|s| RUNNING_SUBCOMMANDS.contains(&s));
+    let subcommand = subcommand(&args.args);
+    let runs_programs = subcommand.is_some_and(|s| RUNNING_SUBCOMMANDS.contains(&s));
     let profiles = match (coverage, runs_programs) {
         (Some(_), true) => {
-            let dir = racewatch_target.unwrap_or_else(|| PathBuf::from("target/racewatch")).join("coverage");
+            let dir = racewatch_target.clone().unwrap_or_else(|| PathBuf::from("target/racewatch")).join("coverage");
             match fresh_profile_dir(&dir) {
                 Ok(()) => Some(dir),
                 Err(err) => {
@@ -129,12 +137,18 @@ pub fn run(mut args: Args) -> ExitCode {
         _ => None,
     };
 
+    let mut races_dir = None;
     if runs_programs {
         let triple = option_value(&args.args, "--target").or(rustc.host);
         if let Some(triple) = triple {
             let mut options = runner_options(&args.options, std::env::var("RACEWATCH_OPTIONS").ok().as_deref());
             if let Some(dir) = &profiles {
                 options.push(format!("coverage_path={}", dir.join(PROFILE_PREFIX).display()));
+            }
+            let target = racewatch_target.clone().unwrap_or_else(|| PathBuf::from("target/racewatch"));
+            races_dir = races_record_dir(&target.join("races").join(std::process::id().to_string()));
+            if let Some(dir) = &races_dir {
+                options.push(format!("races_path={}", dir.join(races::PREFIX).display()));
             }
             if options.first().map(String::as_str) == Some(TEST_RATE) {
                 eprintln!(
@@ -151,11 +165,11 @@ pub fn run(mut args: Args) -> ExitCode {
         }
     }
 
-    let (Some(dir), Some(format)) = (profiles, coverage) else {
+    if profiles.is_none() && races_dir.is_none() {
         let err = cmd.exec();
         eprintln!("racewatch: cannot run `{}`: {err}", cargo.to_string_lossy());
         return ExitCode::from(127);
-    };
+    }
     let status = match cmd.status() {
         Ok(status) => status,
         Err(err) => {
@@ -163,11 +177,35 @@ pub fn run(mut args: Args) -> ExitCode {
             return ExitCode::from(127);
         }
     };
-    coverage_report(&dir, format);
+    if let (Some(dir), Some(format)) = (profiles, coverage) {
+        coverage_report(&dir, format);
+    }
+    if let Some(dir) = races_dir {
+        let noun = if matches!(subcommand, Some("test" | "t" | "nextest")) { "test binary" } else { "binary" };
+        eprintln!("{}", races::summary(&races::collect(&dir), noun));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     // cargo's own status (a signal death as 128 + signal, as a shell reports it).
     use std::os::unix::process::ExitStatusExt;
     let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
     ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Prepares `dir` for the records of this run's races; `None` (no summary, with a warning) when it
+/// cannot be created or its path cannot be passed in a runner option.
+fn races_record_dir(dir: &std::path::Path) -> Option<PathBuf> {
+    let text = dir.to_string_lossy();
+    if text.contains(|c: char| c == ':' || c.is_whitespace()) {
+        eprintln!("racewatch: warning: no race summary: {} cannot be passed to the runtime (':' or a space)", text);
+        return None;
+    }
+    match races::fresh_dir(dir) {
+        Ok(()) => Some(dir.to_path_buf()),
+        Err(err) => {
+            eprintln!("racewatch: warning: no race summary: cannot prepare {text}: {err}");
+            None
+        }
+    }
 }
 
 /// File name prefix of the profiles under the coverage directory.
@@ -242,9 +280,7 @@ fn take_option(args: &mut Vec<OsString>, name: &str) -> Option<String> {
 /// The `-o` options of the runner: the test rate first unless the user's `-o` options or
 /// `RACEWATCH_OPTIONS` set `sample_period_us`, then the user's `-o` options (later wins in `racewatch run`).
 fn runner_options(user: &[String], env: Option<&str>) -> Vec<String> {
-    let sets_rate = |kv: &str| kv.split(':').any(|kv| kv.trim().starts_with("sample_period_us="));
-    let rate_chosen = user.iter().any(|o| sets_rate(o)) || env.is_some_and(sets_rate);
-    let test_rate = (!rate_chosen).then(|| TEST_RATE.to_string());
+    let test_rate = (!sets_option("sample_period_us", user, env)).then(|| TEST_RATE.to_string());
     test_rate.into_iter().chain(user.iter().cloned()).collect()
 }
 

@@ -6,6 +6,7 @@ pub mod coverage;
 pub mod demo;
 pub mod dump;
 pub mod flags;
+mod races;
 pub mod run;
 pub mod verify;
 

@@ -2,9 +2,13 @@
 //! runtime preloaded, and `racewatch runtime-path`.
 //!
 //! The program replaces racewatch (exec), so its pid, stdio, signals and exit
-//! status are exactly its own: a shell sees its exit code, or 128+signo when it
-//! dies from a signal. A program that cannot be found exits 127 (126 when it
-//! exists but cannot be executed), as in a shell.
+//! status are its own: a shell sees its exit code, or 128+signo when it dies
+//! from a signal. One exception, TSan's convention: a program that reported a
+//! race and would exit 0 exits with `exitcode` (66) instead, so a script or a
+//! test runner sees the failure (the runtime option `fail_on_race=1`, set here
+//! unless `-o fail_on_race=0` or `RACEWATCH_OPTIONS` says otherwise; a bare
+//! `LD_PRELOAD` leaves the status alone). A program that cannot be found exits
+//! 127 (126 when it exists but cannot be executed), as in a shell.
 
 use crate::embedded;
 use std::ffi::{OsStr, OsString};
@@ -15,7 +19,13 @@ use std::process::{Command, ExitCode};
 /// Environment variable carrying the runtime's options (DESIGN.md contract).
 pub const OPTIONS_VAR: &str = "RACEWATCH_OPTIONS";
 
+/// Set by `racewatch run` unless the user chose: a program that reported a race and would exit 0
+/// exits with `exitcode` (66).
+pub const FAIL_ON_RACE: &str = "fail_on_race=1";
+
 #[derive(clap::Args)]
+#[command(after_help = "Exit status: the program's own, except that a program that reported a race and would exit 0 \
+                        exits 66 (-o exitcode=N to change it, -o fail_on_race=0 to keep 0).")]
 pub struct Args {
     /// A runtime option `key=value` (see RACEWATCH_OPTIONS); repeatable, later wins.
     #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
@@ -30,7 +40,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> ExitCode {
     let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
-    let mut cmd = match preloaded(program, &args.options) {
+    let options = with_fail_on_race(&args.options, std::env::var(OPTIONS_VAR).ok().as_deref());
+    let mut cmd = match preloaded(program, &options) {
         Ok(cmd) => cmd,
         Err(msg) => {
             eprintln!("racewatch: {msg}");
@@ -47,6 +58,19 @@ pub fn run(args: Args) -> ExitCode {
     let err = cmd.exec();
     eprintln!("racewatch: cannot run `{}`: {err}", program.to_string_lossy());
     ExitCode::from(exec_failure_status(&err))
+}
+
+/// `fail_on_race=1` before the user's `-o` options, unless they or `RACEWATCH_OPTIONS` (`env`) set it.
+fn with_fail_on_race(user: &[String], env: Option<&str>) -> Vec<String> {
+    let key = FAIL_ON_RACE.split_once('=').map_or(FAIL_ON_RACE, |(key, _)| key);
+    let default = (!sets_option(key, user, env)).then(|| FAIL_ON_RACE.to_string());
+    default.into_iter().chain(user.iter().cloned()).collect()
+}
+
+/// Whether `-o` options `user` or the option string `env` set `key`.
+pub fn sets_option(key: &str, user: &[String], env: Option<&str>) -> bool {
+    let sets = |kv: &str| kv.split(':').any(|kv| kv.split_once('=').is_some_and(|(k, _)| k.trim() == key));
+    user.iter().any(|o| sets(o)) || env.is_some_and(sets)
 }
 
 /// Shell convention: 127 when the program is not found, 126 otherwise.
@@ -155,6 +179,16 @@ mod tests {
         assert_eq!(merged_doctest_env(bundle), Some(("RUSTDOC_DOCTEST_BIN_PATH", PathBuf::from(bundle))));
         assert_eq!(merged_doctest_env(OsStr::new("/tmp/other/rust_out")), None);
         assert_eq!(merged_doctest_env(OsStr::new("/tmp/rustdoctestAb12/prog")), None);
+    }
+
+    #[test]
+    fn fail_on_race_is_on_unless_the_user_chose() {
+        assert_eq!(with_fail_on_race(&[], None), [FAIL_ON_RACE]);
+        assert_eq!(with_fail_on_race(&["stats=1".into()], Some("seed=1")), [FAIL_ON_RACE, "stats=1"]);
+        assert_eq!(with_fail_on_race(&["fail_on_race=0".into()], None), ["fail_on_race=0"]);
+        assert!(with_fail_on_race(&[], Some("stats=1: fail_on_race=0")).is_empty());
+        // Another key that merely contains the name does not count.
+        assert_eq!(with_fail_on_race(&["no_fail_on_race=0".into()], None), [FAIL_ON_RACE, "no_fail_on_race=0"]);
     }
 
     #[test]

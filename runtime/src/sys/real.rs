@@ -10,11 +10,13 @@
 // or valid); making these functions `unsafe` would only move the same promise into the callers.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use std::ffi::{c_int, c_long, c_uint, c_ulong, c_void, CStr};
+use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// `pthread_create`'s start routine.
 pub type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+/// A C `main` as `__libc_start_main` calls it: `argc`, `argv`, `envp`.
+pub type MainFn = extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
 
 struct Real {
     name: &'static CStr,
@@ -53,8 +55,10 @@ static DUP3: Real = Real::new(c"dup3");
 static PRCTL: Real = Real::new(c"prctl");
 static SYSCALL: Real = Real::new(c"syscall");
 static DLCLOSE: Real = Real::new(c"dlclose");
+static LIBC_START_MAIN: Real = Real::new(c"__libc_start_main");
+static EXIT: Real = Real::new(c"exit");
 
-const ALL: [&Real; 13] = [
+const ALL: [&Real; 15] = [
     &PTHREAD_CREATE,
     &SIGACTION,
     &SIGNAL,
@@ -68,6 +72,8 @@ const ALL: [&Real; 13] = [
     &PRCTL,
     &SYSCALL,
     &DLCLOSE,
+    &LIBC_START_MAIN,
+    &EXIT,
 ];
 
 /// Resolves every real function now (call from the constructor).
@@ -175,4 +181,41 @@ pub fn syscall(number: c_long, args: [c_long; 6]) -> c_long {
 /// The real `dlclose`.
 pub fn dlclose(handle: *mut c_void) -> c_int {
     call!(DLCLOSE, -1, fn(*mut c_void) -> c_int, handle)
+}
+
+/// The real `__libc_start_main` (glibc's entry from `_start`; `init` and `fini` are null since glibc
+/// 2.34 and passed on as they are).
+#[allow(clippy::too_many_arguments)]
+pub fn libc_start_main(
+    main: MainFn,
+    argc: c_int,
+    argv: *mut *mut c_char,
+    init: *mut c_void,
+    fini: *mut c_void,
+    rtld_fini: *mut c_void,
+    stack_end: *mut c_void,
+) -> c_int {
+    call!(
+        LIBC_START_MAIN,
+        -1,
+        fn(MainFn, c_int, *mut *mut c_char, *mut c_void, *mut c_void, *mut c_void, *mut c_void) -> c_int,
+        main,
+        argc,
+        argv,
+        init,
+        fini,
+        rtld_fini,
+        stack_end
+    )
+}
+
+/// The real `exit` (atexit handlers, destructors, stdio flushed); `_exit` when it cannot be found.
+pub fn exit(status: c_int) -> ! {
+    let addr = EXIT.get();
+    if addr == 0 {
+        super::process::exit_now(status);
+    }
+    // SAFETY: `addr` is libc's `exit`, whose C signature is `void exit(int)` and which never returns.
+    let f: unsafe extern "C" fn(c_int) -> ! = unsafe { std::mem::transmute(addr) };
+    unsafe { f(status) }
 }

@@ -1,0 +1,150 @@
+//! The exit status of a process that reported races (`fail_on_race`), and the record of its races it
+//! leaves for `racewatch cargo`'s summary (`races_path`).
+//!
+//! A fini destructor cannot see the program's exit status, so the runtime interposes the two ways a
+//! program ends normally: `__libc_start_main` (the program's `main` is wrapped, to see what it returns)
+//! and `exit` (C's `exit`, Rust's `std::process::exit`: both go through the PLT). There, with either
+//! option set: sampling stops, the watch windows under way close, the reporter gets a bounded chance
+//! to print what is queued ([`reporter::settle`]), `<races_path>.<pid>` is written, and with
+//! `fail_on_race=1` a status of 0 becomes `exitcode` when this process printed a race. A non-zero
+//! status is the program's own and is kept. Sampling stops there so that no report is printed after
+//! the status was decided (races in atexit handlers and destructors are not looked for).
+//!
+//! `_exit`, a death by signal and an `exit` libc makes itself (the last thread calling
+//! `pthread_exit`) are not seen: their status stays as it is; the record is still written by the fini
+//! destructor ([`at_fini`]). Without either option (a bare `LD_PRELOAD`) both wrappers only pass on.
+//!
+//! The symbols are exported only with the `preload` feature, like [`crate::intercept`]'s.
+
+use crate::sys::real::{self, MainFn};
+use crate::sys::{process, signal, thread};
+use crate::{detector, log, options, reporter, sampler};
+use std::ffi::{c_char, c_int, c_void};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// First line of a `races_path` file.
+pub const MAGIC: &str = "racewatch-races 1";
+
+/// How long the watch windows under way get to close once sampling stopped.
+const QUIET_MS: u64 = 1000;
+
+/// Interposed `__libc_start_main`: runs the program with its `main` wrapped.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn __libc_start_main(
+    main: MainFn,
+    argc: c_int,
+    argv: *mut *mut c_char,
+    init: *mut c_void,
+    fini: *mut c_void,
+    rtld_fini: *mut c_void,
+    stack_end: *mut c_void,
+) -> c_int {
+    process::start_main_wrapped(main, argc, argv, init, fini, rtld_fini, stack_end, exit_status)
+}
+
+/// Interposed `exit`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn exit(status: c_int) -> ! {
+    real::exit(exit_status(status))
+}
+
+/// The process that already settled at exit (the second of `main`'s return and a nested `exit` only
+/// decides again, without waiting).
+static SETTLED: AtomicI32 = AtomicI32::new(0);
+
+/// The status the process ends with, when it ends normally with `status` (see the module comment).
+pub fn exit_status(status: c_int) -> c_int {
+    let options = options::get();
+    if !(options.fail_on_race || options.races_path.is_some()) || detector::is_sandboxed() {
+        return status;
+    }
+    let guarded = std::panic::catch_unwind(|| {
+        let pid = thread::getpid();
+        if SETTLED.swap(pid, Ordering::AcqRel) != pid {
+            settle();
+            write_races_file();
+        }
+        decide(status, reporter::races_reported(), options.fail_on_race, options.exitcode)
+    });
+    guarded.unwrap_or(status)
+}
+
+/// Stops sampling, lets the watch windows under way close and the reporter print what they found.
+fn settle() {
+    if detector::is_running() {
+        sampler::stop();
+        // A sample signal already sent may not have reached its handler yet.
+        thread::sleep_us(1000);
+        signal::wait_until_quiet(QUIET_MS);
+    }
+    reporter::settle();
+}
+
+/// The status to end with: `exitcode` for a process that would exit 0 but printed `races` races with
+/// `fail_on_race`, else the program's own `status`.
+pub fn decide(status: c_int, races: usize, fail_on_race: bool, exitcode: i32) -> c_int {
+    if fail_on_race && status == 0 && races > 0 {
+        exitcode
+    } else {
+        status
+    }
+}
+
+/// The fini destructor's part (after [`detector::at_exit`]): the record of the races, also when the
+/// program's end was not seen.
+pub fn at_fini() {
+    if options::get().races_path.is_some() && !detector::is_sandboxed() {
+        write_races_file();
+    }
+}
+
+/// With `races_path`, writes `<races_path>.<pid>` when this process printed races (at exit and at
+/// `halt_on_error`; again at the fini destructor, with every race printed by then).
+pub fn write_races_file() {
+    let Some(prefix) = options::get().races_path.as_deref() else { return };
+    let races = reporter::reported_races();
+    if races.is_empty() {
+        return;
+    }
+    let exe = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
+    let path = format!("{prefix}.{}", thread::getpid());
+    if let Err(err) = std::fs::write(&path, render(&exe, &races)) {
+        log::warn(format_args!("races_path: cannot write {path}: {err}"));
+    }
+}
+
+/// The text of a `races_path` file: the magic line, `exe <path>`, then one `race <key>` line per race
+/// (the key is the unordered pair of source locations, `file:line<TAB>file:line`).
+pub fn render(exe: &str, races: &[String]) -> String {
+    let mut out = format!("{MAGIC}\nexe {}\n", exe.replace('\n', " "));
+    for race in races {
+        let _ = writeln!(out, "race {race}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_clean_exit_of_a_racing_process_with_the_option_on_changes() {
+        assert_eq!(decide(0, 1, true, 66), 66);
+        assert_eq!(decide(0, 2, true, 23), 23);
+        // The program's own failure is kept, and so is a clean run's 0.
+        assert_eq!(decide(3, 1, true, 66), 3);
+        assert_eq!(decide(0, 0, true, 66), 0);
+        // A bare LD_PRELOAD (option off) never changes the status.
+        assert_eq!(decide(0, 5, false, 66), 0);
+    }
+
+    #[test]
+    fn the_record_names_the_executable_and_each_race() {
+        let races = ["src/a.rs:3\tsrc/a.rs:3".to_string(), "src/a.rs:3\tsrc/b.rs:9".to_string()];
+        assert_eq!(
+            render("/t/deps/app-1f2e", &races),
+            "racewatch-races 1\nexe /t/deps/app-1f2e\nrace src/a.rs:3\tsrc/a.rs:3\nrace src/a.rs:3\tsrc/b.rs:9\n"
+        );
+    }
+}

@@ -25,7 +25,7 @@
 
 use crate::fixed::FixedBuf;
 use crate::options::{self, Options};
-use crate::sys::{fatal, fd, perf, signal, stacks, thread, unwind_info};
+use crate::sys::{fatal, fd, perf, signal, stacks, thread, tracer, unwind_info};
 use crate::{log, profile, queue, registry, reporter, sampler, stats, watch};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 
@@ -79,6 +79,11 @@ fn thread_count() -> usize {
 
 fn start(opts: &Options) -> bool {
     unwind_info::refresh();
+    // Traced from the start (a supervisor's PTRACE_TRACEME child): sampling begins paused.
+    if tracer::open() {
+        check_tracer();
+    }
+    reporter::on_tick(check_tracer);
     reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
         log::warn(format_args!("{err}; race detection disabled"));
@@ -103,6 +108,18 @@ pub fn thread_hook(start: &thread::ThreadStart) {
     }
 }
 
+/// Pauses sampling while a tracer (a debugger, `strace`, a ptrace supervisor) is attached: every signal
+/// of the runtime's would stop the process for it. Sampling resumes when the tracer detaches.
+fn check_tracer() {
+    let tracer = tracer::tracer_pid();
+    if sampler::set_paused(tracer.is_some()) && options::get().verbosity >= 1 {
+        match tracer {
+            Some(pid) => log::line(format_args!("a tracer is attached (pid {pid}): sampling paused")),
+            None => log::line(format_args!("the tracer detached: sampling resumed")),
+        }
+    }
+}
+
 /// Switches detection off for good, with one warning naming `why`. `closing_ours`: the program is
 /// closing our descriptors itself (we must not close them too: the numbers may be reused at once).
 pub fn switch_off(why: &str, closing_ours: bool) {
@@ -120,6 +137,37 @@ pub fn switch_off(why: &str, closing_ours: bool) {
     }
     reporter::shutdown();
     log::warn(format_args!("{why}; race detection is off from here on"));
+}
+
+/// The program is about to set its descriptor limit (`RLIMIT_NOFILE`) to `soft`/`hard`. Descriptors of
+/// the runtime's go above the new soft limit from now on; and when the program lowers the hard limit
+/// before the detector started (a server sizing itself for its connections, as memcached does), the
+/// detector's perf events are opened now, while there is still room above the program's range, to be
+/// inherited by the threads it creates later. Detection then works under that limit without taking
+/// a descriptor the program could have opened.
+pub fn before_nofile_limit(soft: u64, hard: u64) {
+    if STATE.load(Ordering::Acquire) != IDLE || is_sandboxed() || !registry::with_index(|i| i.functions() > 0) {
+        return;
+    }
+    fd::set_floor(soft);
+    if fd::nofile_hard_limit().is_some_and(|current| hard < current) {
+        // A failure here is reported when the detector starts (it tries again then).
+        let _ = sampler::open_events(options::get());
+    }
+}
+
+/// The program wants a hardware breakpoint and every debug register is taken: one of the detector's
+/// watchpoints is given back. True when one was (the program's call is then tried again).
+pub fn give_back_watchpoint() -> bool {
+    if !is_running() || !watch::give_back_one() {
+        return false;
+    }
+    if watch::open_count() == 0 {
+        switch_off("the program uses every hardware debug register", false);
+    } else if options::get().verbosity >= 1 {
+        log::line(format_args!("gave a hardware watchpoint back to the program ({} left)", watch::open_count()));
+    }
+    true
 }
 
 /// The program is about to install a seccomp filter or enter strict mode in some thread.
@@ -147,6 +195,7 @@ extern "C" fn after_fork_in_child() {
         reporter::forget_after_fork();
         thread::forget_runtime_threads();
         stacks::forget_after_fork();
+        tracer::forget_after_fork();
         thread::forget_known_threads();
         stats::reset();
         STATS_PRINTED.store(false, Ordering::Release);

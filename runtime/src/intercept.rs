@@ -450,10 +450,31 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
         libc::SYS_rt_sigprocmask if signal::is_installed() && d == 8 => {
             return raw_sigprocmask(a as c_int, a_ptr(b), a_ptr::<u64>(c) as *mut u64).into()
         }
+        libc::SYS_perf_event_open => return perf_event_open([a, b, c, d, e, f]),
+        libc::SYS_setrlimit => limiting(0, a as c_int, a_ptr(b)),
+        libc::SYS_prlimit64 => limiting(a as libc::pid_t, b as c_int, a_ptr(c)),
         libc::SYS_sigaltstack => return sigaltstack(a_ptr(a), a_ptr::<libc::stack_t>(b) as *mut libc::stack_t).into(),
         _ => {}
     }
     real::syscall(number, [a, b, c, d, e, f])
+}
+
+/// `perf_event_attr.type` of a hardware breakpoint.
+const PERF_TYPE_BREAKPOINT: u32 = 5;
+
+/// The program's `perf_event_open`: a hardware breakpoint it cannot have because racewatch's
+/// watchpoints hold the debug registers gets one of them back (detection goes on with fewer).
+fn perf_event_open(args: [c_long; 6]) -> c_long {
+    loop {
+        let rc = real::syscall(libc::SYS_perf_event_open, args);
+        // SAFETY: errno is this thread's.
+        let no_space = rc < 0 && unsafe { *libc::__errno_location() } == libc::ENOSPC;
+        // The attr's first word is its type (the kernel reads it from the same pointer).
+        let breakpoint = opt_ref(a_ptr::<u32>(args[0])).is_some_and(|&kind| kind == PERF_TYPE_BREAKPOINT);
+        if !(no_space && breakpoint && detector::give_back_watchpoint()) {
+            return rc;
+        }
+    }
 }
 
 /// A raw system call's pointer argument.
@@ -512,6 +533,52 @@ fn raw_sigprocmask(how: c_int, set: *const u64, old: *mut u64) -> c_int {
         }
     }
     rc
+}
+
+/// Interposed `setrlimit`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_int {
+    limiting(0, resource, limit);
+    real::setrlimit(resource, limit)
+}
+
+/// Interposed `setrlimit64` (the same function on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setrlimit64(resource: c_int, limit: *const libc::rlimit) -> c_int {
+    limiting(0, resource, limit);
+    real::setrlimit(resource, limit)
+}
+
+/// Interposed `prlimit`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn prlimit(
+    pid: libc::pid_t,
+    resource: c_int,
+    new: *const libc::rlimit,
+    old: *mut libc::rlimit,
+) -> c_int {
+    limiting(pid, resource, new);
+    real::prlimit(pid, resource, new, old)
+}
+
+/// Interposed `prlimit64` (the same function on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn prlimit64(
+    pid: libc::pid_t,
+    resource: c_int,
+    new: *const libc::rlimit,
+    old: *mut libc::rlimit,
+) -> c_int {
+    limiting(pid, resource, new);
+    real::prlimit(pid, resource, new, old)
+}
+
+/// Process `pid` (0: this one) is about to get `limit` for `resource`.
+fn limiting(pid: libc::pid_t, resource: c_int, limit: *const libc::rlimit) {
+    let ours = pid == 0 || pid == thread::getpid();
+    if let (true, libc::RLIMIT_NOFILE, Some(limit)) = (ours, resource as u32, opt_ref(limit)) {
+        detector::before_nofile_limit(limit.rlim_cur, limit.rlim_max);
+    }
 }
 
 /// Interposed `dlclose`: no stack unwind may read a module's `.eh_frame` while the loader unmaps it.

@@ -18,8 +18,9 @@ use std::sync::{Mutex, MutexGuard};
 /// Name of the reporter thread.
 pub const THREAD_NAME: &str = "racewatch-reporter";
 /// Longest sleep of the reporter between two looks at the queue: pushes wake
-/// it at once (futex); this is only the safety net.
-const MAX_WAIT_MS: u32 = 1000;
+/// it at once (futex); this is the safety net and the period of the detector's
+/// checks ([`on_tick`]).
+const MAX_WAIT_MS: u32 = 100;
 
 /// What the reporter needs from the options.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -385,6 +386,9 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
     let _ = std::panic::catch_unwind(|| loop {
         let token = sys::wake::token();
         sys::unwind_info::refresh_if_stale();
+        if let Some(tick) = TICK.get() {
+            tick();
+        }
         drain();
         if STOP.load(Ordering::Acquire) {
             break;
@@ -392,6 +396,14 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
         sys::wake::wait(token, MAX_WAIT_MS);
     });
     std::ptr::null_mut()
+}
+
+/// Called by the reporter thread at least every `MAX_WAIT_MS` (the detector's periodic checks).
+static TICK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Makes the reporter thread call `tick` at least every 100 ms (set once per process).
+pub fn on_tick(tick: fn()) {
+    let _ = TICK.set(tick);
 }
 
 /// Starts the reporter thread (once per process; later calls do nothing). The thread has every signal

@@ -42,28 +42,39 @@ fn timer() -> Option<SampleTimer> {
 }
 
 /// Starts the detector: opens the sampler and `options.watchpoints` watchpoints for the calling thread and
-/// every thread it creates later, warms up the decoder, installs the `SIGTRAP` handler, and enables sampling
-/// if the index already holds covered code (see [`refresh`]). Call once, before the threads to be sampled
-/// are created. Errors (perf_event_open denied, no debug register) leave the program untouched.
+/// every thread it creates later (unless [`open_events`] did already), warms up the decoder, installs the
+/// `SIGTRAP` handler, and enables sampling if the index already holds covered code (see [`refresh`]). Call
+/// once, before the threads to be sampled are created. Errors (perf_event_open denied, no debug register,
+/// no room for descriptors) leave the program untouched.
 pub fn start(options: &Options) -> Result<(), String> {
-    if TIMER.load(Ordering::Acquire) >= 0 {
-        return Ok(());
-    }
     DELAY_US.store(options.delay_us, Ordering::Relaxed);
     REPORT_ATOMIC_RACES.store(options.report_atomic_races, Ordering::Relaxed);
     SEED.store(options.seed.unwrap_or(0x9e37_79b9_7f4a_7c15), Ordering::Relaxed);
     COLD_BIAS.store(options.cold_bias, Ordering::Relaxed);
+    open_events(options)?;
+    decode::warm_up();
+    signal::install(claims, on_perf).map_err(|e| format!("cannot install the SIGTRAP handler: {e}"))?;
+    refresh();
+    Ok(())
+}
+
+/// Opens the detector's perf events (disabled) if they are not open yet: the sampling timer and the
+/// watchpoints, inherited by every thread the calling thread creates from now on. Done early, before the
+/// detector starts, when the program is about to lower its descriptor limit (see [`crate::sys::fd::set_floor`]).
+pub fn open_events(options: &Options) -> Result<(), String> {
+    if TIMER.load(Ordering::Acquire) >= 0 {
+        return Ok(());
+    }
     let period_ns = options.sample_period_us.saturating_mul(1000) / THINNING;
-    let timer = SampleTimer::open(period_ns.max(1))
-        .map_err(|e| format!("cannot open the sampling timer (perf_event_open: {e})"))?;
+    let timer = SampleTimer::open(period_ns.max(1)).map_err(|e| match crate::sys::fd::no_room_message(&e) {
+        Some(why) => why,
+        None => format!("cannot open the sampling timer (perf_event_open: {e})"),
+    })?;
     if let Err(err) = watch::init(options.watchpoints) {
         timer.fd().close();
         return Err(err);
     }
-    decode::warm_up();
     TIMER.store(timer.fd().raw(), Ordering::Release);
-    signal::install(claims, on_perf).map_err(|e| format!("cannot install the SIGTRAP handler: {e}"))?;
-    refresh();
     Ok(())
 }
 
@@ -71,13 +82,25 @@ pub fn start(options: &Options) -> Result<(), String> {
 /// when the index became empty. No-op before [`start`].
 pub fn refresh() {
     let Some(timer) = timer() else { return };
-    let covered = registry::with_index(|idx| idx.functions()) > 0;
-    if covered != ENABLED.load(Ordering::Acquire) {
-        let result = if covered { timer.enable() } else { timer.disable() };
+    let wanted = registry::with_index(|idx| idx.functions()) > 0 && !PAUSED.load(Ordering::Acquire);
+    if wanted != ENABLED.load(Ordering::Acquire) {
+        let result = if wanted { timer.enable() } else { timer.disable() };
         if result.is_ok() {
-            ENABLED.store(covered, Ordering::Release);
+            ENABLED.store(wanted, Ordering::Release);
         }
     }
+}
+
+/// Set while sampling is paused (a tracer is attached).
+static PAUSED: AtomicBool = AtomicBool::new(false);
+
+/// Pauses sampling (no new watch windows either) or lets it go on; true when that changed the state.
+pub fn set_paused(paused: bool) -> bool {
+    let changed = PAUSED.swap(paused, Ordering::AcqRel) != paused;
+    if changed {
+        refresh();
+    }
+    changed
 }
 
 /// Whether the sampling timer is enabled.
@@ -107,6 +130,7 @@ pub fn close() {
 /// descriptors are closed by the caller), so the child can start its own.
 pub fn forget_after_fork() {
     TIMER.store(-1, Ordering::Release);
+    PAUSED.store(false, Ordering::Release);
     ENABLED.store(false, Ordering::Release);
     watch::forget_after_fork();
 }

@@ -120,11 +120,41 @@ pub fn init(count: u32) -> Result<usize, String> {
         }
     }
     if opened == 0 {
-        let err = first_error.map(|e| e.to_string()).unwrap_or_default();
-        return Err(format!("cannot open a hardware watchpoint (perf_event_open: {err})"));
+        let err = first_error.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::ENOSPC));
+        return Err(crate::sys::fd::no_room_message(&err)
+            .unwrap_or_else(|| format!("cannot open a hardware watchpoint (perf_event_open: {err})")));
     }
     COUNT.store(opened, Ordering::Release);
     Ok(opened)
+}
+
+/// Gives one watchpoint back to the program (its debug register is then free in every thread): the
+/// last slot is claimed for good, waited for while a window is open on it (a watch window is short),
+/// and its event closed. False when none is left.
+pub fn give_back_one() -> bool {
+    let open = COUNT.load(Ordering::Acquire);
+    let Some(last) = open.checked_sub(1) else { return false };
+    let deadline = thread::monotonic_ns() + 200_000_000;
+    while SLOTS[last].busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if thread::monotonic_ns() > deadline {
+            return false;
+        }
+        thread::sleep_us(100);
+    }
+    if COUNT.compare_exchange(open, last, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        SLOTS[last].busy.store(false, Ordering::Release);
+        return false;
+    }
+    let raw = WATCHPOINTS[last].swap(-1, Ordering::AcqRel);
+    if raw >= 0 {
+        PerfFd::from_raw(raw).close();
+    }
+    true
+}
+
+/// How many watchpoints are open.
+pub fn open_count() -> usize {
+    count()
 }
 
 /// Closes the watchpoints (no slot is armed afterwards).

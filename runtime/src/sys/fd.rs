@@ -4,7 +4,7 @@
 
 use crate::sys::real;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 /// How many descriptors the runtime may hold at once (sampler + 4 watchpoints, with room).
 const MAX_OWN: usize = 8;
@@ -15,13 +15,25 @@ const SMALL_LIMIT: u64 = 4096;
 /// With a large limit and no room above it, descriptors go this far below the limit (or 64 Ki).
 const HIGH_CEILING: u64 = 1 << 16;
 
+/// The lowest number the runtime's long-lived descriptors may take (besides the soft limit): the
+/// soft `RLIMIT_NOFILE` the program is about to set (see [`set_floor`]).
+static FLOOR: AtomicU64 = AtomicU64::new(0);
+
+/// The program is about to set its soft `RLIMIT_NOFILE` to `soft`: descriptors placed from now on go
+/// at or above it too.
+pub fn set_floor(soft: u64) {
+    FLOOR.store(soft, Ordering::Release);
+}
+
 /// Moves `fd` (a fresh close-on-exec descriptor of ours) out of the program's way and records it as ours.
 ///
 /// Preferred: just above the soft `RLIMIT_NOFILE` (raised for the `F_DUPFD` and restored at once, the
 /// hard limit too when it leaves no room and the process may raise it), where the program's own `open`s
 /// can never land and `getdtablesize()` loops never reach, so the program can open exactly as many
 /// descriptors as without racewatch. When that is not possible and the limit is small, the descriptor is
-/// refused (`EMFILE`): the caller runs without detection. With a large limit it goes high below it. Call while no other thread changes the limit (the first `pthread_create`).
+/// refused ([`NoRoom`] says why): the caller runs without detection. With a large limit it goes high
+/// below it. Call while no other thread changes the limit (the first `pthread_create`, or the
+/// program's own `setrlimit` before its threads start).
 pub fn keep_high(fd: i32) -> std::io::Result<i32> {
     let moved = relocate(fd);
     real::close(fd);
@@ -33,11 +45,42 @@ pub fn keep_high(fd: i32) -> std::io::Result<i32> {
     Ok(moved)
 }
 
+/// Why [`keep_high`] refused: the descriptor limit leaves no room above the program's descriptors.
+#[derive(Debug)]
+pub struct NoRoom {
+    pub soft: u64,
+    pub hard: u64,
+}
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the descriptor limit (RLIMIT_NOFILE {}/{}) leaves no room for racewatch's descriptors above the \
+             program's, and racewatch may not raise it; raise the hard limit by {} (e.g. `ulimit -Hn {}`) to run \
+             with detection",
+            self.soft,
+            self.hard,
+            2 * MAX_OWN,
+            self.soft + 2 * MAX_OWN as u64
+        )
+    }
+}
+
+impl std::error::Error for NoRoom {}
+
+/// The message of a [`NoRoom`] refusal, if `err` is one.
+pub fn no_room_message(err: &std::io::Error) -> Option<String> {
+    err.get_ref().and_then(|e| e.downcast_ref::<NoRoom>()).map(ToString::to_string)
+}
+
 /// Reads a whole file for the runtime's own use (the reporter reading an ELF file for symbols)
-/// through a descriptor above the soft `RLIMIT_NOFILE`. A program that closes every descriptor
-/// meanwhile (a daemon's close loop) can close ours, and its next `open` can get the same number:
-/// our close would then close the program's file. The program is never given a number that high,
-/// so only the few microseconds between the `open` and the move remain exposed, not the read.
+/// through a descriptor moved to the top of the program's range. A program that closes every
+/// descriptor meanwhile (a daemon's close loop) can close ours, and its next `open` can get the same
+/// number: our close would then close the program's file. The program's `open`s take the lowest free
+/// numbers, so it reaches the top of its range only with nearly every descriptor in use; only the few
+/// microseconds between the `open` and the move remain exposed, not the read. The limit itself is
+/// never touched (a thread of the program may be changing and reading it).
 pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::ffi::OsStrExt;
@@ -49,32 +92,55 @@ pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     if low < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let high = relocate(low);
-    real::close(low);
-    // SAFETY: `high` is a descriptor this function just made and nothing else owns; the File
+    let (soft, _) = nofile_limit()?;
+    let top = soft.min(HIGH_CEILING).saturating_sub(4 * MAX_OWN as u64).max(low as u64 + 1);
+    // SAFETY: plain fcntl on our own descriptor.
+    let high = unsafe { libc::fcntl(low, libc::F_DUPFD_CLOEXEC, top as libc::c_int) };
+    let fd = if high >= 0 {
+        real::close(low);
+        high
+    } else {
+        low
+    };
+    // SAFETY: `fd` is a descriptor this function just made and nothing else owns; the File
     // closes it when dropped.
-    let mut file = unsafe { std::fs::File::from_raw_fd(high?) };
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
-fn relocate(fd: i32) -> std::io::Result<i32> {
+/// The hard `RLIMIT_NOFILE`.
+pub fn nofile_hard_limit() -> Option<u64> {
+    nofile_limit().ok().map(|(_, hard)| hard)
+}
+
+/// The soft and hard `RLIMIT_NOFILE`.
+fn nofile_limit() -> std::io::Result<(u64, u64)> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `limit` is a live rlimit the kernel fills.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
+    Ok((limit.rlim_cur, limit.rlim_max))
+}
+
+fn relocate(fd: i32) -> std::io::Result<i32> {
+    let limit = {
+        let (soft, hard) = nofile_limit()?;
+        libc::rlimit { rlim_cur: soft, rlim_max: hard }
+    };
     let soft = limit.rlim_cur;
-    if soft < libc::RLIM_INFINITY - 2 * MAX_OWN as u64 {
+    let floor = soft.max(FLOOR.load(Ordering::Acquire));
+    if floor < libc::RLIM_INFINITY - 2 * MAX_OWN as u64 {
         // Raising the hard limit too needs CAP_SYS_RESOURCE (it fails harmlessly without); lowering it
         // back never does.
-        let wanted = soft + 2 * MAX_OWN as u64;
+        let wanted = floor + 2 * MAX_OWN as u64;
         let raised = libc::rlimit { rlim_cur: wanted, rlim_max: limit.rlim_max.max(wanted) };
         // SAFETY: both rlimits are live; the limits are restored right after the dup.
         unsafe {
             if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                let moved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, soft as libc::c_int);
+                let moved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor as libc::c_int);
                 libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
                 if moved >= 0 {
                     return Ok(moved);
@@ -83,7 +149,7 @@ fn relocate(fd: i32) -> std::io::Result<i32> {
         }
     }
     if soft < SMALL_LIMIT {
-        return Err(std::io::Error::from_raw_os_error(libc::EMFILE));
+        return Err(std::io::Error::other(NoRoom { soft, hard: limit.rlim_max }));
     }
     let floor = soft.min(HIGH_CEILING) - 4 * MAX_OWN as u64;
     // SAFETY: plain fcntl on our own descriptor.

@@ -57,8 +57,10 @@ static SYSCALL: Real = Real::new(c"syscall");
 static DLCLOSE: Real = Real::new(c"dlclose");
 static LIBC_START_MAIN: Real = Real::new(c"__libc_start_main");
 static EXIT: Real = Real::new(c"exit");
+static SETRLIMIT: Real = Real::new(c"setrlimit");
+static PRLIMIT: Real = Real::new(c"prlimit");
 
-const ALL: [&Real; 15] = [
+const ALL: [&Real; 17] = [
     &PTHREAD_CREATE,
     &SIGACTION,
     &SIGNAL,
@@ -74,6 +76,8 @@ const ALL: [&Real; 15] = [
     &DLCLOSE,
     &LIBC_START_MAIN,
     &EXIT,
+    &SETRLIMIT,
+    &PRLIMIT,
 ];
 
 /// Resolves every real function now (call from the constructor).
@@ -218,4 +222,14 @@ pub fn exit(status: c_int) -> ! {
     // SAFETY: `addr` is libc's `exit`, whose C signature is `void exit(int)` and which never returns.
     let f: unsafe extern "C" fn(c_int) -> ! = unsafe { std::mem::transmute(addr) };
     unsafe { f(status) }
+}
+
+/// The real `setrlimit`.
+pub fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_int {
+    call!(SETRLIMIT, -1, fn(c_int, *const libc::rlimit) -> c_int, resource, limit)
+}
+
+/// The real `prlimit`.
+pub fn prlimit(pid: libc::pid_t, resource: c_int, new: *const libc::rlimit, old: *mut libc::rlimit) -> c_int {
+    call!(PRLIMIT, -1, fn(libc::pid_t, c_int, *const libc::rlimit, *mut libc::rlimit) -> c_int, pid, resource, new, old)
 }

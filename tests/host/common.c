@@ -3,8 +3,13 @@
  * Racing threads: rw_start(n, seconds, stack) runs n threads that increment one
  * plain global with no synchronisation (`rw_counter++` in a covered function),
  * until the deadline or rw_stop_racing(). The racy counter's value is never
- * printed: only facts that do not depend on timing are. */
+ * printed: only facts that do not depend on timing are.
+ *
+ * A program built with its own feature macros (-std=c11 -D_XOPEN_SOURCE=700: strict, no GNU or BSD
+ * extensions) does not get _GNU_SOURCE. */
+#if !defined(_XOPEN_SOURCE) && !defined(_POSIX_C_SOURCE)
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>

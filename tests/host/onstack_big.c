@@ -1,0 +1,78 @@
+/* An SA_ONSTACK SIGUSR1 handler that uses 48 KiB of stack, in a thread with a 256 KiB stack and no
+ * alternate stack (SA_ONSTACK then means the thread's own stack), raised 20 times while threads race; and
+ * what sigaltstack(NULL, &old) reports in that thread and in threads with 64 KiB stacks (SS_DISABLE: the
+ * program never set one). */
+#define BIG (48 * 1024)
+
+static atomic_int handled;
+
+static void on_usr1(int sig) {
+  (void)sig;
+  volatile char buf[BIG];
+  for (int i = 0; i < BIG; i += 256) buf[i] = (char)i;
+  rw_race_iterations(500);
+  buf[0] = buf[BIG - 256];
+  atomic_fetch_add(&handled, 1);
+}
+
+static int altstack_state(void) {
+  stack_t old;
+  memset(&old, 0, sizeof old);
+  if (sigaltstack(NULL, &old) != 0) return -1;
+  return old.ss_flags;
+}
+
+static void print_state(const char *who, int flags) {
+  if (flags < 0)
+    printf("%s: sigaltstack failed\n", who);
+  else
+    printf("%s: sigaltstack %s%s\n", who, flags & SS_DISABLE ? "SS_DISABLE" : "enabled",
+           flags & SS_ONSTACK ? " SS_ONSTACK" : "");
+}
+
+static void *big_handler_thread(void *arg) {
+  (void)arg;
+  intptr_t state = altstack_state();
+  for (int i = 0; i < 20; i++) {
+    rw_race_until(rw_now() + 0.03);
+    raise(SIGUSR1);
+  }
+  return (void *)state;
+}
+
+static void *small_thread(void *arg) {
+  (void)arg;
+  intptr_t state = altstack_state();
+  rw_race_until(rw_now() + 0.5);
+  return (void *)state;
+}
+
+int main(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sa.sa_flags = SA_ONSTACK | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+  rw_start(1, 0.8, 0);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  pthread_t big;
+  pthread_create(&big, &attr, big_handler_thread, NULL);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  pthread_t small[2];
+  for (int i = 0; i < 2; i++) pthread_create(&small[i], &attr, small_thread, NULL);
+  pthread_attr_destroy(&attr);
+  void *state;
+  pthread_join(big, &state);
+  print_state("256 KiB thread", (int)(intptr_t)state);
+  for (int i = 0; i < 2; i++) {
+    pthread_join(small[i], &state);
+    print_state(i == 0 ? "64 KiB thread 0" : "64 KiB thread 1", (int)(intptr_t)state);
+  }
+  rw_join();
+  print_state("main", altstack_state());
+  printf("48 KiB handler ran: %d\n", atomic_load(&handled));
+  return 0;
+}

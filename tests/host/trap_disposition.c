@@ -1,0 +1,247 @@
+/* The program's SIGTRAP disposition honoured in full, while threads race. argv[1]:
+ *   "no_restart":  a handler without SA_RESTART; a thread blocked in read() on an empty pipe gets
+ *                  pthread_kill(SIGTRAP): read returns -1 with EINTR (a byte is written after 3 s, in case);
+ *   "ignored":     SIGTRAP set to SIG_IGN; kill() and pthread_kill() SIGTRAP at a thread in a 1 s nanosleep,
+ *                  which is not interrupted (returns 0);
+ *   "no_onstack":  handlers with and without SA_ONSTACK in a thread that has an alternate stack: only the
+ *                  SA_ONSTACK one runs on it (sigaltstack's SS_ONSTACK and a local's address);
+ *   "sigtimedwait": SIGTRAP blocked in every thread, kill(getpid(), SIGTRAP): the thread waiting in
+ *                  sigtimedwait for it gets it;
+ *   "int3_altstack": an SA_ONSTACK SIGUSR1 handler on a 16 KiB alternate stack executes int3; the program's
+ *                  SIGTRAP handler runs and the program continues. */
+static atomic_int traps;
+static atomic_int in_call;
+static int trap_pipe[2];
+
+static void on_trap(int sig) {
+  (void)sig;
+  atomic_fetch_add(&traps, 1);
+}
+
+static void set_trap(void (*handler)(int), int flags) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sa.sa_flags = flags;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTRAP, &sa, NULL);
+}
+
+/* ---- no_restart ---- */
+
+static void *reader(void *arg) {
+  (void)arg;
+  char c;
+  atomic_store(&in_call, 1);
+  ssize_t n = read(trap_pipe[0], &c, 1);
+  int err = errno;
+  atomic_store(&in_call, 2);
+  if (n < 0)
+    printf("read: -1 %s\n", err == EINTR ? "EINTR" : rw_errname(err));
+  else
+    printf("read: %zd byte(s)\n", n);
+  return NULL;
+}
+
+static int no_restart(void) {
+  set_trap(on_trap, 0);
+  if (pipe(trap_pipe) != 0) return 1;
+  pthread_t t;
+  pthread_create(&t, NULL, reader, NULL);
+  while (atomic_load(&in_call) == 0) rw_sleep(0.001);
+  rw_race_until(rw_now() + 0.2);
+  /* Again every 50 ms until read returns (a signal sent before the thread was in read() interrupts nothing). */
+  double give_up = rw_now() + 3.0;
+  while (atomic_load(&in_call) == 1 && rw_now() < give_up) {
+    pthread_kill(t, SIGTRAP);
+    rw_race_until(rw_now() + 0.05);
+  }
+  if (atomic_load(&in_call) == 1) rw_write_all(trap_pipe[1], "x", 1);
+  pthread_join(t, NULL);
+  printf("handler ran: %s\n", atomic_load(&traps) > 0 ? "yes" : "no");
+  return 0;
+}
+
+/* ---- ignored ---- */
+
+static void *sleeper(void *arg) {
+  (void)arg;
+  struct timespec ts = {1, 0}, rem;
+  atomic_store(&in_call, 1);
+  int rc = nanosleep(&ts, &rem);
+  int err = errno;
+  atomic_store(&in_call, 2);
+  printf("nanosleep: %d%s\n", rc, rc ? (err == EINTR ? " EINTR" : rw_errname(err)) : "");
+  return NULL;
+}
+
+static int ignored(void) {
+  set_trap(SIG_IGN, 0);
+  pthread_t t;
+  pthread_create(&t, NULL, sleeper, NULL);
+  while (atomic_load(&in_call) == 0) rw_sleep(0.001);
+  rw_race_until(rw_now() + 0.1);
+  for (int i = 0; i < 5 && atomic_load(&in_call) == 1; i++) {
+    pthread_kill(t, SIGTRAP);
+    kill(getpid(), SIGTRAP);
+    rw_race_until(rw_now() + 0.05);
+  }
+  pthread_join(t, NULL);
+  struct sigaction old;
+  sigaction(SIGTRAP, NULL, &old);
+  printf("SIGTRAP ignored: %d\n", old.sa_handler == SIG_IGN);
+  return 0;
+}
+
+/* ---- no_onstack ---- */
+
+static char *alt_low;
+static size_t alt_size;
+static atomic_int on_alt_flag, on_alt_addr;
+
+static void on_trap_where(int sig) {
+  (void)sig;
+  stack_t ss;
+  sigaltstack(NULL, &ss);
+  char here;
+  atomic_store(&on_alt_flag, (ss.ss_flags & SS_ONSTACK) != 0);
+  atomic_store(&on_alt_addr, &here >= alt_low && &here < alt_low + alt_size);
+  atomic_fetch_add(&traps, 1);
+}
+
+static void *where(void *arg) {
+  (void)arg;
+  alt_size = 65536;
+  alt_low = malloc(alt_size);
+  stack_t ss = {.ss_sp = alt_low, .ss_size = alt_size, .ss_flags = 0};
+  sigaltstack(&ss, NULL);
+  const int flags[2] = {0, SA_ONSTACK};
+  const char *names[2] = {"without SA_ONSTACK", "with SA_ONSTACK"};
+  for (int i = 0; i < 2; i++) {
+    set_trap(on_trap_where, flags[i] | SA_RESTART);
+    for (int k = 0; k < 3; k++) {
+      rw_race_until(rw_now() + 0.1);
+      raise(SIGTRAP);
+      printf("handler %s: SS_ONSTACK %d, on the alternate stack %d\n", names[i], atomic_load(&on_alt_flag),
+             atomic_load(&on_alt_addr));
+    }
+  }
+  stack_t off = {.ss_flags = SS_DISABLE};
+  sigaltstack(&off, NULL);
+  free(alt_low);
+  return NULL;
+}
+
+static int no_onstack(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, where, NULL);
+  pthread_join(t, NULL);
+  printf("handler ran: %d\n", atomic_load(&traps));
+  return 0;
+}
+
+/* ---- sigtimedwait ---- */
+
+static void *waiter(void *arg) {
+  (void)arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTRAP);
+  siginfo_t info;
+  struct timespec ts = {3, 0};
+  atomic_store(&in_call, 1);
+  int sig = sigtimedwait(&set, &info, &ts);
+  int err = errno;
+  if (sig < 0)
+    printf("sigtimedwait: -1 %s\n", err == EAGAIN ? "EAGAIN (timed out)" : rw_errname(err));
+  else
+    printf("sigtimedwait: %d, si_code SI_USER: %d, from us: %d\n", sig, info.si_code == SI_USER,
+           info.si_pid == getpid());
+  return NULL;
+}
+
+static int timedwait(void) {
+  set_trap(on_trap, SA_RESTART);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTRAP);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  rw_start(2, 1.0, 0);
+  rw_race_until(rw_now() + 0.2);
+  pthread_t t;
+  pthread_create(&t, NULL, waiter, NULL);
+  while (atomic_load(&in_call) == 0) rw_sleep(0.001);
+  rw_race_until(rw_now() + 0.2);
+  kill(getpid(), SIGTRAP);
+  pthread_join(t, NULL);
+  rw_join();
+  sigset_t pending;
+  sigpending(&pending);
+  printf("handler ran: %d, still pending: %d\n", atomic_load(&traps), sigismember(&pending, SIGTRAP));
+  return 0;
+}
+
+/* ---- int3_altstack ---- */
+
+static atomic_int usr1;
+
+static void on_usr1(int sig) {
+  (void)sig;
+  rw_race_iterations(1000);
+  __asm__ volatile("int3");
+  rw_race_iterations(1000);
+  atomic_fetch_add(&usr1, 1);
+}
+
+static void *int3_thread(void *arg) {
+  (void)arg;
+  size_t size = 16384;
+  void *alt = malloc(size);
+  stack_t ss = {.ss_sp = alt, .ss_size = size, .ss_flags = 0};
+  sigaltstack(&ss, NULL);
+  for (int i = 0; i < 50; i++) {
+    rw_race_until(rw_now() + 0.015);
+    raise(SIGUSR1);
+  }
+  stack_t off = {.ss_flags = SS_DISABLE};
+  sigaltstack(&off, NULL);
+  free(alt);
+  return NULL;
+}
+
+static int int3_altstack(void) {
+  set_trap(on_trap, SA_RESTART);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sa.sa_flags = SA_ONSTACK | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, int3_thread, NULL);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  printf("SIGUSR1 handled: %d, SIGTRAP handled: %d\n", atomic_load(&usr1), atomic_load(&traps));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  if (strcmp(mode, "sigtimedwait") == 0) return timedwait();
+  rw_start(2, 1.0, 0);
+  rw_sleep(0.05);
+  int rc;
+  if (strcmp(mode, "no_restart") == 0)
+    rc = no_restart();
+  else if (strcmp(mode, "ignored") == 0)
+    rc = ignored();
+  else if (strcmp(mode, "no_onstack") == 0)
+    rc = no_onstack();
+  else if (strcmp(mode, "int3_altstack") == 0)
+    rc = int3_altstack();
+  else {
+    printf("unknown mode %s\n", mode);
+    return 2;
+  }
+  rw_join();
+  return rc;
+}

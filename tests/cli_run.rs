@@ -4,10 +4,11 @@
 
 mod common;
 
-use common::{build_rust, check, racewatch, scratch};
+use common::{build_rust, check, parallel_map, racewatch, retry_for, scratch, spawn_and_wait, REPORT_HEADER};
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 /// Prints its arguments one per line; exits with the code given by the first
 /// argument, or aborts when it is "abort".
@@ -87,7 +88,8 @@ fn runtime_is_preloaded_first_and_options_are_merged() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     let expected_preload = format!("LD_PRELOAD={}:/nonexistent/other.so", runtime_path().display());
     assert!(stdout.lines().any(|l| l == expected_preload), "{stdout}");
-    assert!(stdout.lines().any(|l| l == "RACEWATCH_OPTIONS=seed=5:stats=0:verbosity=0"), "{stdout}");
+    // `fail_on_race=1` (racewatch run's default) comes before the user's `-o` options.
+    assert!(stdout.lines().any(|l| l == "RACEWATCH_OPTIONS=seed=5:stats=0:fail_on_race=1:verbosity=0"), "{stdout}");
 }
 
 #[test]
@@ -106,4 +108,109 @@ fn missing_program_exits_127_with_one_line() {
     assert!(stderr.contains("/nonexistent/racewatch-test-program"), "{stderr}");
     let out = racewatch().args(["run", "--", "racewatch-no-such-command-on-path"]).output().unwrap();
     assert_eq!(out.status.code(), Some(127));
+}
+
+/// Two threads bump a `static mut` for SECONDS, then the program ends with CODE by returning it from
+/// `main` (`return`) or through `std::process::exit` (`exit`): `racy_exit SECONDS return|exit CODE`.
+const RACY_EXIT: &str = r#"
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+static mut COUNTER: u64 = 0;
+#[inline(never)]
+fn bump() {
+    unsafe { COUNTER += 1 }
+}
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let until = Instant::now() + Duration::from_secs_f64(args[0].parse().unwrap());
+    let threads: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || while Instant::now() < until { for _ in 0..1000 { bump() } }))
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    println!("racy_exit: done {}", unsafe { COUNTER } > 0);
+    let code: u8 = args[2].parse().unwrap();
+    if args[1] == "exit" {
+        std::process::exit(code.into())
+    }
+    ExitCode::from(code)
+}
+"#;
+
+/// How a case starts the program.
+#[derive(Debug)]
+enum Via {
+    /// `racewatch run -o sample_period_us=1000 -o …`.
+    Run(&'static [&'static str]),
+    /// `LD_PRELOAD=$(racewatch runtime-path) RACEWATCH_OPTIONS=sample_period_us=1000`.
+    Preload,
+}
+
+/// TSan's convention under `racewatch run` (`fail_on_race=1` by default): a run that reported a race and
+/// would exit 0 exits 66, whether `main` returns 0 or the program calls `exit(0)`; a program's own
+/// non-zero status is kept; `-o exitcode=N` and `-o fail_on_race=0` are honoured. A bare `LD_PRELOAD`
+/// never touches the status. Each case runs until a run reports the race; every run without a report
+/// must end with the program's own status.
+#[test]
+fn a_run_that_reported_a_race_exits_66_unless_it_failed_itself_or_runs_under_a_bare_preload() {
+    let dir = scratch("run_race_status");
+    let prog = build_rust(&dir, "racy_exit", RACY_EXIT, &[]);
+    let runtime = runtime_path();
+    let cases: [(Via, [&str; 2], i32); 8] = [
+        (Via::Run(&[]), ["return", "0"], 66),
+        (Via::Run(&[]), ["exit", "0"], 66),
+        (Via::Run(&[]), ["return", "3"], 3),
+        (Via::Run(&[]), ["exit", "3"], 3),
+        (Via::Run(&["exitcode=23"]), ["return", "0"], 23),
+        (Via::Run(&["fail_on_race=0"]), ["exit", "0"], 0),
+        (Via::Preload, ["return", "0"], 0),
+        (Via::Preload, ["exit", "0"], 0),
+    ];
+    let failures: Vec<String> = parallel_map(&cases, |(via, how, reported_status)| {
+        let own: i32 = how[1].parse().unwrap();
+        let found = retry_for(Duration::from_secs(40), || {
+            let run = spawn_and_wait(racy_command(&prog, &runtime, via, how));
+            if !run.stdout.contains("racy_exit: done true") {
+                return Err(format!("{}: stdout {:?}\n{}", run.status, run.stdout, run.stderr));
+            }
+            let reported = run.stderr.contains(REPORT_HEADER);
+            let expected = if reported { *reported_status } else { own };
+            if run.status.code() != Some(expected) {
+                return Err(format!(
+                    "reported: {reported}, {} instead of exit {expected}:\n{}",
+                    run.status, run.stderr
+                ));
+            }
+            Ok(reported.then_some(()))
+        });
+        found.err().map(|why| format!("{via:?} {how:?}: {why}"))
+    })
+    .into_iter()
+    .flatten()
+    .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn racy_command(prog: &Path, runtime: &Path, via: &Via, how: &[&str; 2]) -> Command {
+    const RATE: &str = "sample_period_us=1000";
+    let mut cmd = match via {
+        Via::Run(options) => {
+            let mut cmd = racewatch();
+            cmd.args(["run", "-o", RATE]);
+            for option in *options {
+                cmd.args(["-o", option]);
+            }
+            cmd.arg("--").arg(prog);
+            cmd.env_remove("LD_PRELOAD").env_remove("RACEWATCH_OPTIONS");
+            cmd
+        }
+        Via::Preload => {
+            let mut cmd = Command::new(prog);
+            cmd.env("LD_PRELOAD", runtime).env("RACEWATCH_OPTIONS", RATE);
+            cmd
+        }
+    };
+    cmd.arg("2").args(how);
+    cmd
 }

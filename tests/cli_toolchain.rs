@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{check, racewatch, scratch};
+use common::{check, racewatch, retry_for, scratch, REPORT_HEADER};
 use racewatch_instrument::toolchain::{C_FLAGS, RUST_FLAGS};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -146,8 +146,10 @@ fn cargo_test_runs_tests_with_the_runtime() {
     let dir = tiny_crate("rw_cargo_test", COUNTER_MAIN);
     let out = racewatch_cargo(&dir, &["test", "--quiet"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     check(out.clone(), "racewatch cargo test");
     assert!(stdout.contains("1 passed"), "{stdout}");
+    assert!(stderr.trim_end().ends_with("racewatch: no data race reported"), "{stderr}");
 }
 
 #[test]
@@ -382,4 +384,82 @@ fn release_reports_name_inlined_frames_with_their_paths() {
         report["accesses"][0]["stack"].as_array().unwrap().iter().filter_map(|f| f["function"].as_str()).collect();
     assert_eq!(names.first(), Some(&"rw_cargo_inlined::work::bump"), "{names:?}");
     assert!(names.contains(&"rw_cargo_inlined::work::worker"), "{names:?}");
+}
+
+/// An integration test that races: two threads bump a `static mut` for 3 s. The test itself passes.
+const RACY_TEST: &str = r#"
+use std::time::{Duration, Instant};
+static mut COUNTER: u64 = 0;
+
+#[inline(never)]
+fn bump() {
+    unsafe { COUNTER += 1 }
+}
+
+#[test]
+fn two_threads_bump_a_static_mut() {
+    let until = Instant::now() + Duration::from_secs(3);
+    let threads: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || while Instant::now() < until { for _ in 0..1000 { bump() } }))
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+"#;
+
+/// Runs `racewatch cargo ARGS` in `dir` until a run prints a race report (every run without one must
+/// succeed and say so); returns that run's status and its stdout and stderr together.
+fn until_a_race_is_reported(dir: &Path, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let found = retry_for(std::time::Duration::from_secs(60), || {
+        let out = racewatch_cargo(dir, args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let text = format!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
+        if stderr.contains(REPORT_HEADER) {
+            return Ok(Some((out.status, text)));
+        }
+        if !out.status.success() || !stderr.trim_end().ends_with("racewatch: no data race reported") {
+            return Err(format!("a run without a report: {}\n{text}", out.status));
+        }
+        Ok(None)
+    });
+    found.unwrap_or_else(|why| panic!("racewatch cargo {args:?}: the race was not reported: {why}")).0
+}
+
+/// Races fail the test binary that raced: it exits 66 at its end (its tests pass), cargo counts it
+/// failed, `racewatch cargo test` fails, and its last line names the binary and counts its races; the
+/// clean binary of the same package is not named. Under nextest too (each test its own process), when
+/// installed. Without the race, the same project passes.
+#[test]
+fn cargo_test_fails_the_binary_that_raced_and_names_it_in_the_summary() {
+    let dir = tiny_crate("rw_cargo_race", BUSY_TESTS);
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::write(dir.join("tests/racy.rs"), RACY_TEST).unwrap();
+    let summary = |text: &str| text.lines().rfind(|l| l.starts_with("racewatch: ")).unwrap_or_default().to_string();
+
+    let (status, text) = until_a_race_is_reported(&dir, &["test"]);
+    assert!(!status.success(), "racewatch cargo test succeeded although a race was reported:\n{text}");
+    assert!(text.contains("exit status: 66"), "cargo names the racy binary's status:\n{text}");
+    assert!(text.contains("test two_threads_bump_a_static_mut ... ok"), "the racing test itself passes:\n{text}");
+    let line = summary(&text);
+    assert!(line.starts_with("racewatch: found ") && line.contains(" distinct data race"), "{line}\n{text}");
+    assert!(line.contains(" in 1 test binary: racy-"), "{line}\n{text}");
+    assert!(!line.contains("rw_cargo_race-"), "the clean binary is not named: {line}");
+    assert!(text.contains("reported: exit status 66 instead of 0 (fail_on_race=1)"), "the runtime says why:\n{text}");
+
+    let has_nextest = Command::new("cargo").args(["nextest", "--version"]).output().is_ok_and(|o| o.status.success());
+    if has_nextest {
+        let (status, text) = until_a_race_is_reported(&dir, &["nextest", "run", "--no-fail-fast"]);
+        assert!(!status.success(), "racewatch cargo nextest run succeeded although a race was reported:\n{text}");
+        let line = summary(&text);
+        assert!(line.contains(" in 1 test binary: racy-"), "{line}\n{text}");
+    } else {
+        eprintln!("skipped the nextest part: cargo-nextest is not installed");
+    }
+
+    std::fs::remove_file(dir.join("tests/racy.rs")).unwrap();
+    let out = racewatch_cargo(&dir, &["test"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    check(out, "racewatch cargo test without the racy test");
+    assert_eq!(summary(&stderr), "racewatch: no data race reported", "{stderr}");
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{demo, run_under, stat, Run};
+use common::{clean_run_status, demo, has_report, run_under, stat, Run};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -14,7 +14,8 @@ const RATE: &str = "sample_period_us=1000";
 fn profiled_run(dir: &Path, bin: &Path) -> (Run, PathBuf) {
     let prefix = dir.join("prof");
     let run = run_under(&[RATE, "stats=1", &format!("coverage_path={}", prefix.display())], bin, &["1"]);
-    assert!(run.status.success(), "{}: {}", run.status, run.stderr);
+    // 66 after a report (`racewatch run`'s `fail_on_race=1`), else 0.
+    assert_eq!(run.status.code(), Some(clean_run_status(has_report(&run.stderr))), "{}: {}", run.status, run.stderr);
     let profile = PathBuf::from(format!("{}.{}", prefix.display(), run.pid));
     assert!(profile.is_file(), "no profile {} written:\n{}", profile.display(), run.stderr);
     (run, profile)

@@ -9,7 +9,8 @@
 mod common;
 
 use common::{
-    demo, demos, parallel_map, retry_for, run_under, stat, stats_summary, Demo, DemoKind, Run, REPORT_HEADER,
+    clean_run_status, demo, demos, has_report, parallel_map, retry_for, run_under, stat, stats_summary, Demo, DemoKind,
+    Run, REPORT_HEADER,
 };
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -27,9 +28,10 @@ fn of_kind(kind: DemoKind) -> Vec<&'static Demo> {
     demos().iter().filter(|d| d.kind == kind).collect()
 }
 
-/// Exit status 0 and the demo's result on stdout: one or more lines, each `<name>: ...`.
+/// Exit status 0 (66 after a report: `racewatch run`'s `fail_on_race=1`) and the demo's result on
+/// stdout: one or more lines, each `<name>: ...`.
 fn check_exit_and_stdout(demo: &Demo, run: &Run) -> Result<(), String> {
-    if !run.status.success() {
+    if run.status.code() != Some(clean_run_status(has_report(&run.stderr))) {
         return Err(format!("exit status {} (stderr:\n{})", run.status, run.stderr));
     }
     let prefix = format!("{}: ", demo.name);
@@ -242,11 +244,12 @@ fn text_report_has_the_contract_shape() {
 }
 
 /// Runs `bin` (one racy run of `RACY_RUN_SECONDS` each) until a run prints a text report, within the
-/// detection budget; every run must exit 0 and print `done` on stdout. The run and how many it took.
+/// detection budget; every run must exit 0 (66 once it reported) and print `done` on stdout. The run
+/// and how many it took.
 fn first_reported_run(bin: &std::path::Path, options: &[&str], done: &str) -> Result<(Run, usize), String> {
     retry_for(DETECTION_BUDGET, || {
         let run = run_under(options, bin, &[RACY_RUN_SECONDS]);
-        if !run.status.success() || !run.stdout.contains(done) {
+        if run.status.code() != Some(clean_run_status(has_report(&run.stderr))) || !run.stdout.contains(done) {
             return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
         }
         Ok(run.stderr.contains(REPORT_HEADER).then_some(run))
@@ -357,7 +360,7 @@ fn atomic_cell_seqlock_race_is_reported_with_the_write_plain() {
     let demo = demo("rust", "racy_atomic_cell");
     let (write, runs) = retry_for(DETECTION_BUDGET, || {
         let run = run_under(&[SAMPLE_PERIOD, "report_format=json"], &demo.bin, &[RACY_RUN_SECONDS]);
-        if !run.status.success() {
+        if run.status.code() != Some(clean_run_status(has_report(&run.stderr))) {
             return Err(format!("{}: {}", run.status, run.stderr));
         }
         let write = run.stderr.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find_map(|report| {

@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{demo, retry_for, run_under, scratch, spawn_and_wait, stat, stats_summary, Demo, Run, REPORT_HEADER};
+use common::{
+    clean_run_status, demo, retry_for, run_under, scratch, spawn_and_wait, stat, stats_summary, Demo, Run,
+    REPORT_HEADER,
+};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
@@ -19,16 +22,18 @@ fn exit_code_demo() -> Option<&'static Demo> {
     Some(demo("c", "clean_exit_code"))
 }
 
-/// Runs `demo` (3 s per run) under `options` until a run's `report_of(run)` is `Some`; every run must exit 0.
+/// Runs `demo` (3 s per run) under `options` until a run's `report_of(run)` is `Some`; every run must exit 0,
+/// or 66 when it reported (`racewatch run`'s `fail_on_race=1`).
 fn until_reported<T>(demo: &Demo, options: &[&str], report_of: impl Fn(&Run) -> Option<T>) -> (Run, T) {
     let mut last_stats = String::new();
     let ((run, found), runs) = retry_for(DETECTION_BUDGET, || {
         let run = run_under(options, &demo.bin, &["3"]);
-        if !run.status.success() {
-            return Err(format!("exit status {}:\n{}", run.status, run.stderr));
-        }
         last_stats = stats_summary(&run.stderr);
-        Ok(report_of(&run).map(|found| (run, found)))
+        let found = report_of(&run);
+        if run.status.code() != Some(clean_run_status(found.is_some())) {
+            return Err(format!("exit status {} (reported: {}):\n{}", run.status, found.is_some(), run.stderr));
+        }
+        Ok(found.map(|found| (run, found)))
     })
     .unwrap_or_else(|why| panic!("{} with {options:?}: {why}; last stats: {last_stats}", demo.label()));
     eprintln!("{} with {options:?}: reported after {runs} run(s)", demo.label());

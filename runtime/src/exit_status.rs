@@ -61,11 +61,18 @@ pub fn exit_status(status: c_int) -> c_int {
     }
     let guarded = std::panic::catch_unwind(|| {
         let pid = thread::getpid();
-        if SETTLED.swap(pid, Ordering::AcqRel) != pid {
+        let first = SETTLED.swap(pid, Ordering::AcqRel) != pid;
+        if first {
             settle();
             write_races_file();
         }
-        decide(status, reporter::races_reported(), options.fail_on_race, options.exitcode)
+        let races = reporter::races_reported();
+        let decided = decide(status, races, options.fail_on_race, options.exitcode);
+        if first && decided != status {
+            let races = if races == 1 { "1 data race".to_string() } else { format!("{races} data races") };
+            log::line(format_args!("{races} reported: exit status {decided} instead of {status} (fail_on_race=1)"));
+        }
+        decided
     });
     guarded.unwrap_or(status)
 }

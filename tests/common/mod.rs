@@ -87,6 +87,21 @@ pub fn build_rust(dir: &Path, name: &str, src: &str, extra: &[&str]) -> PathBuf 
 /// The header line every race report starts with (DESIGN.md contract).
 pub const REPORT_HEADER: &str = "WARNING: racewatch: data race";
 
+/// The exit status of a program that would exit 0 under `racewatch run` (`fail_on_race=1`, its
+/// default): 66 when it reported a race, else 0.
+pub fn clean_run_status(reported: bool) -> i32 {
+    if reported {
+        66
+    } else {
+        0
+    }
+}
+
+/// Whether `stderr` holds a race report, text or JSON.
+pub fn has_report(stderr: &str) -> bool {
+    stderr.contains(REPORT_HEADER) || stderr.lines().any(|l| l.starts_with('{') && l.contains(r#""kind":"data_race""#))
+}
+
 /// Which half of the demos a program belongs to, from its file name prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DemoKind {

@@ -535,6 +535,88 @@ fn raw_sigprocmask(how: c_int, set: *const u64, old: *mut u64) -> c_int {
     rc
 }
 
+// ---- exec: a SIGTRAP the program blocked stays blocked in the new image ----
+
+type Argv = *const *const libc::c_char;
+
+/// Interposed `execve`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn execve(path: *const libc::c_char, argv: Argv, envp: Argv) -> c_int {
+    exec(|| real::execve(path, argv, envp))
+}
+
+/// Interposed `execv`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn execv(path: *const libc::c_char, argv: Argv) -> c_int {
+    exec(|| real::execv(path, argv))
+}
+
+/// Interposed `execvp`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn execvp(file: *const libc::c_char, argv: Argv) -> c_int {
+    exec(|| real::execvp(file, argv))
+}
+
+/// Interposed `execvpe`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn execvpe(file: *const libc::c_char, argv: Argv, envp: Argv) -> c_int {
+    exec(|| real::execvpe(file, argv, envp))
+}
+
+/// Interposed `fexecve`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
+    exec(|| real::fexecve(fd, argv, envp))
+}
+
+/// Runs an `exec` with `SIGTRAP` blocked in the kernel when the program has it blocked (the mask
+/// survives `exec`, and the new image must see it), unblocked again if the call fails.
+fn exec(call: impl FnOnce() -> c_int) -> c_int {
+    if !signal::is_installed() || !signal::trap_blocked() {
+        return call();
+    }
+    let blocked = signal::block_trap_for_exec();
+    let rc = call();
+    // Raw: the failed exec's errno stays what the program reads.
+    if blocked {
+        signal::unblock_trap_after_exec();
+    }
+    rc
+}
+
+// ---- ucontext: masks switched with a context ----
+
+/// Interposed `swapcontext`: the new context's mask has `SIGTRAP` blocked only for the program; the
+/// saved context resumes with the state this thread has now.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn swapcontext(old: *mut libc::ucontext_t, new: *const libc::ucontext_t) -> c_int {
+    let Some(target) = opt_ref(new).filter(|_| signal::is_installed()) else {
+        return real::swapcontext(old, new);
+    };
+    let was_blocked = signal::trap_blocked();
+    let mut copy = *target;
+    signal::set_trap_blocked(signal::has_trap(&copy.uc_sigmask));
+    copy.uc_sigmask = signal::with_trap(&copy.uc_sigmask, false);
+    let rc = real::swapcontext(old, &copy);
+    signal::set_trap_blocked(was_blocked);
+    rc
+}
+
+/// Interposed `setcontext`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setcontext(new: *const libc::ucontext_t) -> c_int {
+    let Some(target) = opt_ref(new).filter(|_| signal::is_installed()) else {
+        return real::setcontext(new);
+    };
+    let was_blocked = signal::trap_blocked();
+    let mut copy = *target;
+    signal::set_trap_blocked(signal::has_trap(&copy.uc_sigmask));
+    copy.uc_sigmask = signal::with_trap(&copy.uc_sigmask, false);
+    let rc = real::setcontext(&copy);
+    signal::set_trap_blocked(was_blocked);
+    rc
+}
+
 /// Interposed `setrlimit`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_int {

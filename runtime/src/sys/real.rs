@@ -59,8 +59,15 @@ static LIBC_START_MAIN: Real = Real::new(c"__libc_start_main");
 static EXIT: Real = Real::new(c"exit");
 static SETRLIMIT: Real = Real::new(c"setrlimit");
 static PRLIMIT: Real = Real::new(c"prlimit");
+static EXECVE: Real = Real::new(c"execve");
+static EXECV: Real = Real::new(c"execv");
+static EXECVP: Real = Real::new(c"execvp");
+static EXECVPE: Real = Real::new(c"execvpe");
+static FEXECVE: Real = Real::new(c"fexecve");
+static SWAPCONTEXT: Real = Real::new(c"swapcontext");
+static SETCONTEXT: Real = Real::new(c"setcontext");
 
-const ALL: [&Real; 17] = [
+const ALL: [&Real; 24] = [
     &PTHREAD_CREATE,
     &SIGACTION,
     &SIGNAL,
@@ -78,6 +85,13 @@ const ALL: [&Real; 17] = [
     &EXIT,
     &SETRLIMIT,
     &PRLIMIT,
+    &EXECVE,
+    &EXECV,
+    &EXECVP,
+    &EXECVPE,
+    &FEXECVE,
+    &SWAPCONTEXT,
+    &SETCONTEXT,
 ];
 
 /// Resolves every real function now (call from the constructor).
@@ -232,4 +246,41 @@ pub fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_int {
 /// The real `prlimit`.
 pub fn prlimit(pid: libc::pid_t, resource: c_int, new: *const libc::rlimit, old: *mut libc::rlimit) -> c_int {
     call!(PRLIMIT, -1, fn(libc::pid_t, c_int, *const libc::rlimit, *mut libc::rlimit) -> c_int, pid, resource, new, old)
+}
+
+type Argv = *const *const libc::c_char;
+
+/// The real `execve`.
+pub fn execve(path: *const libc::c_char, argv: Argv, envp: Argv) -> c_int {
+    call!(EXECVE, -1, fn(*const libc::c_char, Argv, Argv) -> c_int, path, argv, envp)
+}
+
+/// The real `execv`.
+pub fn execv(path: *const libc::c_char, argv: Argv) -> c_int {
+    call!(EXECV, -1, fn(*const libc::c_char, Argv) -> c_int, path, argv)
+}
+
+/// The real `execvp`.
+pub fn execvp(file: *const libc::c_char, argv: Argv) -> c_int {
+    call!(EXECVP, -1, fn(*const libc::c_char, Argv) -> c_int, file, argv)
+}
+
+/// The real `execvpe`.
+pub fn execvpe(file: *const libc::c_char, argv: Argv, envp: Argv) -> c_int {
+    call!(EXECVPE, -1, fn(*const libc::c_char, Argv, Argv) -> c_int, file, argv, envp)
+}
+
+/// The real `fexecve`.
+pub fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
+    call!(FEXECVE, -1, fn(c_int, Argv, Argv) -> c_int, fd, argv, envp)
+}
+
+/// The real `swapcontext`.
+pub fn swapcontext(old: *mut libc::ucontext_t, new: *const libc::ucontext_t) -> c_int {
+    call!(SWAPCONTEXT, -1, fn(*mut libc::ucontext_t, *const libc::ucontext_t) -> c_int, old, new)
+}
+
+/// The real `setcontext`.
+pub fn setcontext(new: *const libc::ucontext_t) -> c_int {
+    call!(SETCONTEXT, -1, fn(*const libc::ucontext_t) -> c_int, new)
 }

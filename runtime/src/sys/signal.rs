@@ -161,11 +161,7 @@ pub fn install(claims: Claims, handler: PerfHandler) -> io::Result<()> {
 /// handler runs (at most a watch window): a program handler never nests on top of ours on a small
 /// alternate stack, and a `pthread_cancel` never acts inside it.
 fn install_kernel_action() -> bool {
-    let program = program_action();
-    let restart = match program.sa_sigaction {
-        libc::SIG_DFL | libc::SIG_IGN => libc::SA_RESTART,
-        _ => program.sa_flags & libc::SA_RESTART,
-    };
+    let restart = kernel_restart_flag();
     // SAFETY: zeroed `sigaction` is a valid "SIG_DFL, empty mask" value; we then fill in our handler,
     // flags and mask. The kernel's sigset is the first 64 bits of glibc's, which glibc passes as is.
     unsafe {
@@ -174,6 +170,15 @@ fn install_kernel_action() -> bool {
         new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | restart;
         *(&mut new.sa_mask as *mut libc::sigset_t as *mut u64) = u64::MAX;
         real::sigaction(libc::SIGTRAP, &new, std::ptr::null_mut()) == 0
+    }
+}
+
+/// The `SA_RESTART` the runtime's handler gets in the kernel: the program's handler's.
+fn kernel_restart_flag() -> libc::c_int {
+    let program = program_action();
+    match program.sa_sigaction {
+        libc::SIG_DFL | libc::SIG_IGN => libc::SA_RESTART,
+        _ => program.sa_flags & libc::SA_RESTART,
     }
 }
 
@@ -207,9 +212,9 @@ pub fn program_action() -> libc::sigaction {
 /// Records `action` as the program's `SIGTRAP` disposition (the kernel's stays the runtime's, with
 /// the program's `SA_RESTART`).
 pub fn set_program_action(action: &libc::sigaction) {
-    let restart_before = program_action().sa_flags & libc::SA_RESTART;
+    let restart_before = kernel_restart_flag();
     record(action);
-    if INSTALLED.load(Ordering::Acquire) && program_action().sa_flags & libc::SA_RESTART != restart_before {
+    if INSTALLED.load(Ordering::Acquire) && kernel_restart_flag() != restart_before {
         install_kernel_action();
     }
 }
@@ -289,6 +294,35 @@ pub fn virtualise_thread_mask() {
         let trap = with_trap(&from_bits(0), true);
         real::pthread_sigmask(libc::SIG_UNBLOCK, &trap, std::ptr::null_mut());
     }
+}
+
+/// Blocks `SIGTRAP` in the kernel for an `exec` (the program has it blocked), taking back a signal of the
+/// runtime's that became pending meanwhile (a program's own pending `SIGTRAP` stays). False when the
+/// mask could not be changed.
+pub fn block_trap_for_exec() -> bool {
+    let trap = 1u64 << (libc::SIGTRAP - 1);
+    if raw::sigprocmask(libc::SIG_BLOCK, Some(trap)).is_none() {
+        return false;
+    }
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: zeroed siginfo is a valid out-parameter; the sets are live locals.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let set = with_trap(&from_bits(0), true);
+    // SAFETY: sigtimedwait with a zero timeout only dequeues a pending SIGTRAP of this thread or process.
+    while unsafe { libc::sigtimedwait(&set, &mut info, &zero) } == libc::SIGTRAP {
+        if claimed(&info).is_none() {
+            let (pid, tid) = (raw::getpid(), raw::gettid());
+            let info = &info as *const libc::siginfo_t as u64;
+            raw::syscall6(libc::SYS_rt_tgsigqueueinfo, [pid as u64, tid as u64, libc::SIGTRAP as u64, info, 0, 0]);
+            break;
+        }
+    }
+    true
+}
+
+/// After a failed `exec`: `SIGTRAP` leaves the kernel's mask again (the program's view stays blocked).
+pub fn unblock_trap_after_exec() {
+    raw::sigprocmask(libc::SIG_UNBLOCK, Some(1u64 << (libc::SIGTRAP - 1)));
 }
 
 /// Blocks every signal in the calling thread; returns the mask to restore.

@@ -1,7 +1,7 @@
-/* An SA_ONSTACK SIGUSR1 handler that uses 48 KiB of stack, in a thread with a 256 KiB stack and no
- * alternate stack (SA_ONSTACK then means the thread's own stack), raised 20 times while threads race; and
- * what sigaltstack(NULL, &old) reports in that thread and in threads with 64 KiB stacks (SS_DISABLE: the
- * program never set one). */
+/* An SA_ONSTACK SIGUSR1 handler that uses 48 KiB of stack, in threads without an alternate stack
+ * (SA_ONSTACK then means the thread's own stack) while threads race: raised 20 times in a thread with a
+ * 256 KiB stack and 5 times in each of 2 threads with 64 KiB stacks; and what sigaltstack(NULL, &old)
+ * reports in these threads (SS_DISABLE: the program never set one). */
 #define BIG (48 * 1024)
 
 static atomic_int handled;
@@ -43,7 +43,10 @@ static void *big_handler_thread(void *arg) {
 static void *small_thread(void *arg) {
   (void)arg;
   intptr_t state = altstack_state();
-  rw_race_until(rw_now() + 0.5);
+  for (int i = 0; i < 5; i++) {
+    rw_race_until(rw_now() + 0.1);
+    raise(SIGUSR1);
+  }
   return (void *)state;
 }
 

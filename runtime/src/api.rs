@@ -92,6 +92,7 @@ fn init() {
     if let Some(path) = &opts.log_path {
         log::set_log_path(path);
     }
+    warn_if_preloaded_without_interposers();
 
     let mut announce = Announcements::default();
     {
@@ -135,6 +136,29 @@ fn init() {
         crate::profile::init(registry::with_index(|i| i.functions()));
     }
     detector::watch_fatal_signals();
+}
+
+/// `cargo build` leaves the runtime crate's plain library at `target/*/libracewatch.so`, where users
+/// look first; it has no interposers (no `pthread_create`), so preloaded it never starts the detector.
+/// Say so once, naming the file to use, when this build is the one `LD_PRELOAD` names.
+fn warn_if_preloaded_without_interposers() {
+    if cfg!(feature = "preload") {
+        return;
+    }
+    let here = warn_if_preloaded_without_interposers as *const () as u64;
+    let Some(own) = modules::containing(here).and_then(|m| std::fs::canonicalize(m.path).ok()) else { return };
+    let preload = std::env::var("LD_PRELOAD").unwrap_or_default();
+    let named = preload
+        .split([' ', ':'])
+        .filter(|entry| !entry.is_empty())
+        .any(|entry| std::fs::canonicalize(entry).is_ok_and(|path| path == own));
+    if named {
+        log::warn(format_args!(
+            "{} is the runtime crate's plain build, without the interposers the detector starts from: it \
+             indexes but never samples; preload the file `racewatch runtime-path` prints, or use `racewatch run`",
+            own.display()
+        ));
+    }
 }
 
 /// Modules to report with `verbosity=1`, in order, once each.

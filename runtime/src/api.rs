@@ -17,7 +17,7 @@ use crate::modules;
 use crate::options;
 use crate::registry::{self, Entries, ModuleId, Registry, TableKey};
 use crate::stats::{self, Counter};
-use crate::{detector, sampler, sys};
+use crate::{detector, reporter, sampler, sys};
 use racewatch_instrument::format::pcsections::{TableKind, Version};
 use std::ffi::c_char;
 
@@ -93,6 +93,7 @@ fn init() {
         log::set_log_path(path);
     }
     warn_if_preloaded_without_interposers();
+    reporter::on_halt(halting);
 
     let mut announce = Announcements::default();
     {
@@ -136,6 +137,15 @@ fn init() {
         crate::profile::init(registry::with_index(|i| i.functions()));
     }
     detector::watch_fatal_signals();
+}
+
+/// What `halt_on_error` leaves before it ends the process: what the process leaves at exit.
+fn halting() {
+    detector::write_profile();
+    crate::exit_status::write_races_file();
+    if options::get().stats {
+        detector::print_stats();
+    }
 }
 
 /// `cargo build` leaves the runtime crate's plain library at `target/*/libracewatch.so`, where users

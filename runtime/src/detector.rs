@@ -25,7 +25,7 @@
 
 use crate::fixed::FixedBuf;
 use crate::options::{self, Options};
-use crate::sys::{fatal, fd, perf, signal, stacks, thread, tracer, unwind_info};
+use crate::sys::{fatal, fd, handlers, perf, signal, stacks, thread, tracer, unwind_info};
 use crate::{log, profile, queue, registry, reporter, sampler, stats, watch};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 
@@ -92,7 +92,7 @@ fn start(opts: &Options) -> bool {
         return false;
     }
     signal::virtualise_thread_mask();
-    crate::intercept::adopt_installed_handlers();
+    handlers::adopt_installed();
     stacks::record_current_thread(thread::register_current());
     OWNER.store(thread::getpid(), Ordering::Release);
     true

@@ -260,10 +260,8 @@ impl Reporter {
         remember(race);
         crate::profile::count_race(event.current.pc, event.previous.pc);
         if self.config.halt_on_error {
-            crate::detector::write_profile();
-            crate::exit_status::write_races_file();
-            if self.config.stats {
-                crate::detector::print_stats();
+            if let Some(halting) = HALTING.get() {
+                halting();
             }
             sys::process::exit_now(self.config.exitcode);
         }
@@ -396,6 +394,15 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
         sys::wake::wait(token, MAX_WAIT_MS);
     });
     std::ptr::null_mut()
+}
+
+/// Called before `halt_on_error` ends the process (what the process leaves at exit: profile, records,
+/// `stats`).
+static HALTING: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Makes `halt_on_error` call `halting` before it ends the process (set once per process).
+pub fn on_halt(halting: fn()) {
+    let _ = HALTING.set(halting);
 }
 
 /// Called by the reporter thread at least every `MAX_WAIT_MS` (the detector's periodic checks).

@@ -4,6 +4,7 @@
 pub mod cputime;
 pub mod fatal;
 pub mod fd;
+pub mod handlers;
 pub mod hugepage;
 pub mod mem;
 pub mod perf;

@@ -231,7 +231,8 @@ pub fn libc_start_main(
 pub fn exit(status: c_int) -> ! {
     let addr = EXIT.get();
     if addr == 0 {
-        super::process::exit_now(status);
+        // SAFETY: _exit(2) takes a plain int and never returns.
+        unsafe { libc::_exit(status) }
     }
     // SAFETY: `addr` is libc's `exit`, whose C signature is `void exit(int)` and which never returns.
     let f: unsafe extern "C" fn(c_int) -> ! = unsafe { std::mem::transmute(addr) };

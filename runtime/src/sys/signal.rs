@@ -325,23 +325,6 @@ pub fn unblock_trap_after_exec() {
     raw::sigprocmask(libc::SIG_UNBLOCK, Some(1u64 << (libc::SIGTRAP - 1)));
 }
 
-/// Blocks every signal in the calling thread; returns the mask to restore.
-pub fn block_all() -> libc::sigset_t {
-    // SAFETY: sigset operations on live locals; the real pthread_sigmask changes only this thread.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        real::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        old
-    }
-}
-
-/// Restores a mask saved by [`block_all`].
-pub fn restore_mask(old: &libc::sigset_t) {
-    real::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut());
-}
-
 /// Reads the `TRAP_PERF` fields glibc 2.36 does not name (x86-64 offsets).
 fn perf_fields(info: &libc::siginfo_t) -> (u64, u32, u32, u64) {
     let base = info as *const libc::siginfo_t as *const u8;

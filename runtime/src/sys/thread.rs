@@ -1,7 +1,7 @@
 //! Thread identity, time and stalling for the signal path (all async-signal-safe),
 //! and the set of the runtime's own threads, which are never sampled.
 
-use crate::sys::{raw, real, signal};
+use crate::sys::{raw, real};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The kernel thread id of the caller.
@@ -33,7 +33,7 @@ pub fn sleep_us(us: u64) {
 /// Returns its handle.
 pub fn spawn_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void) -> Option<libc::pthread_t> {
     const STACK: usize = 256 << 10;
-    let old = signal::block_all();
+    let old = raw::sigprocmask(libc::SIG_SETMASK, Some(u64::MAX));
     // SAFETY: attr is initialised before use and destroyed after; the thread handle is written by
     // pthread_create on success.
     let thread = unsafe {
@@ -45,7 +45,9 @@ pub fn spawn_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc:
         libc::pthread_attr_destroy(&mut attr);
         (rc == 0).then_some(thread)
     };
-    signal::restore_mask(&old);
+    if let Some(old) = old {
+        raw::sigprocmask(libc::SIG_SETMASK, Some(old));
+    }
     thread
 }
 

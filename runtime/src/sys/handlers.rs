@@ -1,0 +1,96 @@
+//! The program's handlers of signals other than `SIGTRAP`, as the kernel holds them: their masks
+//! block `SIGTRAP` in the kernel exactly when [`blocks_trap_in_kernel`] says so, while the program reads
+//! back the masks it set.
+
+use crate::sys::ptr::{opt_mut, opt_ref};
+use crate::sys::{real, signal};
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Signals (bit `sig - 1`) whose program-installed `sa_mask` holds `SIGTRAP` (the kernel's may differ).
+static PROGRAM_MASK_HAS_TRAP: AtomicU64 = AtomicU64::new(0);
+
+fn signal_bit(sig: c_int) -> Option<u64> {
+    (sig as u32).checked_sub(1).and_then(|shift| 1u64.checked_shl(shift))
+}
+
+/// Whether a program handler with `flags` runs with `SIGTRAP` blocked in the kernel. On an alternate
+/// stack, yes: a signal frame of ours nested there (3.5 KiB with AVX-512 state) could overflow a small
+/// alternate stack before any check of ours runs; our signals wait until the handler returns (and
+/// are then dropped as late). Elsewhere, no: a blocked signal of ours would be queued where the
+/// program's `sigwait`/`signalfd` could take it.
+///
+/// Not while the program has a `SIGTRAP` handler of its own: an `int3` or a debugger's trap inside
+/// such a handler must reach it (a blocked synchronous `SIGTRAP` kills the process).
+fn blocks_trap_in_kernel(flags: c_int) -> bool {
+    flags & libc::SA_ONSTACK != 0 && !program_handles_trap()
+}
+
+fn program_handles_trap() -> bool {
+    !matches!(signal::program_action().sa_sigaction, libc::SIG_DFL | libc::SIG_IGN)
+}
+
+/// The program's `sigaction` for a signal other than `SIGTRAP`, once the runtime owns `SIGTRAP`.
+pub fn program_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    let Some(bit) = signal_bit(sig) else { return real::sigaction(sig, act, old) };
+    let program_had_trap = PROGRAM_MASK_HAS_TRAP.load(Ordering::Acquire) & bit != 0;
+    let kernel = opt_ref(act).map(|act| {
+        let mut copy = *act;
+        copy.sa_mask = signal::with_trap(&act.sa_mask, blocks_trap_in_kernel(act.sa_flags));
+        (copy, signal::has_trap(&act.sa_mask))
+    });
+    let rc = real::sigaction(sig, kernel.as_ref().map_or(std::ptr::null(), |(copy, _)| copy), old);
+    if rc == 0 {
+        if let Some(old) = opt_mut(old) {
+            old.sa_mask = signal::with_trap(&old.sa_mask, program_had_trap);
+        }
+        match kernel {
+            Some((_, true)) => PROGRAM_MASK_HAS_TRAP.fetch_or(bit, Ordering::AcqRel),
+            Some((_, false)) => PROGRAM_MASK_HAS_TRAP.fetch_and(!bit, Ordering::AcqRel),
+            None => 0,
+        };
+    }
+    rc
+}
+
+/// Records the program's `SIGTRAP` disposition; when its own handler came or went, every other
+/// handler's kernel mask follows [`blocks_trap_in_kernel`] again.
+pub fn set_program_trap_action(act: &libc::sigaction) {
+    let handled = program_handles_trap();
+    signal::set_program_action(act);
+    if handled != program_handles_trap() {
+        apply_trap_rule(false);
+    }
+}
+
+/// Brings the handlers the program installed before the runtime took `SIGTRAP` under the rule of
+/// [`blocks_trap_in_kernel`], remembering their masks as the program set them.
+pub fn adopt_installed() {
+    apply_trap_rule(true);
+}
+
+/// Puts every installed handler's kernel mask under the rule of [`blocks_trap_in_kernel`].
+/// `adopting`: the kernel's masks are the program's own (the first time), to be remembered.
+fn apply_trap_rule(adopting: bool) {
+    for sig in 1..=64 {
+        let Some(bit) = signal_bit(sig) else { continue };
+        if sig == libc::SIGTRAP || sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: zeroed sigaction is a valid out-parameter.
+        let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+        if real::sigaction(sig, std::ptr::null(), &mut current) != 0 {
+            continue;
+        }
+        let kernel_has_trap = signal::has_trap(&current.sa_mask);
+        if adopting && kernel_has_trap {
+            PROGRAM_MASK_HAS_TRAP.fetch_or(bit, Ordering::AcqRel);
+        }
+        let handler = current.sa_sigaction;
+        let wanted = blocks_trap_in_kernel(current.sa_flags);
+        if handler != libc::SIG_DFL && handler != libc::SIG_IGN && wanted != kernel_has_trap {
+            current.sa_mask = signal::with_trap(&current.sa_mask, wanted);
+            real::sigaction(sig, &current, std::ptr::null_mut());
+        }
+    }
+}

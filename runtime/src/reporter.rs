@@ -284,8 +284,17 @@ impl Reporter {
             is_atomic: record.is_atomic,
             size: record.size,
             address: record.addr,
-            stack: report::short_backtrace(stack),
+            stack: report::short_backtrace(self.without_runtime_frames(stack)),
         }
+    }
+
+    /// The stack without racewatch's own frames past the access (the interposers a thread or `main`
+    /// starts through), unless `full_stacks=1`.
+    fn without_runtime_frames(&self, stack: Vec<Frame>) -> Vec<Frame> {
+        if self.config.full_stacks {
+            return stack;
+        }
+        stack.into_iter().enumerate().filter(|(i, f)| *i == 0 || !f.in_runtime).map(|(_, f)| f).collect()
     }
 
     fn is_suppressed(&self, stack: &[Frame]) -> bool {

@@ -185,6 +185,9 @@ fn run_pair(a: Loop, b: Loop, limit: Duration, until: impl Fn() -> bool) {
         .map(|l| {
             let (word, stop) = (word.clone(), stop.clone());
             std::thread::spawn(move || {
+                // Threads the runtime does not know get none of its signals (the interposed
+                // pthread_create registers them in a preloaded program).
+                racewatch::sys::thread::register_current();
                 while !stop.load(Ordering::Relaxed) {
                     l.run(word.as_ptr(), 100_000);
                 }

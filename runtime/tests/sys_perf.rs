@@ -43,8 +43,18 @@ fn on_perf(signal: &PerfSignal) {
     }
 }
 
+/// A thread the runtime knows (its signals reach the callback), as the interposed `pthread_create`
+/// makes them in a preloaded program.
+fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+    std::thread::spawn(move || {
+        thread::register_current();
+        f()
+    })
+}
+
 fn setup() -> std::sync::MutexGuard<'static, ()> {
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    thread::register_current();
     signal::install(|_| true, on_perf).expect("install SIGTRAP handler");
     TRAPS.store(0, Ordering::SeqCst);
     LAST_DATA.store(0, Ordering::SeqCst);
@@ -87,11 +97,11 @@ fn write_watchpoint_traps_writes_not_reads_in_threads_created_later() {
     let wp = Watchpoint::open(0).expect("perf_event_open breakpoint");
     wp.arm(addr_of(&VAR), 8, WatchKind::Write, 0xabc1).expect("arm");
 
-    let reader = std::thread::spawn(|| plain_read(&VAR)).join().unwrap();
+    let reader = spawn(|| plain_read(&VAR)).join().unwrap();
     assert_eq!(reader, 0);
     assert_eq!(TRAPS.load(Ordering::SeqCst), 0, "a read must not trip a write watchpoint");
 
-    let writer_tid = std::thread::spawn(|| {
+    let writer_tid = spawn(|| {
         plain_write(&VAR, 7);
         thread::gettid()
     })
@@ -105,7 +115,7 @@ fn write_watchpoint_traps_writes_not_reads_in_threads_created_later() {
     assert_eq!(LAST_RIP.load(Ordering::SeqCst), AFTER_STORE.load(Ordering::SeqCst));
 
     wp.disarm().unwrap();
-    std::thread::spawn(|| plain_write(&VAR, 8)).join().unwrap();
+    spawn(|| plain_write(&VAR, 8)).join().unwrap();
     assert_eq!(TRAPS.load(Ordering::SeqCst), 1, "a disarmed watchpoint must not trap");
 }
 
@@ -115,9 +125,9 @@ fn read_write_watchpoint_traps_reads_and_only_its_bytes() {
     static WORDS: [AtomicU64; 2] = [AtomicU64::new(1), AtomicU64::new(2)];
     let wp = Watchpoint::open(1).expect("open");
     wp.arm(addr_of(&WORDS[0]), 8, WatchKind::ReadWrite, 0x77).expect("arm");
-    std::thread::spawn(|| plain_read(&WORDS[1])).join().unwrap();
+    spawn(|| plain_read(&WORDS[1])).join().unwrap();
     assert_eq!(TRAPS.load(Ordering::SeqCst), 0, "the neighbouring word is not watched");
-    std::thread::spawn(|| plain_read(&WORDS[0])).join().unwrap();
+    spawn(|| plain_read(&WORDS[0])).join().unwrap();
     assert_eq!(TRAPS.load(Ordering::SeqCst), 1, "a read of the watched word traps");
     assert_eq!(LAST_DATA.load(Ordering::SeqCst), 0x77);
     wp.disarm().unwrap();
@@ -132,7 +142,7 @@ fn modify_attributes_moves_the_watchpoint_in_running_threads() {
     let (go_tx, go_rx) = mpsc::channel::<u32>();
     let (done_tx, done_rx) = mpsc::channel::<()>();
     // The worker exists before either arm.
-    let worker = std::thread::spawn(move || {
+    let worker = spawn(move || {
         while let Ok(step) = go_rx.recv() {
             plain_write(if step == 0 { &A } else { &B }, u64::from(step) + 1);
             done_tx.send(()).unwrap();
@@ -162,7 +172,7 @@ fn task_clock_sampler_fires_about_once_per_period_of_cpu() {
     let _g = setup();
     let timer = SampleTimer::open(1_000_000).expect("open task-clock sampler");
     timer.enable().unwrap();
-    let (samples, cpu_ns) = std::thread::spawn(|| {
+    let (samples, cpu_ns) = spawn(|| {
         SAMPLE_TID.store(thread::gettid(), Ordering::SeqCst);
         let before = SAMPLES_IN_TID.load(Ordering::SeqCst);
         let start = thread_cpu_ns();
@@ -208,7 +218,7 @@ fn bad_attributes_are_errors_not_crashes() {
     assert!(wp.arm(addr_of(&VAR) + 2, 8, WatchKind::Write, 0).is_err(), "misaligned window");
     // A failed arm leaves the watchpoint usable.
     wp.arm(addr_of(&VAR), 8, WatchKind::Write, 9).expect("arm after failures");
-    std::thread::spawn(|| plain_write(&VAR, 1)).join().unwrap();
+    spawn(|| plain_write(&VAR, 1)).join().unwrap();
     assert_eq!(TRAPS.load(Ordering::SeqCst), 1);
     wp.disarm().unwrap();
 }

@@ -48,6 +48,7 @@ fn foreign_sigtraps_are_chained_and_ours_are_not() {
     let wp = Watchpoint::open(0).unwrap();
     wp.arm(VAR.as_ptr() as u64, 8, WatchKind::Write, 1).unwrap();
     std::thread::spawn(|| {
+        racewatch::sys::thread::register_current();
         // SAFETY: errno is this thread's.
         unsafe { *libc::__errno_location() = 1234 };
         VAR.store(5, Ordering::Relaxed);
@@ -59,9 +60,21 @@ fn foreign_sigtraps_are_chained_and_ours_are_not() {
     assert_eq!(RUNTIME_CALLS.load(Ordering::SeqCst), 1);
     assert_eq!(PROGRAM_CALLS.load(Ordering::SeqCst), 1, "a claimed perf signal is not chained");
 
+    // In a thread the runtime does not know (not created through its pthread_create), a claimed perf
+    // signal is dropped untouched: neither the callback nor the program sees it.
+    wp.arm(VAR.as_ptr() as u64, 8, WatchKind::Write, 1).unwrap();
+    std::thread::spawn(|| VAR.store(7, Ordering::Relaxed)).join().unwrap();
+    assert_eq!(RUNTIME_CALLS.load(Ordering::SeqCst), 1, "an unknown thread's perf signal is dropped");
+    assert_eq!(PROGRAM_CALLS.load(Ordering::SeqCst), 1, "and not chained to the program either");
+
     // A perf signal the callback declines goes to the program.
     wp.arm(VAR.as_ptr() as u64, 8, WatchKind::Write, 2).unwrap();
-    std::thread::spawn(|| VAR.store(6, Ordering::Relaxed)).join().unwrap();
+    std::thread::spawn(|| {
+        racewatch::sys::thread::register_current();
+        VAR.store(6, Ordering::Relaxed)
+    })
+    .join()
+    .unwrap();
     assert_eq!(RUNTIME_CALLS.load(Ordering::SeqCst), 1, "a declined perf signal is not the runtime's");
     assert_eq!(PROGRAM_CALLS.load(Ordering::SeqCst), 2);
     assert_eq!(PROGRAM_LAST_CODE.load(Ordering::SeqCst), signal::TRAP_PERF);

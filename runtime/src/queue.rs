@@ -12,15 +12,15 @@
 //! Events are stored as atomic 64-bit words, so the queue needs no `unsafe`
 //! and no allocation; the static instance lives in `.bss`.
 
-use crate::event::{AccessRecord, RaceEvent, Stack, MAX_FRAMES};
+use crate::event::{AccessRecord, RaceEvent, Stack, STACK_FRAMES};
 use crate::sys::wake;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Slots of the process-wide queue.
 pub const CAPACITY: usize = 64;
 
-/// Words per encoded access: tid, pc, addr, flags, stack length, frames.
-const RECORD_WORDS: usize = 5 + MAX_FRAMES;
+/// Words per encoded access: tid, pc, addr, flags, stack length (and frames elided, high half), frames.
+const RECORD_WORDS: usize = 5 + STACK_FRAMES;
 /// Words per encoded race event.
 const EVENT_WORDS: usize = 2 * RECORD_WORDS;
 
@@ -166,8 +166,8 @@ fn encode_record(record: &AccessRecord, words: &[AtomicU64]) {
         | u64::from(record.is_write) << 8
         | u64::from(record.is_atomic) << 9
         | u64::from(record.locked) << 10;
-    let len = record.stack.len.min(MAX_FRAMES);
-    let head = [record.tid as u32 as u64, record.pc, record.addr, flags, len as u64];
+    let len = record.stack.len.min(STACK_FRAMES) as u64 | (record.stack.elided.min(u32::MAX as usize) as u64) << 32;
+    let head = [record.tid as u32 as u64, record.pc, record.addr, flags, len];
     for (word, value) in words.iter().zip(head.iter().chain(record.stack.pcs.iter())) {
         word.store(*value, Ordering::Relaxed);
     }
@@ -176,7 +176,12 @@ fn encode_record(record: &AccessRecord, words: &[AtomicU64]) {
 fn decode_record(words: &[AtomicU64]) -> AccessRecord {
     let word = |i: usize| words[i].load(Ordering::Relaxed);
     let flags = word(3);
-    let mut stack = Stack { len: (word(4) as usize).min(MAX_FRAMES), pcs: [0; MAX_FRAMES] };
+    let len = word(4);
+    let mut stack = Stack {
+        len: (len as u32 as usize).min(STACK_FRAMES),
+        elided: (len >> 32) as usize,
+        pcs: [0; STACK_FRAMES],
+    };
     for (i, pc) in stack.pcs.iter_mut().enumerate() {
         *pc = word(5 + i);
     }
@@ -199,7 +204,7 @@ mod tests {
     use std::sync::Arc;
 
     fn event(producer: u64, n: u64) -> RaceEvent {
-        let frames: Vec<u64> = (0..(n % (MAX_FRAMES as u64 + 1))).map(|i| producer << 32 | n << 8 | i).collect();
+        let frames: Vec<u64> = (0..(n % (STACK_FRAMES as u64 + 40))).map(|i| producer << 32 | n << 8 | i).collect();
         RaceEvent {
             current: AccessRecord {
                 tid: -(producer as i32) - 1,

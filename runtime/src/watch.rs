@@ -17,7 +17,7 @@
 //! static storage, atomics, a `try_lock` that cannot block, raw syscalls.
 
 use crate::decode::{self, CallPath, CodeReader, MemAccess};
-use crate::event::{AccessRecord, RaceEvent, Stack, MAX_FRAMES};
+use crate::event::{AccessRecord, RaceEvent, Stack, UNWIND_FRAMES};
 use crate::index::Access;
 use crate::judge::{self, Side};
 use crate::sys::perf::{PerfFd, WatchKind, Watchpoint};
@@ -397,9 +397,9 @@ fn trapped_access(signal: &PerfSignal, tid: i32) -> Option<(AccessRecord, bool)>
 
 /// The stack of the thread interrupted at `regs` when it makes the access at `pc`, reached by `path`.
 fn unwound_stack(regs: &Regs, pc: u64, path: &CallPath) -> Stack {
-    let mut callers = [0u64; MAX_FRAMES];
+    let mut callers = [0u64; UNWIND_FRAMES];
     let found = unwind::capture(regs, &mut callers);
-    let mut pcs = [0u64; MAX_FRAMES];
+    let mut pcs = [0u64; UNWIND_FRAMES];
     let frames = path.stack_of(pc, &callers[..found], &mut pcs);
     Stack::from_pcs(&pcs[..frames])
 }

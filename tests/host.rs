@@ -441,18 +441,19 @@ fn cases() -> Vec<Case> {
             .repeat(5)
             .expect(&["joined: 320, cancelled: 320"]),
         case("cancel_async_while_racing", "cancel", &["async"]).repeat(5).expect(&["joined: 320, cancelled: 320"]),
-        // 23. siglongjmp out of the program's handlers: SIGSEGV memory probes in 3 threads; a 2 ms SIGALRM
-        // timeout in main while 2 threads probe.
+        // 23. siglongjmp out of the program's handlers (SA_ONSTACK, some without restoring the mask): SIGSEGV
+        // memory probes in 3 threads; a 2 ms SIGALRM timeout in main while 2 threads probe. A SIGTRAP raised
+        // afterwards still runs the program's handler at once.
         case("siglongjmp_sigsegv_probes", "longjmp_probe", &["segv"]).repeat(5).expect(&[
-            "thread 0: probes 3200, faults 1600",
-            "thread 1: probes 3200, faults 1600",
-            "thread 2: probes 3200, faults 1600",
+            "thread 0: probes 3200, faults 1600, SIGTRAP handled at once 8 of 8, blocks SIGSEGV or SIGTRAP 0",
+            "thread 1: probes 3200, faults 1600, SIGTRAP handled at once 8 of 8, blocks SIGSEGV or SIGTRAP 0",
+            "thread 2: probes 3200, faults 1600, SIGTRAP handled at once 8 of 8, blocks SIGSEGV or SIGTRAP 0",
         ]),
         case("siglongjmp_sigalrm_timeouts_and_probes", "longjmp_probe", &["alarm"]).repeat(5).expect(&[
             "jumps: 200",
-            "main: probes 400, faults 200",
-            "thread 0: probes 3200, faults 1600",
-            "thread 1: probes 3200, faults 1600",
+            "main: probes 800, faults 400, SIGTRAP handled at once 2 of 2, blocks SIGSEGV or SIGTRAP 0",
+            "thread 0: probes 3200, faults 1600, SIGTRAP handled at once 8 of 8, blocks SIGSEGV or SIGTRAP 0",
+            "thread 1: probes 3200, faults 1600, SIGTRAP handled at once 8 of 8, blocks SIGSEGV or SIGTRAP 0",
         ]),
         // 24. Pre-forked children exit() while their threads race (some while the first report is written).
         case("prefork_children_exit_while_racing", "prefork_exit", &[])

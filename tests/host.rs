@@ -290,6 +290,9 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
+/// What a program whose SIGTRAP handler came through another door prints (tests/host/trap_doors.c).
+const DOOR_HANDLER_RAN_3: &[&str] = &["previous handler is SIG_DFL: 1", "SIGTRAP handler is ours: 1", "handler ran: 3"];
+
 /// All the cases, in DESIGN.md's order of concerns.
 fn cases() -> Vec<Case> {
     vec![
@@ -462,37 +465,15 @@ fn cases() -> Vec<Case> {
             .expect(&["batch 0 child 0: exit 10", "batch 2 child 3: exit 13"]),
         // 25. The program's SIGTRAP handler through the other doors: signal() as __sysv_signal (strict C11),
         // bsd_signal, sysv_signal, ssignal, sigset, the raw rt_sigaction system call; sigignore.
-        case("own_sigtrap_handler_sysv_signal_c11", "trap_doors_c11", &["signal"]).expect(&[
-            "previous handler is SIG_DFL: 1",
-            "SIGTRAP handler is ours: 1",
-            "handler ran: 3",
-        ]),
-        case("own_sigtrap_handler_bsd_signal", "trap_doors", &["bsd_signal"]).expect(&[
-            "previous handler is SIG_DFL: 1",
-            "SIGTRAP handler is ours: 1",
-            "handler ran: 3",
-        ]),
-        case("own_sigtrap_handler_sysv_signal", "trap_doors", &["sysv_signal"]).expect(&[
-            "previous handler is SIG_DFL: 1",
-            "SIGTRAP handler is ours: 1",
-            "handler ran: 3",
-        ]),
-        case("own_sigtrap_handler_ssignal", "trap_doors", &["ssignal"]).expect(&[
-            "previous handler is SIG_DFL: 1",
-            "SIGTRAP handler is ours: 1",
-            "handler ran: 3",
-        ]),
-        case("own_sigtrap_handler_sigset", "trap_doors", &["sigset"]).expect(&[
-            "previous handler is SIG_DFL: 1",
-            "SIGTRAP handler is ours: 1",
-            "handler ran: 3",
-        ]),
-        case("own_sigtrap_handler_raw_rt_sigaction", "trap_doors", &["rt_sigaction"]).expect(&[
-            "previous handler is SIG_DFL: 1",
-            "SIGTRAP handler is ours: 1",
-            "handler ran: 3",
-        ]),
-        case("own_sigtrap_sigignore", "trap_doors", &["sigignore"]).expect(&[
+        case("own_sigtrap_handler_sysv_signal_c11", "trap_doors_c11", &["signal"]).repeat(3).expect(DOOR_HANDLER_RAN_3),
+        case("own_sigtrap_handler_bsd_signal", "trap_doors", &["bsd_signal"]).repeat(3).expect(DOOR_HANDLER_RAN_3),
+        case("own_sigtrap_handler_sysv_signal", "trap_doors", &["sysv_signal"]).repeat(3).expect(DOOR_HANDLER_RAN_3),
+        case("own_sigtrap_handler_ssignal", "trap_doors", &["ssignal"]).repeat(3).expect(DOOR_HANDLER_RAN_3),
+        case("own_sigtrap_handler_sigset", "trap_doors", &["sigset"]).repeat(3).expect(DOOR_HANDLER_RAN_3),
+        case("own_sigtrap_handler_raw_rt_sigaction", "trap_doors", &["rt_sigaction"])
+            .repeat(3)
+            .expect(DOOR_HANDLER_RAN_3),
+        case("own_sigtrap_sigignore", "trap_doors", &["sigignore"]).repeat(3).expect(&[
             "sigignore: ok",
             "SIGTRAP ignored: 1",
             "handler ran: 0",
@@ -501,10 +482,12 @@ fn cases() -> Vec<Case> {
         // not interrupted), no SA_ONSTACK (not on the thread's alternate stack), blocked everywhere and
         // process-directed (the sigtimedwait thread gets it), int3 in an SA_ONSTACK handler.
         case("own_sigtrap_handler_without_sa_restart", "trap_disposition", &["no_restart"])
+            .repeat(3)
             .expect(&["read: -1 EINTR", "handler ran: yes"]),
         case("own_sigtrap_ignored_sleep_not_interrupted", "trap_disposition", &["ignored"])
+            .repeat(3)
             .expect(&["nanosleep: 0", "SIGTRAP ignored: 1"]),
-        case("own_sigtrap_handler_without_sa_onstack", "trap_disposition", &["no_onstack"]).expect(&[
+        case("own_sigtrap_handler_without_sa_onstack", "trap_disposition", &["no_onstack"]).repeat(3).expect(&[
             "handler without SA_ONSTACK: SS_ONSTACK 0, on the alternate stack 0",
             "handler with SA_ONSTACK: SS_ONSTACK 1, on the alternate stack 1",
             "handler ran: 6",
@@ -512,10 +495,13 @@ fn cases() -> Vec<Case> {
         case("own_sigtrap_blocked_process_directed_sigtimedwait", "trap_disposition", &["sigtimedwait"])
             .expect(&["sigtimedwait: 5, si_code SI_USER: 1, from us: 1", "handler ran: 0, still pending: 0"]),
         case("own_sigtrap_handler_int3_on_altstack", "trap_disposition", &["int3_altstack"])
+            .repeat(3)
             .expect(&["SIGUSR1 handled: 100, SIGTRAP handled: 100"]),
         // 27. Masks the interposers do not see: kept across exec, set by pthread_attr_setsigmask_np, by
         // swapcontext, by the raw rt_sigprocmask system call.
-        case("exec_keeps_sigtrap_blocked", "hidden_masks", &["exec"]).expect(&["exec", "child: SIGTRAP blocked: 1"]),
+        case("exec_keeps_sigtrap_blocked", "hidden_masks", &["exec"])
+            .repeat(3)
+            .expect(&["exec", "child: SIGTRAP blocked: 1"]),
         case("pthread_attr_sigmask_everything_blocked", "hidden_masks", &["attr_sigmask"])
             .repeat(3)
             .expect(&["every signal blocked in the threads: 1", "signals dequeued: 0"]),
@@ -545,7 +531,9 @@ fn cases() -> Vec<Case> {
             .repeat(5)
             .expect(&["errno checks at least 1000: 1, mismatches: 0"]),
         // 30. Resources the program counts: thread-specific keys, hardware breakpoints, RLIMIT_NOFILE as set.
-        case("pthread_keys_until_failure", "resources", &["keys"]).expect(&["keys created: 1024, then EAGAIN"]),
+        case("pthread_keys_until_failure", "resources", &["keys"])
+            .repeat(3)
+            .expect(&["keys created: 1024, then EAGAIN"]),
         case("program_hw_breakpoints", "resources", &["breakpoints"])
             .repeat(3)
             .expect(&["fewest breakpoints opened in a round: 4 of 4"]),
@@ -553,20 +541,22 @@ fn cases() -> Vec<Case> {
             .repeat(5)
             .expect(&["RLIMIT_NOFILE mismatches: 0"]),
         // 31. RLIMIT_NOFILE 1024/1024 (memcached -c 1024), with and without CAP_SYS_RESOURCE.
-        case("nofile_1024_before_threads", "nofile_1024", &["before"]).expect(&[
+        case("nofile_1024_before_threads", "nofile_1024", &["before"]).repeat(3).expect(&[
             "setrlimit: ok",
             "RLIMIT_NOFILE 1024/1024",
             "done",
         ]),
-        case("nofile_1024_after_threads", "nofile_1024", &["after"]).expect(&[
+        case("nofile_1024_after_threads", "nofile_1024", &["after"]).repeat(3).expect(&[
             "setrlimit: ok",
             "RLIMIT_NOFILE 1024/1024",
             "done",
         ]),
         case("nofile_1024_before_threads_without_cap_sys_resource", "nofile_1024", &["before"])
+            .repeat(3)
             .launch(Launch::NoSysResource)
             .expect(&["setrlimit: ok", "RLIMIT_NOFILE 1024/1024", "raising the hard limit again: EPERM", "done"]),
         case("nofile_1024_after_threads_without_cap_sys_resource", "nofile_1024", &["after"])
+            .repeat(3)
             .launch(Launch::NoSysResource)
             .expect(&["setrlimit: ok", "RLIMIT_NOFILE 1024/1024", "raising the hard limit again: EPERM", "done"]),
         // 32. A tracer (a debugger passing signals through) of a racing child.

@@ -3,20 +3,26 @@
 //!
 //! Every case is a small C program in tests/host/ (built with the metadata flags, tests/host/common.c
 //! prepended) that races for real in covered code while it does the thing under test: signals, seccomp,
-//! descriptors, limits, fork, exec, small stacks, unread pipes. Each case runs three ways: without
-//! racewatch, under `racewatch run` with the default options, and with `-o sample_period_us=1000`
-//! (many samples and watch windows). The exit status, stdout, stderr with racewatch's own output removed
-//! (`racewatch:` lines and complete report blocks between `==================` lines) and the case's
-//! artefacts (data files, directory listings) must be the same in all three; the programs print only
-//! facts that do not depend on timing. A run is killed after its timeout and counts as a hang.
+//! descriptors, limits, fork, exec, small stacks, unread pipes, cancellation, tracers. Each case runs
+//! three ways: without racewatch, under `racewatch run` with the default options, and with
+//! `-o sample_period_us=1000` (many samples and watch windows). The exit status, stdout, stderr with
+//! racewatch's own output removed (`racewatch:` lines and complete report blocks between
+//! `==================` lines) and the case's artefacts (data files, directory listings) must be the same
+//! in all three; the programs print only facts that do not depend on timing. A run is killed after its
+//! timeout and counts as a hang. The racewatch modes run with `fail_on_race=0`: the exit status stays the
+//! program's.
 //!
-//! One `#[test]` per case (the harness runs cases in parallel, one per CPU); a case's three modes run in
-//! parallel with `parallel_map`. A failure names the case and the mode and shows each difference
-//! (status, a line diff of stdout or stderr, an artefact) and the tail of the raw stderr.
+//! One `#[test]` per case (the harness runs cases in parallel, one per CPU); a case's runs go through
+//! `parallel_map`. A case whose failure depends on timing runs each racewatch mode several times
+//! (`Case::repeat`), each compared with the one run without racewatch. A failure names the case, the mode
+//! and the run and shows each difference (status, a line diff of stdout or stderr, an artefact) and the
+//! tail of the raw stderr; later failed runs of the same mode get one line each.
 //!
 //! A few more tests check that the detector really works in these settings: the programs arm
-//! watchpoints, a parent keeps sampling after its forked children exit, and pre-forked workers are
-//! reported.
+//! watchpoints, a parent keeps sampling after its forked children exit, pre-forked workers are
+//! reported, a program that capped RLIMIT_NOFILE without CAP_SYS_RESOURCE is still watched; and that the
+//! runtime library a plain `cargo build --release` leaves either works when preloaded or says which file
+//! to preload.
 //!
 //! `RACEWATCH_HOST_SELF_CHECK=1` runs the "racewatch" modes without racewatch: every case must then
 //! pass, which shows the programs are deterministic and the harness compares the right things.

@@ -11,10 +11,12 @@
 //! pub const MAX_LOOKAHEAD: usize = 8;
 //! pub const MAX_STEPS: usize = 32;
 //! pub fn warm_up();
-//! pub fn reach(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds, max_steps: usize) -> Result<MemAccess, Miss>;
+//! pub fn reach(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds, max_steps: usize) -> Result<Reached, Miss>;
 //! pub fn access_at(code: &dyn CodeReader, regs: &Regs, max_lookahead: usize) -> Option<MemAccess>; // straight-line reach
 //! pub fn access_ending_at(code: &dyn CodeReader, func_start: u64, func_size: u64, rip: u64, regs: &Regs)
 //!     -> Option<MemAccess>;
+//! pub fn trap_access(code: &dyn CodeReader, func_start: u64, func_size: u64, rip: u64, regs: &Regs,
+//!     window: (u64, u64)) -> Option<MemAccess>;                       // access_ending_at + string instructions
 //! ```
 //!
 //! Signal safety: after [`warm_up`] nothing here allocates (a pool of pre-grown iced `InstructionInfoFactory`s
@@ -26,16 +28,20 @@
 //! Only the first explicit memory operand of an instruction is reported. Not reported (`None`): FS/GS
 //! (thread-local) operands, implicit stack operations (push, pop, call, ret, enter, leave), REP/REPNE string
 //! instructions, VSIB gathers and scatters, operands without a known size up to 255 bytes (xsave, …), and
-//! address-only forms (LEA, multi-byte NOP, prefetch).
+//! address-only forms (LEA, multi-byte NOP, prefetch). [`reach`] reports REP string instructions and calls
+//! to libc's memory and string functions as byte ranges ([`Reached::Ranges`]); [`trap_access`] decodes a
+//! trap in a string instruction from the watched window.
 
+mod calls;
 mod classify;
 mod emulate;
 mod pool;
 mod stream;
 
+pub use calls::{MemFn, Range, Ranges, StringOp, MAX_STRING, SYMBOLS};
 pub use emulate::{Bounds, Miss};
 
-use classify::{address, classify, Candidate, Class};
+use classify::{address, classify, string_op, Candidate, Class};
 use core::ops::ControlFlow;
 use iced_x86::Instruction;
 use stream::scan;
@@ -143,6 +149,40 @@ impl CallPath {
     }
 }
 
+/// What [`reach`] found to watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reached {
+    /// One instruction's memory operand.
+    Access(MemAccess),
+    /// Byte ranges: a REP string instruction's, or a libc memory or string function's about to be called.
+    Ranges(RangeAccess),
+}
+
+impl Reached {
+    /// The single access, if that is what was found.
+    pub fn access(self) -> Option<MemAccess> {
+        match self {
+            Reached::Access(access) => Some(access),
+            Reached::Ranges(_) => None,
+        }
+    }
+}
+
+/// Byte ranges one instruction, or one call to a libc memory or string function, is about to access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangeAccess {
+    /// The accessing PC: the string instruction, or the entry of the libc function called.
+    pub pc: u64,
+    /// The covered instruction that makes the access: the string instruction, or the call (or jump).
+    pub site: u64,
+    /// The libc function called (`None`: a string instruction).
+    pub function: Option<MemFn>,
+    /// Not on the thread's own stack; at least one.
+    pub ranges: Ranges,
+    /// Calls and returns on the way; a call to the libc function is entered (its return address).
+    pub path: CallPath,
+}
+
 /// A sensible `max_lookahead` for [`access_at`].
 pub const MAX_LOOKAHEAD: usize = 8;
 
@@ -184,8 +224,9 @@ fn access_of(insn: &Instruction, cand: Candidate, addr: u64, addr_known: bool) -
 /// `max_lookahead + 1` instructions. `None` when there is none.
 pub fn access_at(code: &dyn CodeReader, regs: &Regs, max_lookahead: usize) -> Option<MemAccess> {
     let nowhere = |_: u64| false;
-    let bounds = Bounds { own_stack: (0, 0), covered: &nowhere };
-    reach(code, regs, &bounds, max_lookahead.saturating_add(1)).ok()
+    let no_library = |_: u64| None;
+    let bounds = Bounds { own_stack: (0, 0), covered: &nowhere, library: &no_library };
+    reach(code, regs, &bounds, max_lookahead.saturating_add(1)).ok().and_then(Reached::access)
 }
 
 /// Instructions [`reach`] follows at most (GWPSan's emulation goes 20 deep).
@@ -194,7 +235,7 @@ pub const MAX_STEPS: usize = 32;
 /// The next memory access the interrupted thread makes outside its own stack, following its real path
 /// from `regs` (branches, calls and returns inside covered code) for at most `max_steps` instructions;
 /// or why there is none to watch. See [`emulate`]. Async-signal-safe after [`warm_up`].
-pub fn reach(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds<'_>, max_steps: usize) -> Result<MemAccess, Miss> {
+pub fn reach(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds<'_>, max_steps: usize) -> Result<Reached, Miss> {
     let mut claimed = pool::claim(pool_hint()).ok_or(Miss::Unemulated)?;
     let factory = claimed.factory().ok_or(Miss::Unemulated)?;
     emulate::reach(code, factory, regs, bounds, max_steps)
@@ -231,16 +272,98 @@ pub fn access_ending_at(
     // Claim first: the pool exists only after warm_up, which also built iced's lazily created decoder tables.
     let mut claimed = pool::claim(pool_hint())?;
     let factory = claimed.factory()?;
-    let insn = scan(code, func_start, func_end, |insn| match insn.next_ip() {
+    let insn = ending_at(code, func_start, func_end, rip)?;
+    plain_access(factory, &insn, regs)
+}
+
+/// The instruction of `[func_start, func_end)` that ends exactly at `rip`.
+fn ending_at(code: &dyn CodeReader, func_start: u64, func_end: u64, rip: u64) -> Option<Instruction> {
+    scan(code, func_start, func_end, |insn| match insn.next_ip() {
         end if end == rip => ControlFlow::Break(Some(*insn)),
         end if end > rip => ControlFlow::Break(None),
         _ => ControlFlow::Continue(()),
-    })?;
-    let (Class::Access(cand), written) = classify(factory, &insn) else { return None };
-    match address(&insn, cand.operand, regs) {
-        Some((addr, used)) => Some(access_of(&insn, cand, addr, used & written == 0)),
-        None => Some(access_of(&insn, cand, 0, false)),
+    })
+}
+
+/// `insn`'s watchable access, its address computed from `regs` (see [`access_ending_at`]).
+fn plain_access(factory: &mut iced_x86::InstructionInfoFactory, insn: &Instruction, regs: &Regs) -> Option<MemAccess> {
+    let (Class::Access(cand), written) = classify(factory, insn) else { return None };
+    match address(insn, cand.operand, regs) {
+        Some((addr, used)) => Some(access_of(insn, cand, addr, used & written == 0)),
+        None => Some(access_of(insn, cand, 0, false)),
     }
+}
+
+/// The access behind a watchpoint trap at `rip` in the function `[func_start, func_start + func_size)`,
+/// which has code but need not be covered (a libc memory function), with the watched window
+/// `(start, len)`: [`access_ending_at`], and besides it string instructions, whose trap comes after the
+/// element that touched the window with `rdi`/`rsi` already moved on — either the string instruction
+/// ending at `rip`, or (a REP instruction trapping between two of its elements, RIP still on itself) the
+/// one at `rip` when the instruction ending there touched nothing in the window. A string instruction's
+/// access is the part of the window it has accessed by now (see `calls::string_trap_range`): `addr_known`,
+/// at most the window's length. Async-signal-safe after [`warm_up`].
+pub fn trap_access(
+    code: &dyn CodeReader,
+    func_start: u64,
+    func_size: u64,
+    rip: u64,
+    regs: &Regs,
+    window: (u64, u64),
+) -> Option<MemAccess> {
+    let func_end = func_start.checked_add(func_size)?;
+    if rip <= func_start || rip > func_end {
+        return None;
+    }
+    let mut claimed = pool::claim(pool_hint())?;
+    let factory = claimed.factory()?;
+    let ending = ending_at(code, func_start, func_end, rip);
+    if let Some(insn) = ending.as_ref() {
+        if let Some(op) = string_op(insn) {
+            return string_trap(insn, &op, regs, window);
+        }
+    }
+    let plain = ending.as_ref().and_then(|insn| plain_access(factory, insn, regs));
+    let (start, len) = window;
+    let meets_window = |a: &MemAccess| !a.addr_known || (a.addr < start.saturating_add(len) && start < a.addr.saturating_add(u64::from(a.size)));
+    if plain.as_ref().is_some_and(meets_window) {
+        return plain;
+    }
+    if rip < func_end {
+        let mut buf = [0u8; stream::MAX_INSN_LEN];
+        let got = code.read(rip, &mut buf);
+        let at = buf.get(..got).and_then(|bytes| {
+            let mut decoder = iced_x86::Decoder::try_with_ip(64, bytes, rip, iced_x86::DecoderOptions::NONE).ok()?;
+            let insn = decoder.decode();
+            (!insn.is_invalid()).then_some(insn)
+        });
+        if let Some(insn) = at {
+            if let Some(op) = string_op(&insn).filter(|op| op.rep) {
+                if let Some(found) = string_trap(&insn, &op, regs, window) {
+                    return Some(found);
+                }
+            }
+        }
+    }
+    plain
+}
+
+fn string_trap(insn: &Instruction, op: &StringOp, regs: &Regs, window: (u64, u64)) -> Option<MemAccess> {
+    const RSI: usize = 6;
+    const RDI: usize = 7;
+    const DF: u64 = 1 << 10;
+    let (rdi, rsi) = (*regs.gpr.get(RDI)?, *regs.gpr.get(RSI)?);
+    let range = calls::string_trap_range(op, rdi, rsi, regs.rflags & DF != 0, window.0, window.1)?;
+    Some(MemAccess {
+        pc: insn.ip(),
+        len: u8::try_from(insn.len()).unwrap_or(u8::MAX),
+        addr: range.addr,
+        addr_known: true,
+        size: u8::try_from(range.len).ok()?,
+        is_read: !range.is_write,
+        is_write: range.is_write,
+        locked: false,
+        path: CallPath::default(),
+    })
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod fixed;
 pub mod index;
 pub mod intercept;
 pub mod judge;
+pub mod libcalls;
 pub mod log;
 pub mod modules;
 pub mod options;

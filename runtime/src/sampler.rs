@@ -10,7 +10,12 @@
 //! A kept sample in thread A at PC p is dropped when A is a runtime thread,
 //! p is uncovered, every watchpoint is busy, no access is found at or shortly
 //! after p, or the access is on A's own stack; otherwise [`watch::watch`]
-//! watches it. All of this runs in the signal handler and is async-signal-safe.
+//! watches it. An access that is a byte range — a REP string instruction, or a
+//! call to one of libc's memory and string functions ([`crate::libcalls`]) — is
+//! watched on one aligned 8-byte word of one of its ranges, picked at random
+//! (the destination, written, or the source, read), clipped to the range so
+//! that exact byte ranges still decide overlap. All of this runs in the signal
+//! handler and is async-signal-safe.
 
 use crate::event::{AccessRecord, Stack, MAX_FRAMES};
 use crate::index::Access;
@@ -20,7 +25,8 @@ use crate::sys::perf::{PerfFd, SampleTimer, SAMPLE_SIG_DATA};
 use crate::sys::signal::{self, PerfSignal, Regs};
 use crate::sys::thread;
 use crate::watch::{self, OwnMemory, Watch};
-use crate::{bias, decode, profile, registry, stack};
+use crate::decode::{Range, Reached};
+use crate::{bias, decode, libcalls, profile, registry, stack};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 /// Timer signals per kept sample.
@@ -53,6 +59,7 @@ pub fn start(options: &Options) -> Result<(), String> {
     COLD_BIAS.store(options.cold_bias, Ordering::Relaxed);
     open_events(options)?;
     decode::warm_up();
+    libcalls::init();
     signal::install(claims, on_perf).map_err(|e| format!("cannot install the SIGTRAP handler: {e}"))?;
     refresh();
     Ok(())
@@ -195,7 +202,7 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
     let walk = stack::walk_interrupted(regs, Some(function.start), regs.rip, &mut pcs);
     let own_stack = own_stack(regs, walk.top);
     let covered = |pc: u64| registry::with_index(|idx| idx.function_containing(pc).is_some());
-    let bounds = decode::Bounds { own_stack, covered: &covered };
+    let bounds = decode::Bounds { own_stack, covered: &covered, library: &libcalls::function_at };
     let found = match decode::reach(&OwnMemory, &watch::decoder_regs(regs), &bounds, decode::MAX_STEPS) {
         Ok(found) => found,
         Err(miss) => {
@@ -209,39 +216,86 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
             return;
         }
     };
-    let class = registry::with_index(|idx| idx.classify(found.pc));
-    if class == Access::Uncovered {
-        stats::bump(Counter::SamplesLeftCovered);
-        return;
-    }
-    if COLD_BIAS.load(Ordering::Relaxed) && !bias::should_watch(found.pc, random >> 2) {
+    // What to watch: the access's record (its PC is where covered code makes it), the PC heading its stack
+    // (a libc function's entry for a call to it) and how it was reached.
+    let (access, frame_pc, path) = match found {
+        Reached::Access(found) => {
+            let class = registry::with_index(|idx| idx.classify(found.pc));
+            if class == Access::Uncovered {
+                stats::bump(Counter::SamplesLeftCovered);
+                return;
+            }
+            let access = AccessRecord {
+                tid,
+                pc: found.pc,
+                addr: found.addr,
+                size: found.size,
+                is_write: found.is_write,
+                is_atomic: class == Access::Atomic || found.locked,
+                locked: found.locked,
+                // Unwound (CFI) only if the watch finds a race: most watches find none.
+                stack: Stack::EMPTY,
+            };
+            (access, found.pc, found.path)
+        }
+        Reached::Ranges(found) => {
+            stats::bump(match found.function {
+                Some(_) => Counter::SamplesMemoryFunction,
+                None => Counter::SamplesStringInstruction,
+            });
+            let class = registry::with_index(|idx| idx.classify(found.site));
+            if class == Access::Uncovered {
+                stats::bump(Counter::SamplesLeftCovered);
+                return;
+            }
+            let (addr, size, is_write) = pick_word(found.ranges.as_slice(), next_random(tid, random));
+            let access = AccessRecord {
+                tid,
+                // The call (or string instruction) in covered code: profiles, the cold-code bias and the
+                // reporter key on it; the stack starts at the libc function.
+                pc: found.site,
+                addr,
+                size,
+                is_write,
+                is_atomic: false,
+                locked: false,
+                stack: Stack::EMPTY,
+            };
+            (access, found.pc, found.path)
+        }
+    };
+    if COLD_BIAS.load(Ordering::Relaxed) && !bias::should_watch(access.pc, random >> 2) {
         stats::bump(Counter::SamplesBackedOff);
         return;
     }
-    let access = AccessRecord {
-        tid,
-        pc: found.pc,
-        addr: found.addr,
-        size: found.size,
-        is_write: found.is_write,
-        is_atomic: class == Access::Atomic || found.locked,
-        locked: found.locked,
-        // Unwound (CFI) only if the watch finds a race: most watches find none.
-        stack: Stack::EMPTY,
-    };
     // Jitter the window too: uniform in [delay/2, 3*delay/2].
     let delay = DELAY_US.load(Ordering::Relaxed);
     let delay_us = delay / 2 + (random >> 32) % delay.max(1);
     let request = Watch {
         access: &access,
+        frame_pc,
         regs,
-        path: found.path,
+        path,
         delay_us,
         report_atomic_races: REPORT_ATOMIC_RACES.load(Ordering::Relaxed),
     };
     if watch::watch(&request) == watch::Outcome::Busy {
         stats::bump(Counter::SamplesBusy);
     }
+}
+
+/// One aligned 8-byte word of one of `ranges` (at least one, none empty), chosen by `random`, clipped to
+/// its range: `(first byte, bytes, written)`. Every word of a range is equally likely (a race on a
+/// large buffer is usually on some part of it, not on its first bytes).
+fn pick_word(ranges: &[Range], random: u64) -> (u64, u8, bool) {
+    let Some(range) = ranges.get((random & 1) as usize % ranges.len().max(1)) else { return (0, 0, false) };
+    let end = range.end();
+    let first = range.addr & !7;
+    let last = end.saturating_sub(1) & !7;
+    let words = (last - first) / 8 + 1;
+    let word = first + 8 * ((random >> 1) % words);
+    let (lo, hi) = (word.max(range.addr), word.saturating_add(8).min(end));
+    (lo, hi.saturating_sub(lo) as u8, range.is_write)
 }
 
 /// The part of the interrupted thread's stack that is private to it: from below its red zone up to the
@@ -271,6 +325,27 @@ mod tests {
         assert!(!on(0x7000_3000, 0x7000_2000));
         assert!(!on(0x5555_0000, 0));
         assert!(on(0x7000_1048, 0));
+    }
+
+    #[test]
+    fn picked_words_are_aligned_clipped_and_cover_every_word() {
+        let dst = Range { addr: 0x1003, len: 20, is_write: true };
+        let src = Range { addr: 0x2000, len: 8, is_write: false };
+        let mut seen = std::collections::BTreeSet::new();
+        for r in 0..64u64 {
+            let (addr, size, is_write) = pick_word(&[dst, src], r);
+            if is_write {
+                // Inside the range, within one aligned word.
+                assert!(addr >= dst.addr && addr + u64::from(size) <= dst.end(), "{addr:#x}+{size}");
+                assert_eq!(addr & !7, (addr + u64::from(size) - 1) & !7);
+                seen.insert((addr, size));
+            } else {
+                assert_eq!((addr, size), (0x2000, 8));
+            }
+        }
+        // [0x1003, 0x1017): three words, the first and last clipped.
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![(0x1003, 5), (0x1008, 8), (0x1010, 7)]);
+        assert_eq!(pick_word(&[Range { addr: 0x10, len: 1, is_write: true }], 99), (0x10, 1, true));
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! *closes* the slot (`armed` = 0), waits for trap handlers still writing,
 //! judges the records against its own access, and releases the slot.
 //!
-//! A thread B that trips the watchpoint decodes its access, then registers as
+//! A thread B that trips the watchpoint decodes its access (in covered code, or
+//! in the body of one of libc's memory and string functions, judged as a plain
+//! access of the covered code that called it: see [`crate::libcalls`]), then registers as
 //! a writer (`writers += 1`) and re-checks that `armed` still holds the
 //! generation from its `sig_data`; only then does it take a record index
 //! (`count += 1`) and fill that record. The close (`armed = 0`, then read
@@ -23,7 +25,7 @@ use crate::judge::{self, Side};
 use crate::sys::perf::{PerfFd, WatchKind, Watchpoint};
 use crate::sys::signal::{PerfSignal, Regs, TRAP_PERF_FLAG_ASYNC};
 use crate::sys::{mem, thread};
-use crate::{profile, queue, registry, stats, unwind};
+use crate::{libcalls, profile, queue, registry, stats, unwind};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// x86-64 has four debug registers.
@@ -225,6 +227,9 @@ pub fn window(addr: u64, size: u8) -> (u64, u64) {
 /// What the sampled thread asks to watch.
 pub struct Watch<'a> {
     pub access: &'a AccessRecord,
+    /// The PC heading the access's stack: `access.pc`, or the entry of the libc function the access is
+    /// a call to (`access.pc` is then the call).
+    pub frame_pc: u64,
     /// A's registers where it was interrupted: its full stack is unwound from them when a race is found.
     pub regs: &'a Regs,
     /// How the access was reached from there.
@@ -310,7 +315,7 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
                 stats::bump(stats::Counter::Races);
             }
             if !unwound {
-                access.stack = unwound_stack(request.regs, access.pc, &request.path);
+                access.stack = unwound_stack(request.regs, request.frame_pc, &request.path);
                 unwound = true;
             }
             // In time order: the trapped access ran during the window; the sampled one runs after it.
@@ -349,7 +354,11 @@ pub fn on_trap(signal: &PerfSignal) -> bool {
     if tid == slot.owner.load(Ordering::Relaxed) {
         return true;
     }
-    let Some((mut access, covered)) = trapped_access(signal, tid) else { return true };
+    // Every record of this window is taken (a loop trips it again and again): nothing to decode for.
+    if slot.count.load(Ordering::Acquire) as usize >= MAX_RECORDS {
+        return true;
+    }
+    let Some((mut access, place)) = trapped_access(signal, tid) else { return true };
 
     slot.writers.fetch_add(1, Ordering::SeqCst);
     if slot.armed.load(Ordering::SeqCst) == generation {
@@ -357,6 +366,20 @@ pub fn on_trap(signal: &PerfSignal) -> bool {
         if let Some(mut record) = slot.records.get(at).and_then(|cell| cell.try_lock()) {
             // Only a kept record pays for the unwind.
             access.stack = unwound_stack(&signal.regs, access.pc, &CallPath::default());
+            let covered = match place {
+                Place::Covered(covered) => covered,
+                // Judged as the access of the covered code that called the libc function: its PC is
+                // that call's (the stack still starts in libc).
+                Place::Library => match covered_caller(&access.stack) {
+                    Some(call) => {
+                        access.pc = call;
+                        stats::bump(stats::Counter::TrapsInMemoryFunction);
+                        profile::count_at(call, profile::Event::Trap);
+                        true
+                    }
+                    None => false,
+                },
+            };
             *record = Record { generation, covered, access };
         }
     }
@@ -364,35 +387,71 @@ pub fn on_trap(signal: &PerfSignal) -> bool {
     true
 }
 
-/// Recovers B's access from a trap: the instruction ending at RIP in the covered function around it.
-fn trapped_access(signal: &PerfSignal, tid: i32) -> Option<(AccessRecord, bool)> {
+/// Where a trapped access was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// In a covered function (`true`), or in one whose atomics were not analysed (`false`: not judged).
+    Covered(bool),
+    /// In the body of a libc memory or string function: judged when a covered function called it.
+    Library,
+}
+
+/// Recovers B's access from a trap: the instruction ending at RIP (or the string instruction at RIP) in
+/// the covered function, or the libc memory function's body, around it.
+fn trapped_access(signal: &PerfSignal, tid: i32) -> Option<(AccessRecord, Place)> {
     let rip = signal.regs.rip;
-    let function = registry::with_index(|idx| idx.function_containing(rip.wrapping_sub(1)))?;
-    profile::count(function.start, profile::Event::Trap);
+    let before = rip.wrapping_sub(1);
+    let (start, size, place) = match registry::with_index(|idx| idx.function_containing(before)) {
+        Some(function) => {
+            profile::count(function.start, profile::Event::Trap);
+            (function.start, u64::from(function.size), None)
+        }
+        None => {
+            let (start, end) = libcalls::body_containing(before)?;
+            (start, end - start, Some(Place::Library))
+        }
+    };
     let regs = decoder_regs(&signal.regs);
-    let found: MemAccess = decode::access_ending_at(&OwnMemory, function.start, u64::from(function.size), rip, &regs)?;
+    let window = (signal.addr, watched_len(signal.addr));
+    let found: MemAccess = decode::trap_access(&OwnMemory, start, size, rip, &regs, window)?;
     let (addr, size) = if found.addr_known {
         (found.addr, found.size)
     } else {
         // The instruction overwrote its own address register: all we know is that it touched the window.
-        let len = watched_len(signal.addr);
+        let len = window.1;
         if u64::from(found.size) < len {
             return None;
         }
         (signal.addr, len as u8)
     };
-    let class = registry::with_index(|idx| idx.classify(found.pc));
+    let (is_atomic, place) = match place {
+        // libc's memory and string functions are never atomic.
+        Some(place) => (false, place),
+        None => {
+            let class = registry::with_index(|idx| idx.classify(found.pc));
+            (class == Access::Atomic || found.locked, Place::Covered(class != Access::Uncovered))
+        }
+    };
     let access = AccessRecord {
         tid,
         pc: found.pc,
         addr,
         size,
         is_write: found.is_write,
-        is_atomic: class == Access::Atomic || found.locked,
+        is_atomic,
         locked: found.locked,
         stack: Stack::EMPTY,
     };
-    Some((access, class != Access::Uncovered))
+    Some((access, place))
+}
+
+/// The covered code a libc memory function was called from, for a stack starting in its body: the
+/// first frame past it and the libc functions of its kind it was called through (`__strcpy_chk` calls
+/// `memcpy`), as a PC inside the call (return address - 1); `None` when that frame is not covered
+/// (libc's own callers, `printf`, `calloc`, the precompiled standard library: never judged).
+fn covered_caller(stack: &Stack) -> Option<u64> {
+    let call = stack.frames().iter().skip(1).map(|ra| ra.wrapping_sub(1)).find(|&pc| libcalls::body_containing(pc).is_none())?;
+    (registry::with_index(|idx| idx.classify(call)) != Access::Uncovered).then_some(call)
 }
 
 /// The stack of the thread interrupted at `regs` when it makes the access at `pc`, reached by `path`.

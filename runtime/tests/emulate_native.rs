@@ -288,7 +288,7 @@ fn check_loop(name: &str, code: &[u8], accesses: &[u64], regs_for: impl Fn(&mut 
     let base = 0x50_0000u64;
     let slice = CodeSlice { base, bytes: code };
     let covered = |pc: u64| (base..base + code.len() as u64).contains(&pc);
-    let bounds = Bounds { own_stack: (0x7000_0000, 0x7010_0000), covered: &covered };
+    let bounds = Bounds { own_stack: (0x7000_0000, 0x7010_0000), covered: &covered, library: &|_| None };
     let mut offsets = vec![0u64];
     let mut at = 0;
     while let Some(insn) = decode_len(&code[at..]) {
@@ -302,7 +302,7 @@ fn check_loop(name: &str, code: &[u8], accesses: &[u64], regs_for: impl Fn(&mut 
         gpr[4] = 0x7008_0000;
         regs_for(&mut gpr);
         let regs = Regs { gpr, rip: base + off, rflags: 0x202 };
-        let found = decode::reach(&slice, &regs, &bounds, decode::MAX_STEPS);
+        let found = decode::reach(&slice, &regs, &bounds, decode::MAX_STEPS).map(|r| r.access().expect("one access"));
         let access = found.unwrap_or_else(|m| panic!("{name}: from offset {off}: no access ({m:?})"));
         let next = accesses.iter().copied().find(|&a| a >= off).unwrap_or(accesses[0]);
         assert_eq!(access.pc, base + next, "{name}: from offset {off}");
@@ -335,12 +335,12 @@ fn loops_lead_back_to_their_access() {
     let base = 0x50_0000u64;
     let slice = CodeSlice { base, bytes: code };
     let covered = |pc: u64| (base..base + code.len() as u64).contains(&pc);
-    let bounds = Bounds { own_stack: (0x7000_0000, 0x7010_0000), covered: &covered };
+    let bounds = Bounds { own_stack: (0x7000_0000, 0x7010_0000), covered: &covered, library: &|_| None };
     let mut gpr = [0u64; 16];
     gpr[4] = 0x7008_0000;
     gpr[7] = 0x1000_0000;
     let regs = Regs { gpr, rip: base, rflags: 0x202 };
-    let access = decode::reach(&slice, &regs, &bounds, decode::MAX_STEPS).expect("the add after the spills");
+    let access = decode::reach(&slice, &regs, &bounds, decode::MAX_STEPS).expect("the add after the spills").access().unwrap();
     assert_eq!((access.pc, access.addr, access.size), (base + 12, 0x1000_0000, 4));
 }
 
@@ -352,16 +352,16 @@ fn calls_and_returns_are_followed_and_unknowns_stop() {
     let base = 0x60_0000u64;
     let slice = CodeSlice { base, bytes: code };
     let covered = |pc: u64| (base..base + code.len() as u64).contains(&pc);
-    let bounds = Bounds { own_stack: (0x7000_0000, 0x7010_0000), covered: &covered };
+    let bounds = Bounds { own_stack: (0x7000_0000, 0x7010_0000), covered: &covered, library: &|_| None };
     let mut gpr = [0u64; 16];
     gpr[4] = 0x7008_0000;
     gpr[7] = 0x2000_0000;
     let regs = Regs { gpr, rip: base, rflags: 0x202 };
-    let access = decode::reach(&slice, &regs, &bounds, decode::MAX_STEPS).expect("the store after the call");
+    let access = decode::reach(&slice, &regs, &bounds, decode::MAX_STEPS).expect("the store after the call").access().unwrap();
     assert_eq!((access.pc, access.addr, access.is_write), (base + 5, 0x2000_0010, true));
     // A call out of covered code stops the walk.
     let nowhere = |_: u64| false;
-    let out = Bounds { own_stack: bounds.own_stack, covered: &nowhere };
+    let out = Bounds { own_stack: bounds.own_stack, covered: &nowhere, library: &|_| None };
     assert_eq!(decode::reach(&slice, &regs, &out, decode::MAX_STEPS), Err(Miss::LeftCovered));
     // jcc on a flag left undefined (AF after a logic op) is not guessed: and eax, ecx; jp ... is fine
     // (PF is defined), but a branch on OF after a multi-bit shift stops.

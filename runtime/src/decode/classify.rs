@@ -1,6 +1,7 @@
 //! What one decoded instruction means for sampling: its explicit memory access, its address from a set of
 //! registers, and the general-purpose registers it writes.
 
+use super::calls::StringOp;
 use super::Regs;
 use iced_x86::{FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register};
 use racewatch_instrument::x86;
@@ -119,4 +120,33 @@ pub(super) fn address(insn: &Instruction, operand: u32, regs: &Regs) -> Option<(
         reg_value(regs, reg)
     })?;
     Some((addr, used))
+}
+
+/// The string instruction `insn` (`movs`, `stos`, `lods`, `cmps`, `scas`, with or without REP), with
+/// 64-bit addressing and no FS/GS source; `None` for anything else (SSE's `movsd`/`cmpsd` included).
+pub(super) fn string_op(insn: &Instruction) -> Option<StringOp> {
+    use Mnemonic::*;
+    let (reads_rsi, writes_rdi, reads_rdi, compares) = match insn.mnemonic() {
+        Movsb | Movsw | Movsd | Movsq => (true, true, false, false),
+        Stosb | Stosw | Stosd | Stosq => (false, true, false, false),
+        Lodsb | Lodsw | Lodsd | Lodsq => (true, false, false, false),
+        Cmpsb | Cmpsw | Cmpsd | Cmpsq => (true, false, true, true),
+        Scasb | Scasw | Scasd | Scasq => (false, false, true, true),
+        _ => return None,
+    };
+    let kinds = || (0..insn.op_count()).map(|i| insn.op_kind(i));
+    // SSE's movsd/cmpsd have ordinary operands; 32-bit addressing (`es:[edi]`) is not modelled.
+    if !kinds().any(|k| matches!(k, OpKind::MemoryESRDI | OpKind::MemorySegRSI))
+        || kinds().any(|k| {
+            matches!(k, OpKind::MemoryESEDI | OpKind::MemoryESDI | OpKind::MemorySegESI | OpKind::MemorySegSI)
+        })
+    {
+        return None;
+    }
+    if reads_rsi && matches!(insn.memory_segment(), Register::FS | Register::GS) {
+        return None;
+    }
+    let width = u8::try_from(insn.memory_size().size()).ok().filter(|w| matches!(w, 1 | 2 | 4 | 8))?;
+    let rep = insn.has_rep_prefix() || insn.has_repe_prefix() || insn.has_repne_prefix();
+    Some(StringOp { width, reads_rsi, writes_rdi, reads_rdi, compares, rep })
 }

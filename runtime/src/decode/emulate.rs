@@ -11,14 +11,22 @@
 //! into a small store buffer, loads from it or from memory, read without
 //! faulting) and passed over. Anything it cannot emulate exactly stops it.
 //!
+//! Two kinds of access end the walk with byte ranges instead of one operand
+//! ([`Reached::Ranges`]): a REP string instruction (`rep movsb`, `rep stosq`,
+//! …: `rdi`, `rsi` and `rcx` give the ranges), and a call or jump — direct,
+//! through the PLT, or through a GOT slot — to one of libc's memory and string
+//! functions ([`Bounds::library`] knows their resolved addresses): the ranges
+//! come from the arguments in `rdi`, `rsi`, `rdx` (see `calls`).
+//!
 //! Flags are tracked bit by bit: a flag an instruction leaves undefined
 //! (AF after a logic op, OF after a multi-bit shift) is unknown, and a
 //! branch that needs an unknown flag stops the walk. Registers are known or
 //! not (a value loaded through FS/GS is not). No allocation, no lock: the
 //! caller provides the decoder factory and the memory reader.
 
-use super::classify::{address, classify, Candidate, Class};
-use super::{access_of, CallPath, CodeReader, MemAccess, Regs};
+use super::calls::{self, MemFn, Ranges};
+use super::classify::{address, classify, string_op, Candidate, Class};
+use super::{access_of, CallPath, CodeReader, MemAccess, RangeAccess, Reached, Regs};
 use iced_x86::{
     ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind,
     Register,
@@ -45,6 +53,8 @@ pub struct Bounds<'a> {
     pub own_stack: (u64, u64),
     /// Whether a control transfer target lies in covered code.
     pub covered: &'a dyn Fn(u64) -> bool,
+    /// The libc memory or string function whose resolved entry is at an address, if any.
+    pub library: &'a dyn Fn(u64) -> Option<MemFn>,
 }
 
 const CF: u64 = 1 << 0;
@@ -53,6 +63,8 @@ const AF: u64 = 1 << 4;
 const ZF: u64 = 1 << 6;
 const SF: u64 = 1 << 7;
 const OF: u64 = 1 << 11;
+/// The direction flag: string instructions walk downward.
+const DF: u64 = 1 << 10;
 const STATUS: u64 = CF | PF | AF | ZF | SF | OF;
 
 /// Stores the walk made to the own stack (push, call, spills), newest last.
@@ -78,7 +90,7 @@ pub fn reach(
     regs: &Regs,
     bounds: &Bounds<'_>,
     max_steps: usize,
-) -> Result<MemAccess, Miss> {
+) -> Result<Reached, Miss> {
     let mut m = Machine::new(regs);
     let mut saw_own_stack = false;
     for _ in 0..max_steps {
@@ -91,7 +103,9 @@ pub fn reach(
             | FlowControl::Return
             | FlowControl::IndirectBranch
             | FlowControl::IndirectCall => {
-                m.branch(code, &insn, bounds)?;
+                if let Some((function, entry)) = m.branch(code, &insn, bounds)? {
+                    return m.library_call(code, &insn, function, entry, bounds).map(Reached::Ranges);
+                }
                 continue;
             }
             _ => return Err(Miss::Unemulated),
@@ -107,14 +121,16 @@ pub fn reach(
                     return Err(Miss::AddressUnknown);
                 }
                 if !bounds.in_own_stack(addr) {
-                    return Ok(MemAccess { path: m.path, ..access_of(&insn, cand, addr, true) });
+                    return Ok(Reached::Access(MemAccess { path: m.path, ..access_of(&insn, cand, addr, true) }));
                 }
                 saw_own_stack = true;
                 m.execute(code, &insn, Some((addr, cand)))?;
             }
             Class::Skip if !stack_op => {
-                // TLS (FS/GS), string instructions, gathers: not watched, and not emulated.
-                return Err(Miss::Unemulated);
+                // A REP string instruction with rcx = 0 touches nothing and changes nothing: step on.
+                if let Some(ranges) = m.string_access(&insn, bounds)? {
+                    return Ok(Reached::Ranges(ranges));
+                }
             }
             _ => m.execute(code, &insn, None)?,
         }
@@ -156,6 +172,20 @@ fn decode_at(code: &dyn CodeReader, rip: u64) -> Option<Instruction> {
     let mut decoder = Decoder::try_with_ip(64, bytes, rip, DecoderOptions::NONE).ok()?;
     let insn = decoder.decode();
     (!insn.is_invalid()).then_some(insn)
+}
+
+/// Where a PLT stub at `stub` jumps: `[endbr64;] [bnd] jmp qword ptr [rip + slot]` reads its GOT slot.
+/// `None` for anything else (and for a slot that cannot be read).
+fn through_plt(code: &dyn CodeReader, stub: u64) -> Option<u64> {
+    let mut insn = decode_at(code, stub)?;
+    if insn.mnemonic() == Mnemonic::Endbr64 {
+        insn = decode_at(code, insn.next_ip())?;
+    }
+    if insn.mnemonic() != Mnemonic::Jmp || insn.op0_kind() != OpKind::Memory || !insn.is_ip_rel_memory_operand() {
+        return None;
+    }
+    let mut slot = [0u8; 8];
+    (code.read(insn.ip_rel_memory_address(), &mut slot) == 8).then(|| u64::from_le_bytes(slot))
 }
 
 fn mask(bits: u32) -> u64 {
@@ -303,9 +333,16 @@ impl Machine {
         })
     }
 
-    fn branch(&mut self, code: &dyn CodeReader, insn: &Instruction, bounds: &Bounds<'_>) -> Result<(), Miss> {
+    /// Follows a control transfer. `Some((function, entry))`: it calls or jumps to a libc memory or
+    /// string function (its resolved entry), which the walk does not enter.
+    fn branch(
+        &mut self,
+        code: &dyn CodeReader,
+        insn: &Instruction,
+        bounds: &Bounds<'_>,
+    ) -> Result<Option<(MemFn, u64)>, Miss> {
         let next = insn.next_ip();
-        let target = match insn.flow_control() {
+        let mut target = match insn.flow_control() {
             FlowControl::ConditionalBranch => {
                 if insn.condition_code() == ConditionCode::None {
                     return Err(Miss::Unemulated); // loop, jrcxz
@@ -327,6 +364,18 @@ impl Machine {
             {
                 self.reg(insn.op0_register()).ok_or(Miss::Unemulated)?
             }
+            // Through memory: a GOT slot (`call [rip + memcpy@GOTPCREL]`), a vtable, a jump table.
+            FlowControl::IndirectBranch | FlowControl::IndirectCall if insn.op0_kind() == OpKind::Memory => {
+                if matches!(insn.memory_segment(), Register::FS | Register::GS) || insn.memory_size().size() != 8 {
+                    return Err(Miss::Unemulated);
+                }
+                let regs = self.regs();
+                let (slot, used) = address(insn, 0, &regs).ok_or(Miss::Unemulated)?;
+                if used & !self.known != 0 {
+                    return Err(Miss::Unemulated);
+                }
+                self.load(code, slot, 8).ok_or(Miss::Unemulated)?
+            }
             FlowControl::Return => {
                 if insn.mnemonic() != Mnemonic::Ret {
                     return Err(Miss::Unemulated);
@@ -336,23 +385,99 @@ impl Machine {
                     let rsp = self.reg(Register::RSP).ok_or(Miss::Unemulated)?;
                     self.set_reg(Register::RSP, Some(rsp.wrapping_add(u64::from(insn.immediate16()))))?;
                 }
-                target
+                if !(bounds.covered)(target) {
+                    return Err(Miss::LeftCovered);
+                }
+                self.path.returned();
+                self.rip = target;
+                return Ok(None);
             }
             _ => return Err(Miss::Unemulated),
         };
         if !(bounds.covered)(target) {
-            return Err(Miss::LeftCovered);
-        }
-        match insn.flow_control() {
-            FlowControl::Call | FlowControl::IndirectCall => {
-                self.push(Some(next))?;
-                self.path.called(next);
+            if let Some(function) = (bounds.library)(target) {
+                return Ok(Some((function, target)));
             }
-            FlowControl::Return => self.path.returned(),
-            _ => {}
+            // A PLT stub: where its GOT slot points (a covered function in another module, or libc).
+            match through_plt(code, target) {
+                Some(resolved) => {
+                    if let Some(function) = (bounds.library)(resolved) {
+                        return Ok(Some((function, resolved)));
+                    }
+                    if !(bounds.covered)(resolved) {
+                        return Err(Miss::LeftCovered);
+                    }
+                    target = resolved;
+                }
+                None => return Err(Miss::LeftCovered),
+            }
+        }
+        if matches!(insn.flow_control(), FlowControl::Call | FlowControl::IndirectCall) {
+            self.push(Some(next))?;
+            self.path.called(next);
         }
         self.rip = target;
-        Ok(())
+        Ok(None)
+    }
+
+    /// The ranges a call (or tail jump) `insn` to the libc function `function` at `entry` is about
+    /// to access, from the argument registers; the ranges on the thread's own stack are left out.
+    fn library_call(
+        &self,
+        code: &dyn CodeReader,
+        insn: &Instruction,
+        function: MemFn,
+        entry: u64,
+        bounds: &Bounds<'_>,
+    ) -> Result<RangeAccess, Miss> {
+        let arg = |reg| self.reg(reg).ok_or(Miss::AddressUnknown);
+        use MemFn::*;
+        let a = arg(Register::RDI)?;
+        let b = match function {
+            Memset | Strlen | Strnlen => 0,
+            _ => arg(Register::RSI)?,
+        };
+        let n = match function {
+            Memcpy | Memmove | Mempcpy | Memset | Memcmp | Bcmp | Memchr | Strnlen | Strncpy | Strncmp => {
+                arg(Register::RDX)?
+            }
+            _ => 0,
+        };
+        let ranges = calls::ranges(code, function, [a, b, n]).ok_or(Miss::AddressUnknown)?;
+        let mut path = self.path;
+        if matches!(insn.flow_control(), FlowControl::Call | FlowControl::IndirectCall) {
+            path.called(insn.next_ip());
+        }
+        let ranges = Self::shared(ranges, bounds)?;
+        Ok(RangeAccess { pc: entry, site: insn.ip(), function: Some(function), ranges, path })
+    }
+
+    /// The ranges a REP string instruction is about to access (`None`: rcx is 0, it does nothing);
+    /// any other instruction classified `Skip` (TLS, gathers) is not emulated.
+    fn string_access(&self, insn: &Instruction, bounds: &Bounds<'_>) -> Result<Option<RangeAccess>, Miss> {
+        let op = string_op(insn).filter(|op| op.rep).ok_or(Miss::Unemulated)?;
+        let count = self.reg(Register::RCX).ok_or(Miss::AddressUnknown)?;
+        if count == 0 {
+            return Ok(None);
+        }
+        let rdi = if op.writes_rdi || op.reads_rdi { self.reg(Register::RDI).ok_or(Miss::AddressUnknown)? } else { 0 };
+        let rsi = if op.reads_rsi { self.reg(Register::RSI).ok_or(Miss::AddressUnknown)? } else { 0 };
+        let ranges = calls::string_ranges(&op, rdi, rsi, count, self.flags & DF != 0);
+        let ranges = Self::shared(ranges, bounds)?;
+        Ok(Some(RangeAccess { pc: insn.ip(), site: insn.ip(), function: None, ranges, path: self.path }))
+    }
+
+    /// `ranges` without those on the thread's own stack: `OwnStack` when none is left, `NoAccess` when
+    /// there was none.
+    fn shared(mut ranges: Ranges, bounds: &Bounds<'_>) -> Result<Ranges, Miss> {
+        if ranges.count == 0 {
+            return Err(Miss::NoAccess);
+        }
+        ranges.retain(|r| !bounds.in_own_stack(r.addr));
+        if ranges.count == 0 {
+            return Err(Miss::OwnStack);
+        }
+        Ok(ranges)
     }
 
     /// Value of operand `i` (`mem`: the address and shape of the instruction's memory operand).

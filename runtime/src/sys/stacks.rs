@@ -44,6 +44,11 @@ const POOL: usize = 16;
 const MIN_ALT_STACK: usize = 64 << 10;
 const MAX_ALT_STACK: usize = 1 << 20;
 const PAGE: usize = 4096;
+/// `sigaltstack` flag (Linux >= 4.7): the alternate stack is disarmed while a handler runs on it and
+/// re-armed by `sigreturn`. A signal nested in racewatch's handler, or in a program handler it runs
+/// on another stack, then never puts its frame at the top of racewatch's alternate stack, over the
+/// frames still live there.
+const SS_AUTODISARM: libc::c_int = 1 << 31;
 
 static POOL_BASE: AtomicUsize = AtomicUsize::new(0);
 static POOL_FREE: AtomicU32 = AtomicU32::new(0);
@@ -118,15 +123,20 @@ pub fn host_room(sp: usize) -> Option<usize> {
 /// interrupted code's red zone), when the runtime's handler runs on an alternate stack the
 /// program's handler would not have used.
 pub fn program_handler_top(interrupted_sp: usize, onstack: bool) -> Option<usize> {
+    let sp = current_sp();
+    let (lo, hi) = ALT.with(Cell::get);
+    if lo < hi && (lo..hi).contains(&sp) {
+        // On racewatch's alternate stack (disarmed while in use, so the kernel does not report it):
+        // a program handler runs here only when it was interrupted here itself.
+        return (!(lo..hi).contains(&interrupted_sp)).then(|| interrupted_sp.saturating_sub(128) & !15);
+    }
     let current = raw::sigaltstack(None)?;
     if current.ss_flags & libc::SS_ONSTACK == 0 {
         return None; // On the interrupted stack already.
     }
     let lo = current.ss_sp as usize;
-    let interrupted_on_alt = (lo..lo + current.ss_size).contains(&interrupted_sp);
-    let programs_alt = as_program_sees(current).ss_flags & libc::SS_DISABLE == 0;
-    if interrupted_on_alt || (onstack && programs_alt) {
-        return None; // The kernel would have used this alternate stack as well.
+    if (lo..lo + current.ss_size).contains(&interrupted_sp) || onstack {
+        return None; // The program's alternate stack, which the kernel would have used as well.
     }
     Some(interrupted_sp.saturating_sub(128) & !15)
 }
@@ -307,7 +317,7 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
             base
         }
     };
-    let ss = libc::stack_t { ss_sp: (base + PAGE) as *mut libc::c_void, ss_flags: 0, ss_size: size };
+    let ss = libc::stack_t { ss_sp: (base + PAGE) as *mut libc::c_void, ss_flags: SS_AUTODISARM, ss_size: size };
     if raw::sigaltstack(Some(&ss)).is_none() {
         unmap(base, len);
         return;
@@ -338,7 +348,8 @@ pub fn forget_after_fork() {
     }
 }
 
-/// What `sigaltstack` shows the program: a disabled stack where the runtime's is installed.
+/// What `sigaltstack` shows the program: a disabled stack where the runtime's is installed (while a
+/// handler runs on it, it is disarmed and the kernel itself shows it disabled).
 fn as_program_sees(real: libc::stack_t) -> libc::stack_t {
     let (lo, _) = ALT.with(Cell::get);
     if lo != 0 && real.ss_sp as usize == lo {
@@ -357,7 +368,7 @@ pub fn program_sigaltstack(new: Option<&libc::stack_t>, old: Option<&mut libc::s
     if let Some(new) = new {
         let ours_installed = lo != 0 && current.ss_sp as usize == lo;
         let wanted = if new.ss_flags & libc::SS_DISABLE != 0 && lo != 0 {
-            libc::stack_t { ss_sp: lo as *mut libc::c_void, ss_flags: 0, ss_size: hi - lo }
+            libc::stack_t { ss_sp: lo as *mut libc::c_void, ss_flags: SS_AUTODISARM, ss_size: hi - lo }
         } else {
             *new
         };

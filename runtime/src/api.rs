@@ -156,7 +156,7 @@ fn warn_if_preloaded_without_interposers() {
         return;
     }
     let here = warn_if_preloaded_without_interposers as *const () as u64;
-    let Some(own) = modules::containing(here).and_then(|m| std::fs::canonicalize(m.path).ok()) else { return };
+    let Some(own) = modules::module_of(here).and_then(|m| std::fs::canonicalize(m.path).ok()) else { return };
     let preload = std::env::var("LD_PRELOAD").unwrap_or_default();
     let named = preload
         .split([' ', ':'])

@@ -84,6 +84,11 @@ pub fn walk() -> Vec<LoadedModule> {
         .collect()
 }
 
+/// The loaded module whose segments contain `addr`, without its PC sections (no file is opened).
+pub fn module_of(addr: u64) -> Option<LoadedModule> {
+    loaded().into_iter().find(|m| m.contains(addr))
+}
+
 /// The loaded module whose segments contain `addr`, with its PC sections when its file is readable.
 pub fn containing(addr: u64) -> Option<LoadedModule> {
     let mut m = loaded().into_iter().find(|m| m.contains(addr))?;

@@ -43,6 +43,9 @@ pub struct Frame {
     pub inlined: bool,
     /// In racewatch's own shared library (never the user's code).
     pub in_runtime: bool,
+    /// In one of libc's memory and string functions that racewatch watches (`memcpy`, `strlen`, …): the
+    /// access's own frame, but never the one a summary names (that is its covered caller).
+    pub memory_function: bool,
     /// The debug info gave this PC line 0 (a load the compiler hoisted or merged from several lines):
     /// `line` is the nearest real line of the same code instead.
     pub line_approximate: bool,
@@ -76,13 +79,20 @@ impl Symbolizer {
 
     /// Symbolizes one runtime PC of this process; never empty.
     pub fn symbolize_pc(&mut self, pc: u64, is_return_address: bool) -> Vec<Frame> {
-        let Some(module) = modules::containing(pc).filter(|m| !m.path.is_empty()) else {
+        let Some(module) = modules::module_of(pc).filter(|m| !m.path.is_empty()) else {
             return vec![Frame { offset: pc, ..Frame::default() }];
         };
         let offset = pc.wrapping_sub(module.bias);
         let mut frames = self.symbolize_in_module(Path::new(&module.path), offset, is_return_address);
         if self.runtime_module.as_deref() == Some(module.path.as_str()) {
             frames.iter_mut().for_each(|f| f.in_runtime = true);
+        }
+        // Named even where libc has no symbol for it (the body an IFUNC picked, in a stripped libc).
+        if let Some(name) = crate::libcalls::name_at(if is_return_address { pc.wrapping_sub(1) } else { pc }) {
+            for frame in &mut frames {
+                frame.memory_function = true;
+                frame.function.get_or_insert_with(|| name.to_string());
+            }
         }
         frames
     }
@@ -210,7 +220,7 @@ pub fn base_name(name: &str) -> &str {
 /// (its unit tests), where its module is the user's too.
 fn runtime_library() -> Option<String> {
     let here = runtime_library as fn() -> Option<String> as usize as u64;
-    let module = modules::containing(here)?;
+    let module = modules::module_of(here)?;
     let exe = std::env::current_exe().ok()?;
     (Path::new(&module.path) != exe).then_some(module.path)
 }

@@ -141,10 +141,14 @@ fn in_std(frame: &Frame) -> bool {
 
 /// The frame a summary names: the current access's first frame in the
 /// user's code (not in Rust's standard library, not in the runtime, not in a
-/// known atomic primitive such as `ck_pr.h`'s), else its innermost frame.
+/// known atomic primitive such as `ck_pr.h`'s, not in a libc memory function
+/// racewatch watches), else its innermost frame.
 pub fn summary_frame(stack: &[Frame]) -> Option<&Frame> {
     let in_atomic_primitive = |f: &Frame| f.file.as_deref().is_some_and(racewatch_instrument::tags::is_asm_atomic_file);
-    stack.iter().find(|f| !in_std(f) && !f.in_runtime && !in_atomic_primitive(f)).or(stack.first())
+    stack
+        .iter()
+        .find(|f| !in_std(f) && !f.in_runtime && !in_atomic_primitive(f) && !f.memory_function)
+        .or(stack.first())
 }
 
 /// The human report, TSan-like, ending with a newline: Rust names without generic arguments, and runs of
@@ -503,8 +507,11 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
         stack.truncate(2);
         assert_eq!(summary_frame(&stack).unwrap().function.as_deref(), Some("write_volatile<u64>"));
         // A frame without a file is not known to be std: C code without line tables is named.
-        let c = vec![libc_frame(Some("memcpy")), frame("main", "prog.c", 3, 1, 0x10, false)];
+        let mut c = vec![libc_frame(Some("memcpy")), frame("main", "prog.c", 3, 1, 0x10, false)];
         assert_eq!(summary_frame(&c).unwrap().function.as_deref(), Some("memcpy"));
+        // A libc memory function racewatch watches names its caller.
+        c[0].memory_function = true;
+        assert_eq!(summary_frame(&c).unwrap().function.as_deref(), Some("main"));
         assert_eq!(summary_frame(&[]), None);
         // A known atomic primitive inlined into the caller (Concurrency Kit's ck_pr.h) names the caller.
         let ck = vec![

@@ -84,11 +84,13 @@ fn start(opts: &Options) -> bool {
         check_tracer();
     }
     reporter::on_tick(check_tracer);
+    fd::reserve_reader();
     reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
         log::warn(format_args!("{err}; race detection disabled"));
         sampler::close();
         reporter::shutdown();
+        fd::close_all_own();
         return false;
     }
     signal::virtualise_thread_mask();

@@ -74,13 +74,31 @@ pub fn no_room_message(err: &std::io::Error) -> Option<String> {
     err.get_ref().and_then(|e| e.downcast_ref::<NoRoom>()).map(ToString::to_string)
 }
 
-/// Reads a whole file for the runtime's own use (the reporter reading an ELF file for symbols)
-/// through a descriptor moved to the top of the program's range. A program that closes every
-/// descriptor meanwhile (a daemon's close loop) can close ours, and its next `open` can get the same
-/// number: our close would then close the program's file. The program's `open`s take the lowest free
-/// numbers, so it reaches the top of its range only with nearly every descriptor in use; only the few
-/// microseconds between the `open` and the move remain exposed, not the read. The limit itself is
-/// never touched (a thread of the program may be changing and reading it).
+/// A descriptor number of the runtime's, placed like its perf events, that the reporter's file reads
+/// take over right after their `open` (see [`read_file`]); -1 until [`reserve_reader`].
+static READER: AtomicI32 = AtomicI32::new(-1);
+
+/// Reserves the number [`read_file`] reads through (once per process; a forked child reserves its own).
+pub fn reserve_reader() {
+    if READER.load(Ordering::Acquire) >= 0 {
+        return;
+    }
+    // SAFETY: a NUL-terminated literal path; the descriptor is ours.
+    let low = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if low >= 0 {
+        if let Ok(high) = keep_high(low) {
+            READER.store(high, Ordering::Release);
+        }
+    }
+}
+
+/// Reads a whole file for the runtime's own use (the reporter reading an ELF file for symbols).
+/// The file is moved at once (`dup3`) to the reserved number above the program's descriptors, so the
+/// program can miss a descriptor only during the microseconds between the `open` and the move, not
+/// during the read; and a program closing every descriptor meanwhile (a daemon's close loop) cannot
+/// close it and hand its number to a file of its own that racewatch would then close. Without a
+/// reserved number it is moved to the top of the program's range instead. The limit itself is never
+/// touched (a thread of the program may be changing and reading it).
 pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::ffi::OsStrExt;
@@ -91,6 +109,16 @@ pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     let low = unsafe { libc::open(c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if low < 0 {
         return Err(std::io::Error::last_os_error());
+    }
+    let reader = READER.load(Ordering::Acquire);
+    let mut bytes = Vec::new();
+    if reader >= 0 && is_own(reader) && real::dup3(low, reader, libc::O_CLOEXEC) == reader {
+        real::close(low);
+        // SAFETY: `reader` is the runtime's reserved descriptor, now naming the file just opened; the
+        // File is never dropped (the number stays reserved, the file is replaced by the next read).
+        let mut file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(reader) });
+        file.read_to_end(&mut bytes)?;
+        return Ok(bytes);
     }
     let (soft, _) = nofile_limit()?;
     let top = soft.min(HIGH_CEILING).saturating_sub(4 * MAX_OWN as u64).max(low as u64 + 1);
@@ -105,7 +133,6 @@ pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     // SAFETY: `fd` is a descriptor this function just made and nothing else owns; the File
     // closes it when dropped.
     let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-    let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
     Ok(bytes)
 }
@@ -181,6 +208,7 @@ pub fn forget_own(fd: i32) -> bool {
 
 /// Forgets every descriptor of ours without closing it (the program closed them).
 pub fn forget_all_own() {
+    READER.store(-1, Ordering::Release);
     for slot in &OWN {
         slot.store(-1, Ordering::Release);
     }
@@ -188,6 +216,7 @@ pub fn forget_all_own() {
 
 /// Closes and forgets every descriptor of ours (a forked child's copies of the parent's).
 pub fn close_all_own() {
+    READER.store(-1, Ordering::Release);
     for slot in &OWN {
         let fd = slot.swap(-1, Ordering::AcqRel);
         if fd >= 0 {

@@ -106,6 +106,9 @@ pub struct PerfSignal {
     pub addr: u64,
     /// The registers of the interrupted code (for a data breakpoint, RIP is after the access).
     pub regs: Regs,
+    /// Address of the interrupted code's FPU/XSAVE state in the signal frame (`uc_mcontext.fpregs`;
+    /// 0 when there is none): AVX-512 opmask registers, for a masked access (read it without faulting).
+    pub fpstate: u64,
 }
 
 /// Whether a `sig_data` belongs to one of the runtime's events. Must be async-signal-safe.
@@ -394,7 +397,8 @@ fn dispatch(claimed: Option<(u64, u32, u32, u64)>, ctx: *mut libc::c_void) {
         SKIPPED_FOR_STACK.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let signal = PerfSignal { data, kind, flags, addr, regs: Regs::from_ucontext(uc) };
+    let fpstate = uc.uc_mcontext.fpregs as usize as u64;
+    let signal = PerfSignal { data, kind, flags, addr, regs: Regs::from_ucontext(uc), fpstate };
     ACTIVE.fetch_add(1, Ordering::SeqCst);
     // Muted meanwhile: the detector is being switched off; do nothing more.
     if HANDLER.load(Ordering::SeqCst) != 0 && !stacks::run_on_runtime_stack(ctx as usize, &mut || handler(&signal)) {

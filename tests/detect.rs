@@ -373,3 +373,58 @@ fn atomic_cell_seqlock_race_is_reported_with_the_write_plain() {
     assert_eq!(write["atomic"], false, "the seqlock's write is a plain store: {write}");
     eprintln!("racy_atomic_cell: reported after {runs} run(s)");
 }
+
+/// A race inside libc's memory and string functions: the text report shows the libc function by name
+/// as the access's frame #0 (`#0 memcpy (libc.so.6+0x…)`, Debian's libc has only a dynamic symbol
+/// table) with the covered caller's racy line right after it (a run of standard-library frames
+/// between, for Rust), the SUMMARY names the caller's line, and `stats=1` counts the samples that
+/// reached such a call and the traps judged inside one.
+#[test]
+fn races_in_libc_memory_functions_name_the_function_and_the_caller() {
+    let mut cases = vec![demo("rust", "racy_copy_from_slice")];
+    if common::clang().is_some() {
+        cases.extend([demo("c", "racy_memcpy"), demo("c", "racy_strcpy")]);
+    }
+    let results = parallel_map(&cases, |demo| {
+        let done = format!("{}: ", demo.name);
+        let (run, runs) = first_reported_run(&demo.bin, &[SAMPLE_PERIOD, "stats=1"], &done)?;
+        let report = first_text_report(&run.stderr).ok_or("no report block")?;
+        let text = report.join("\n");
+        let racy = demo.racy_lines();
+        let on_racy_line =
+            |line: &str| racy.iter().any(|n| line.contains(&format!("{}:{n}:", demo.source_suffix)));
+        let libc_frame = ["memcpy", "strcpy", "strlen", "strcmp"]
+            .iter()
+            .find_map(|name| report.iter().position(|l| l.starts_with(&format!("    #0 {name} (libc.so.6+0x"))))
+            .ok_or_else(|| format!("no `#0 <function> (libc.so.6+0x…)` frame:\n{text}"))?;
+        // The caller follows: its frame is the next one outside the standard library's fold.
+        let caller = report[libc_frame + 1..].iter().find(|l| !l.contains(" frames of the Rust standard library)"));
+        if !caller.is_some_and(|l| l.starts_with("    #") && on_racy_line(l)) {
+            return Err(format!("the libc frame is not followed by the racy caller:\n{text}"));
+        }
+        let summary = report.last().copied().unwrap_or_default();
+        if !(summary.starts_with("SUMMARY: racewatch: data race ") && on_racy_line(summary)) {
+            return Err(format!("the summary does not name a racy line of the caller:\n{text}"));
+        }
+        let samples = stat(&run.stderr, "samples whose path reached a call to a libc memory or string function");
+        let traps = stat(&run.stderr, "traps judged inside a libc memory or string function");
+        // Both sides are libc functions in the C demos; the Rust reader's loads are plain.
+        let (samples_n, traps_n) = (samples.unwrap_or(0), traps.unwrap_or(0));
+        let counted = if demo.lang == "c" { samples_n > 0 && traps_n > 0 } else { samples_n + traps_n > 0 };
+        if !counted {
+            return Err(format!("stats: {}", stats_summary(&run.stderr)));
+        }
+        Ok((runs, samples, traps))
+    });
+    let mut failures = Vec::new();
+    for (demo, result) in cases.iter().zip(results) {
+        match result {
+            Ok((runs, samples, traps)) => eprintln!(
+                "{}: reported after {runs} run(s); {samples:?} samples reached a libc function, {traps:?} traps judged in one",
+                demo.label()
+            ),
+            Err(why) => failures.push(format!("{}: {why}", demo.label())),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -16,7 +16,8 @@
 //! pub fn access_ending_at(code: &dyn CodeReader, func_start: u64, func_size: u64, rip: u64, regs: &Regs)
 //!     -> Option<MemAccess>;
 //! pub fn trap_access(code: &dyn CodeReader, func_start: u64, func_size: u64, rip: u64, regs: &Regs,
-//!     window: (u64, u64)) -> Option<MemAccess>;                       // access_ending_at + string instructions
+//!     window: (u64, u64), opmask: &dyn Fn(u32) -> Option<u64>) -> Option<MemAccess>;
+//!                                         // access_ending_at + string instructions + AVX-512 masks
 //! ```
 //!
 //! Signal safety: after [`warm_up`] nothing here allocates (a pool of pre-grown iced `InstructionInfoFactory`s
@@ -273,7 +274,7 @@ pub fn access_ending_at(
     let mut claimed = pool::claim(pool_hint())?;
     let factory = claimed.factory()?;
     let insn = ending_at(code, func_start, func_end, rip)?;
-    plain_access(factory, &insn, regs)
+    plain_access(factory, &insn, regs, None)
 }
 
 /// The instruction of `[func_start, func_end)` that ends exactly at `rip`.
@@ -285,13 +286,32 @@ fn ending_at(code: &dyn CodeReader, func_start: u64, func_end: u64, rip: u64) ->
     })
 }
 
-/// `insn`'s watchable access, its address computed from `regs` (see [`access_ending_at`]).
-fn plain_access(factory: &mut iced_x86::InstructionInfoFactory, insn: &Instruction, regs: &Regs) -> Option<MemAccess> {
+/// `insn`'s watchable access, its address computed from `regs` (see [`access_ending_at`]). An AVX-512
+/// masked access is narrowed to the span of the elements its opmask selects when `opmask` can read the
+/// register (`None`: the whole operand), and is no access at all when no element is selected.
+fn plain_access(
+    factory: &mut iced_x86::InstructionInfoFactory,
+    insn: &Instruction,
+    regs: &Regs,
+    opmask: Option<&dyn Fn(u32) -> Option<u64>>,
+) -> Option<MemAccess> {
     let (Class::Access(cand), written) = classify(factory, insn) else { return None };
-    match address(insn, cand.operand, regs) {
-        Some((addr, used)) => Some(access_of(insn, cand, addr, used & written == 0)),
-        None => Some(access_of(insn, cand, 0, false)),
+    let mut access = match address(insn, cand.operand, regs) {
+        Some((addr, used)) => access_of(insn, cand, addr, used & written == 0),
+        None => access_of(insn, cand, 0, false),
+    };
+    if let (Some((k, element)), Some(read)) = (cand.mask, opmask) {
+        let bits = read(k)?;
+        let elements = u32::from(cand.size / element).min(64);
+        let bits = if elements >= 64 { bits } else { bits & ((1u64 << elements) - 1) };
+        if bits == 0 {
+            return None;
+        }
+        let (first, last) = (bits.trailing_zeros() as u8, 63 - bits.leading_zeros() as u8);
+        access.addr = access.addr.wrapping_add(u64::from(first) * u64::from(element));
+        access.size = (last - first + 1) * element;
     }
+    Some(access)
 }
 
 /// The access behind a watchpoint trap at `rip` in the function `[func_start, func_start + func_size)`,
@@ -301,7 +321,9 @@ fn plain_access(factory: &mut iced_x86::InstructionInfoFactory, insn: &Instructi
 /// ending at `rip`, or (a REP instruction trapping between two of its elements, RIP still on itself) the
 /// one at `rip` when the instruction ending there touched nothing in the window. A string instruction's
 /// access is the part of the window it has accessed by now (see `calls::string_trap_range`): `addr_known`,
-/// at most the window's length. Async-signal-safe after [`warm_up`].
+/// at most the window's length. An AVX-512 masked access covers the span of the elements selected by its
+/// opmask register (`opmask(k)` reads `k`; `None` when it cannot: then there is no access to judge).
+/// Async-signal-safe after [`warm_up`].
 pub fn trap_access(
     code: &dyn CodeReader,
     func_start: u64,
@@ -309,6 +331,7 @@ pub fn trap_access(
     rip: u64,
     regs: &Regs,
     window: (u64, u64),
+    opmask: &dyn Fn(u32) -> Option<u64>,
 ) -> Option<MemAccess> {
     let func_end = func_start.checked_add(func_size)?;
     if rip <= func_start || rip > func_end {
@@ -322,9 +345,11 @@ pub fn trap_access(
             return string_trap(insn, &op, regs, window);
         }
     }
-    let plain = ending.as_ref().and_then(|insn| plain_access(factory, insn, regs));
+    let plain = ending.as_ref().and_then(|insn| plain_access(factory, insn, regs, Some(opmask)));
     let (start, len) = window;
-    let meets_window = |a: &MemAccess| !a.addr_known || (a.addr < start.saturating_add(len) && start < a.addr.saturating_add(u64::from(a.size)));
+    let meets_window = |a: &MemAccess| {
+        !a.addr_known || (a.addr < start.saturating_add(len) && start < a.addr.saturating_add(u64::from(a.size)))
+    };
     if plain.as_ref().is_some_and(meets_window) {
         return plain;
     }

@@ -50,6 +50,7 @@ static TABLE: OnceLock<Table> = OnceLock::new();
 /// after the unwind table was built (`sys::unwind_info::refresh`), outside signal handlers. Without a
 /// dynamically loaded glibc-like libc the table stays empty and nothing is recognised.
 pub fn init() {
+    crate::sys::xsave::init();
     TABLE.get_or_init(|| {
         let resolved = resolve();
         build(&resolved, function_bounds)

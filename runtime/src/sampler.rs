@@ -17,6 +17,7 @@
 //! that exact byte ranges still decide overlap. All of this runs in the signal
 //! handler and is async-signal-safe.
 
+use crate::decode::{Range, Reached};
 use crate::event::{AccessRecord, Stack, MAX_FRAMES};
 use crate::index::Access;
 use crate::options::Options;
@@ -25,7 +26,6 @@ use crate::sys::perf::{PerfFd, SampleTimer, SAMPLE_SIG_DATA};
 use crate::sys::signal::{self, PerfSignal, Regs};
 use crate::sys::thread;
 use crate::watch::{self, OwnMemory, Watch};
-use crate::decode::{Range, Reached};
 use crate::{bias, decode, libcalls, profile, registry, stack};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 

@@ -24,7 +24,7 @@ use crate::index::Access;
 use crate::judge::{self, Side};
 use crate::sys::perf::{PerfFd, WatchKind, Watchpoint};
 use crate::sys::signal::{PerfSignal, Regs, TRAP_PERF_FLAG_ASYNC};
-use crate::sys::{mem, thread};
+use crate::sys::{mem, thread, xsave};
 use crate::{libcalls, profile, queue, registry, stats, unwind};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -413,7 +413,8 @@ fn trapped_access(signal: &PerfSignal, tid: i32) -> Option<(AccessRecord, Place)
     };
     let regs = decoder_regs(&signal.regs);
     let window = (signal.addr, watched_len(signal.addr));
-    let found: MemAccess = decode::trap_access(&OwnMemory, start, size, rip, &regs, window)?;
+    let opmask = |k: u32| xsave::opmask(signal.fpstate, k);
+    let found: MemAccess = decode::trap_access(&OwnMemory, start, size, rip, &regs, window, &opmask)?;
     let (addr, size) = if found.addr_known {
         (found.addr, found.size)
     } else {
@@ -450,7 +451,12 @@ fn trapped_access(signal: &PerfSignal, tid: i32) -> Option<(AccessRecord, Place)
 /// `memcpy`), as a PC inside the call (return address - 1); `None` when that frame is not covered
 /// (libc's own callers, `printf`, `calloc`, the precompiled standard library: never judged).
 fn covered_caller(stack: &Stack) -> Option<u64> {
-    let call = stack.frames().iter().skip(1).map(|ra| ra.wrapping_sub(1)).find(|&pc| libcalls::body_containing(pc).is_none())?;
+    let call = stack
+        .frames()
+        .iter()
+        .skip(1)
+        .map(|ra| ra.wrapping_sub(1))
+        .find(|&pc| libcalls::body_containing(pc).is_none())?;
     (registry::with_index(|idx| idx.classify(call)) != Access::Uncovered).then_some(call)
 }
 

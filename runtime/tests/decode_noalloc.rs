@@ -2,7 +2,7 @@
 //! widest instructions iced knows, not for random bytes. Checked with a counting global allocator that
 //! counts only on the thread under test (the test harness allocates on its own threads).
 
-use racewatch::decode::{access_at, access_ending_at, warm_up, CodeSlice, Regs};
+use racewatch::decode::{access_at, access_ending_at, reach, trap_access, warm_up, Bounds, CodeSlice, MemFn, Regs};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -70,13 +70,30 @@ const WIDE: &[&[u8]] = &[
     b"\x48\x8b\x44\xcb\x10",                 // mov rax, [rbx + 8*rcx + 16]
     b"\xf0\x48\x0f\xc1\x07",                 // lock xadd [rdi], rax
     b"\xcf",                                 // iret
+    b"\xf3\x48\xa5",                         // rep movsq
+    b"\xf3\xa6",                             // repe cmpsb
+    b"\x62\xe1\x7f\x49\x7f\x00",             // vmovdqu8 [rax] {k1}, zmm16
+    b"\xe8\x00\x00\x00\x00",                 // call +0 (a "libc function" below)
+    b"\xff\x15\x00\x00\x00\x00",             // call [rip + 0]
 ];
+
+/// The walk and the trap decoder with every branch target taken for a libc string function (its
+/// arguments' strings read through the slice), every mask readable.
+fn check_ranges(slice: &CodeSlice<'_>, regs: &Regs, rip: u64) {
+    let covered = |_: u64| false;
+    let library = |_: u64| Some(MemFn::Strcmp);
+    let bounds = Bounds { own_stack: (0, 0), covered: &covered, library: &library };
+    let _ = reach(slice, regs, &bounds, 8);
+    let opmask = |k: u32| Some(u64::from(k) * 0x0f0f);
+    let _ = trap_access(slice, slice.base, slice.bytes.len() as u64, rip, regs, (regs.gpr[7] & !7, 8), &opmask);
+}
 
 fn check(code: &[u8], regs: &Regs) {
     let slice = CodeSlice { base: regs.rip, bytes: code };
     let _ = access_at(&slice, regs, 8);
     for end in 1..=code.len().min(32) as u64 {
         let _ = access_ending_at(&slice, regs.rip, code.len() as u64, regs.rip + end, regs);
+        check_ranges(&slice, regs, regs.rip + end);
     }
 }
 
@@ -133,6 +150,7 @@ fn decoding_after_warm_up_never_allocates() {
                 decoded_accesses += 1;
             }
             let _ = access_ending_at(&slice, regs.rip, buf.len() as u64, regs.rip + 1 + u64::from(round % 40), &regs);
+            check_ranges(&slice, &regs, regs.rip + 1 + u64::from(round % 40));
         }
     });
     assert_eq!(n, 0, "decoder allocated on random code");

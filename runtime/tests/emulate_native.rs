@@ -340,7 +340,8 @@ fn loops_lead_back_to_their_access() {
     gpr[4] = 0x7008_0000;
     gpr[7] = 0x1000_0000;
     let regs = Regs { gpr, rip: base, rflags: 0x202 };
-    let access = decode::reach(&slice, &regs, &bounds, decode::MAX_STEPS).expect("the add after the spills").access().unwrap();
+    let access =
+        decode::reach(&slice, &regs, &bounds, decode::MAX_STEPS).expect("the add after the spills").access().unwrap();
     assert_eq!((access.pc, access.addr, access.size), (base + 12, 0x1000_0000, 4));
 }
 
@@ -357,7 +358,8 @@ fn calls_and_returns_are_followed_and_unknowns_stop() {
     gpr[4] = 0x7008_0000;
     gpr[7] = 0x2000_0000;
     let regs = Regs { gpr, rip: base, rflags: 0x202 };
-    let access = decode::reach(&slice, &regs, &bounds, decode::MAX_STEPS).expect("the store after the call").access().unwrap();
+    let access =
+        decode::reach(&slice, &regs, &bounds, decode::MAX_STEPS).expect("the store after the call").access().unwrap();
     assert_eq!((access.pc, access.addr, access.is_write), (base + 5, 0x2000_0010, true));
     // A call out of covered code stops the walk.
     let nowhere = |_: u64| false;

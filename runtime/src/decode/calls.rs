@@ -244,14 +244,7 @@ pub fn string_ranges(op: &StringOp, rdi: u64, rsi: u64, count: u64, down: bool) 
 /// the window bounds them from the other side; the side (destination or source) is the one whose
 /// register has moved past the window by the least (the trap comes right after the element that
 /// touched it). `None` when neither side meets the window.
-pub fn string_trap_range(
-    op: &StringOp,
-    rdi: u64,
-    rsi: u64,
-    down: bool,
-    window: u64,
-    window_len: u64,
-) -> Option<Range> {
+pub fn string_trap_range(op: &StringOp, rdi: u64, rsi: u64, down: bool, window: u64, window_len: u64) -> Option<Range> {
     let width = u64::from(op.width);
     let window_end = window.saturating_add(window_len);
     // (bytes the register has moved past the window's far side, the range done within the window)
@@ -358,7 +351,10 @@ mod tests {
         let r = string_ranges(&STOSB, 0x1000, 0, 0, false);
         assert_eq!(r.count, 0);
         let scas = StringOp { reads_rdi: true, writes_rdi: false, compares: true, ..STOSB };
-        assert_eq!(string_ranges(&scas, 0x1000, 0, 100, false).as_slice(), &[Range { addr: 0x1000, len: 1, is_write: false }]);
+        assert_eq!(
+            string_ranges(&scas, 0x1000, 0, 100, false).as_slice(),
+            &[Range { addr: 0x1000, len: 1, is_write: false }]
+        );
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub(super) struct Candidate {
     pub is_read: bool,
     pub is_write: bool,
     pub locked: bool,
+    /// An AVX-512 opmask (`{k1}`): only the elements whose bit is set are accessed. (Its register's
+    /// number, and the element size in bytes.)
+    pub mask: Option<(u32, u8)>,
 }
 
 /// The sampling view of one instruction.
@@ -68,7 +71,11 @@ pub(super) fn classify(factory: &mut InstructionInfoFactory, insn: &Instruction)
         Ok(size) => size,
     };
     let locked = x86::is_atomic_rmw(insn);
-    (Class::Access(Candidate { operand, size, is_read, is_write, locked }), written)
+    let mask = match insn.op_mask() {
+        Register::None => None,
+        k => Some((k.number() as u32, u8::try_from(insn.memory_size().element_size()).unwrap_or(0).max(1))),
+    };
+    (Class::Access(Candidate { operand, size, is_read, is_write, locked, mask }), written)
 }
 
 fn writes(access: OpAccess) -> bool {
@@ -137,9 +144,8 @@ pub(super) fn string_op(insn: &Instruction) -> Option<StringOp> {
     let kinds = || (0..insn.op_count()).map(|i| insn.op_kind(i));
     // SSE's movsd/cmpsd have ordinary operands; 32-bit addressing (`es:[edi]`) is not modelled.
     if !kinds().any(|k| matches!(k, OpKind::MemoryESRDI | OpKind::MemorySegRSI))
-        || kinds().any(|k| {
-            matches!(k, OpKind::MemoryESEDI | OpKind::MemoryESDI | OpKind::MemorySegESI | OpKind::MemorySegSI)
-        })
+        || kinds()
+            .any(|k| matches!(k, OpKind::MemoryESEDI | OpKind::MemoryESDI | OpKind::MemorySegESI | OpKind::MemorySegSI))
     {
         return None;
     }

@@ -114,6 +114,8 @@ pub fn reach(
         let stack_op = insn.is_stack_instruction();
         match class {
             Class::Stop => return Err(Miss::Unemulated),
+            // An AVX-512 masked access: which of its bytes it touches depends on an opmask register.
+            Class::Access(cand) if cand.mask.is_some() => return Err(Miss::Unemulated),
             Class::Access(cand) if !stack_op => {
                 let regs_now = m.regs();
                 let (addr, used) = address(&insn, cand.operand, &regs_now).ok_or(Miss::AddressUnknown)?;

@@ -20,3 +20,4 @@ pub mod thread;
 pub mod tracer;
 pub mod unwind_info;
 pub mod wake;
+pub mod xsave;

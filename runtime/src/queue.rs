@@ -177,11 +177,8 @@ fn decode_record(words: &[AtomicU64]) -> AccessRecord {
     let word = |i: usize| words[i].load(Ordering::Relaxed);
     let flags = word(3);
     let len = word(4);
-    let mut stack = Stack {
-        len: (len as u32 as usize).min(STACK_FRAMES),
-        elided: (len >> 32) as usize,
-        pcs: [0; STACK_FRAMES],
-    };
+    let mut stack =
+        Stack { len: (len as u32 as usize).min(STACK_FRAMES), elided: (len >> 32) as usize, pcs: [0; STACK_FRAMES] };
     for (i, pc) in stack.pcs.iter_mut().enumerate() {
         *pc = word(5 + i);
     }

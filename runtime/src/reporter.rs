@@ -428,6 +428,9 @@ pub fn start(options: &Options) {
     if THREAD.load(Ordering::Acquire) != 0 {
         return;
     }
+    // Where threads are created, for the reports: this thread's stack bounds, then every creation.
+    sys::creation::record_this_thread();
+    sys::creation::set_capture(crate::unwind::capture_creation);
     let reporter = Mutex::new(Some(Reporter::new(Config::from_options(options), std::process::id())));
     STATE.store(Box::leak(Box::new(reporter)), Ordering::Release);
     STOP.store(false, Ordering::Release);

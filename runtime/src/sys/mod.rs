@@ -2,6 +2,7 @@
 //! each behind a safe wrapper with a `// SAFETY:` comment.
 
 pub mod cputime;
+pub mod creation;
 pub mod dl;
 pub mod fatal;
 pub mod fd;

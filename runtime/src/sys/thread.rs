@@ -1,7 +1,7 @@
 //! Thread identity, time and stalling for the signal path (all async-signal-safe),
 //! and the set of the runtime's own threads, which are never sampled.
 
-use crate::sys::{raw, real};
+use crate::sys::{creation, raw, real};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The kernel thread id of the caller.
@@ -58,6 +58,8 @@ struct Start {
     arg: *mut libc::c_void,
     hook: fn(&ThreadStart),
     info: ThreadStart,
+    /// The creating thread's side, for reports.
+    creation: creation::Creation,
 }
 
 /// What the creating thread knows of a new thread, handed to the hook that runs in it first.
@@ -96,7 +98,8 @@ pub fn create_hooked(
     else {
         return real::pthread_create(thread, attr, start, arg);
     };
-    *RECORD[index].lock() = Some(Start { start, arg, hook, info });
+    let creation = creation::capture();
+    *RECORD[index].lock() = Some(Start { start, arg, hook, info, creation });
     let rc = real::pthread_create(thread, attr, hooked_start, index as *mut libc::c_void);
     if rc != 0 {
         RECORD[index].lock().take();
@@ -109,6 +112,7 @@ extern "C" fn hooked_start(index: *mut libc::c_void) -> *mut libc::c_void {
     let index = index as usize;
     let start = RECORD[index].lock().take().expect("a start record for every hooked thread");
     RECORD_BUSY[index].store(false, Ordering::Release);
+    creation::started(&start.creation, start.info.stack);
     (start.hook)(&start.info);
     (start.start)(start.arg)
 }

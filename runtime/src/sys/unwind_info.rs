@@ -139,6 +139,32 @@ pub fn with_segment<R>(pc: u64, f: impl FnOnce(&UnwindSegment<'_>) -> R) -> Opti
     })
 }
 
+/// The runtime's own module, once found in the table: its unwind data stays mapped as long as this
+/// code runs.
+static OWN: std::sync::OnceLock<Module> = std::sync::OnceLock::new();
+
+/// Runs `f` on the unwind segment of racewatch's own module when `pc` lies in that module; `None`
+/// otherwise (or before the table first lists the module). No check of the mapping is needed: the
+/// module holding this function cannot be unloaded under it. Not for signal handlers (the first call
+/// looks the module up).
+pub fn with_own_segment<R>(pc: u64, f: impl FnOnce(&UnwindSegment<'_>) -> R) -> Option<R> {
+    let own = match OWN.get() {
+        Some(own) => own,
+        None => {
+            let here = with_own_segment::<()> as fn(u64, fn(&UnwindSegment<'_>)) -> Option<()> as usize as u64;
+            let found = TABLE.read(|modules| modules.iter().copied().find(|m| (m.lo..m.hi).contains(&here)))?;
+            OWN.get_or_init(|| found)
+        }
+    };
+    if !(own.lo..own.hi).contains(&pc) {
+        return None;
+    }
+    // SAFETY: the PT_LOAD segment of the module holding this very function, which stays mapped while
+    // the function can run (a `dlclose` of racewatch's library would unmap the caller too).
+    let bytes = unsafe { std::slice::from_raw_parts(own.segment as usize as *const u8, own.segment_len as usize) };
+    Some(f(&UnwindSegment { bytes, addr: own.segment, hdr: own.hdr }))
+}
+
 fn loaded_modules() -> Vec<Module> {
     let mut modules: Vec<Module> = Vec::new();
     // SAFETY: the callback only reads the `dl_phdr_info` the loader passes for the duration of the
@@ -192,5 +218,8 @@ mod tests {
         let found = with_segment(pc, |s| (s.addr, s.bytes.len() as u64, s.hdr)).expect("own module");
         assert!(found.0 <= found.2 && found.2 < found.0 + found.1, "{found:x?}");
         assert_eq!(with_segment(8, |_| ()), None);
+        // The same segment, as the runtime's own module (linked into this test executable).
+        assert_eq!(with_own_segment(pc, |s| (s.addr, s.bytes.len() as u64, s.hdr)), Some(found));
+        assert_eq!(with_own_segment(8, |_| ()), None);
     }
 }

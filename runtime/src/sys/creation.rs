@@ -1,0 +1,264 @@
+//! Where each thread was created, for reports: the creating thread's stack at `pthread_create`
+//! ([`capture`], by the unwinder the reporter registers with [`set_capture`]), the creator's tid, and
+//! the new thread's stack bounds, recorded by the new thread itself when it starts ([`started`]) in a
+//! fixed table keyed by its tid.
+//!
+//! Nothing here allocates: the record travels from the creating thread to the new one inside the
+//! start record of [`crate::sys::thread`] (a fixed pool), and the table is a static array indexed by
+//! `tid % SLOTS`. A thread whose tid shares a slot with a later thread loses its record to it (with
+//! 4096 slots that takes 4096 thread creations while it lives). The reporter reads the table.
+
+use crate::sys::raw;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// Return addresses kept of a creating thread's stack (the first few are racewatch's own).
+pub const FRAMES: usize = 20;
+/// Slots of the table.
+const SLOTS: usize = 4096;
+const PAGE: u64 = 4096;
+
+/// How [`capture`] fills in a creation: `fn(&mut Creation)`, or null before [`set_capture`].
+static CAPTURE: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes [`capture`] call `capture` (the reporter's unwinder; until then creations are not recorded).
+pub fn set_capture(capture: fn(&mut Creation)) {
+    CAPTURE.store(capture as *mut (), Ordering::Release);
+}
+
+/// The calling thread's side of a creation: its tid and stack, when a capture is set.
+/// Async-signal-safe when the capture is.
+pub fn capture() -> Creation {
+    let mut creation = Creation::NONE;
+    let capture = CAPTURE.load(Ordering::Acquire);
+    if !capture.is_null() {
+        creation.creator = raw::gettid();
+        // SAFETY: only `set_capture` stores here, always a `fn(&mut Creation)`.
+        let capture: fn(&mut Creation) = unsafe { std::mem::transmute(capture) };
+        capture(&mut creation);
+    }
+    creation
+}
+
+/// The creating side of a thread's creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Creation {
+    /// The creating thread's kernel tid.
+    pub creator: i32,
+    /// Valid entries of `pcs`.
+    pub len: usize,
+    /// Return addresses, innermost first (symbolize `pc - 1`).
+    pub pcs: [u64; FRAMES],
+}
+
+impl Creation {
+    /// No creation known.
+    pub const NONE: Creation = Creation { creator: 0, len: 0, pcs: [0; FRAMES] };
+
+    /// The valid return addresses, innermost first.
+    pub fn frames(&self) -> &[u64] {
+        &self.pcs[..self.len.min(FRAMES)]
+    }
+}
+
+/// What is known of a thread created through the interposer (or of the thread that started the
+/// detector, without a creation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The thread's kernel tid (0: an empty slot).
+    pub tid: i32,
+    /// Its `pthread_self()`, to tell it from an earlier thread of the same tid.
+    pub thread: u64,
+    pub creation: Creation,
+    /// Its stack `[lo, hi)`, all of it mapped: for a new thread, from the bottom of its stack of the
+    /// size it was created with up to its start routine's frame (the thread descriptor and TLS above
+    /// are left out); `(0, 0)` when its size was not known.
+    pub stack: (u64, u64),
+}
+
+impl Record {
+    const EMPTY: Record = Record { tid: 0, thread: 0, creation: Creation::NONE, stack: (0, 0) };
+}
+
+static TABLE: [spin::Mutex<Record>; SLOTS] = [const { spin::Mutex::new(Record::EMPTY) }; SLOTS];
+/// The thread that started the detector (usually the main thread, which lives longest): kept apart,
+/// so that no later thread's record takes its slot.
+static FIRST: spin::Mutex<Record> = spin::Mutex::new(Record::EMPTY);
+/// One bit per slot ever written, so that a search reads only those.
+static USED: [AtomicU64; SLOTS / 64] = [const { AtomicU64::new(0) }; SLOTS / 64];
+
+/// Records the calling (new) thread's creation and its stack of `stack_size` bytes (0: unknown).
+/// Call first thing in the new thread, before the program's start routine.
+pub fn started(creation: &Creation, stack_size: usize) {
+    let sp = crate::sys::stacks::current_sp() as u64;
+    let stack = if stack_size > 0 { (sp.saturating_sub(stack_size as u64) + PAGE, sp) } else { (0, 0) };
+    record(Record { tid: raw::gettid(), thread: this_thread(), creation: *creation, stack });
+}
+
+/// Records the calling thread's stack bounds (exact, from `pthread_getattr_np`), with no creation: for
+/// the thread that starts the detector (usually the main thread), which no interposer saw start. Not
+/// for signal handlers.
+pub fn record_this_thread() {
+    // SAFETY: pthread_getattr_np fills a live attr for the calling thread, destroyed right after.
+    let stack = unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return;
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size = 0usize;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 {
+            return;
+        }
+        (addr as u64, addr as u64 + size as u64)
+    };
+    *FIRST.lock() = Record { tid: raw::gettid(), thread: this_thread(), creation: Creation::NONE, stack };
+}
+
+fn this_thread() -> u64 {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as u64 }
+}
+
+fn record(record: Record) {
+    let slot = record.tid as u32 as usize % SLOTS;
+    *TABLE[slot].lock() = record;
+    USED[slot / 64].fetch_or(1 << (slot % 64), Ordering::Release);
+}
+
+/// The part of the calling thread's own stack from the stack pointer `sp` (the caller's, in a frame of
+/// the calling thread) up to its recorded top: readable without a system call.
+#[derive(Clone, Copy, Debug)]
+pub struct OwnStack {
+    lo: u64,
+    hi: u64,
+}
+
+impl OwnStack {
+    /// The calling thread's stack above `sp`, when the thread `tid` (the caller's own, from `gettid`)
+    /// is recorded with bounds that hold `sp` and the caller's current frame, and is the same thread
+    /// (its `pthread_self`).
+    pub fn of_current(tid: i32, sp: u64) -> Option<OwnStack> {
+        let record = lookup(tid)?;
+        let (lo, hi) = record.stack;
+        let here = crate::sys::stacks::current_sp() as u64;
+        // On that stack now (not on an alternate signal stack), and `sp` on it too.
+        (record.thread == this_thread() && (lo..hi).contains(&here) && (lo..hi).contains(&sp))
+            .then_some(OwnStack { lo: sp, hi })
+    }
+
+    /// The word at `addr` when `[addr, addr + 8)` lies in this stack.
+    pub fn read_u64(&self, addr: u64) -> Option<u64> {
+        if addr < self.lo || addr.checked_add(8)? > self.hi {
+            return None;
+        }
+        // SAFETY: `[lo, hi)` is a mapped part of the calling thread's own stack (from a stack pointer
+        // of one of its live frames up to the top recorded when it started, checked in
+        // `of_current`); the read is a plain copy of 8 bytes, never through a reference.
+        Some(u64::from_ne_bytes(unsafe { std::ptr::read_volatile(addr as usize as *const [u8; 8]) }))
+    }
+}
+
+/// The record of thread `tid`, when it was created through the interposer (and its slot was not
+/// taken over since).
+pub fn lookup(tid: i32) -> Option<Record> {
+    if tid <= 0 {
+        return None;
+    }
+    let first = *FIRST.lock();
+    if first.tid == tid {
+        return Some(first);
+    }
+    let record = *TABLE[tid as u32 as usize % SLOTS].lock();
+    (record.tid == tid).then_some(record)
+}
+
+/// Every record written so far (in a forked child, the parent's too: check that a tid still lives).
+pub fn records() -> Vec<Record> {
+    let first = *FIRST.lock();
+    let mut found: Vec<Record> = Some(first).filter(|r| r.tid != 0).into_iter().collect();
+    for (word, bits) in USED.iter().enumerate() {
+        let mut bits = bits.load(Ordering::Acquire);
+        while bits != 0 {
+            let slot = word * 64 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let record = *TABLE[slot].lock();
+            if record.tid != 0 && record.tid != first.tid {
+                found.push(record);
+            }
+        }
+    }
+    found
+}
+
+/// Serialises the unit tests that record the detector's thread (there is one such record).
+#[cfg(test)]
+pub(crate) static FIRST_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_capture(creation: &mut Creation) {
+        creation.pcs[0] = 0xabc;
+        creation.len = 1;
+    }
+
+    #[test]
+    fn capture_calls_the_capture_set() {
+        assert_eq!(capture(), Creation::NONE, "nothing before a capture is set");
+        set_capture(fake_capture);
+        let creation = capture();
+        CAPTURE.store(std::ptr::null_mut(), Ordering::Release);
+        assert_eq!(creation.creator, raw::gettid());
+        assert_eq!(creation.frames(), &[0xabc]);
+    }
+
+    /// Reads a local of a frame `depth` calls below the caller through [`OwnStack`].
+    #[inline(never)]
+    fn read_deeper(tid: i32, depth: u32) -> (Option<u64>, Option<u64>, Option<u64>) {
+        if depth > 0 {
+            return std::hint::black_box(read_deeper(tid, depth - 1));
+        }
+        let word = 0x5555_6666_u64;
+        let at = std::hint::black_box(&word) as *const u64 as u64;
+        let stack = OwnStack::of_current(tid, at).expect("own stack");
+        (stack.read_u64(at), stack.read_u64(at - 8), stack.read_u64(u64::MAX - 4))
+    }
+
+    #[test]
+    fn records_are_found_by_tid_and_listed() {
+        let creation = Creation { creator: 7, len: 1, pcs: [0x1234; FRAMES] };
+        let (tid, record, read) = std::thread::spawn(move || {
+            started(&creation, 64 << 10);
+            let tid = raw::gettid();
+            (tid, lookup(tid), read_deeper(tid, 4))
+        })
+        .join()
+        .unwrap();
+        assert_eq!(read, (Some(0x5555_6666), None, None), "reads from the stack pointer up only");
+        let record = record.expect("recorded");
+        assert_eq!(record.creation, creation);
+        assert!(record.stack.1 - record.stack.0 == (64 << 10) - PAGE, "{record:?}");
+        assert!(OwnStack::of_current(tid, record.stack.0 + 8).is_none(), "another thread's record");
+        assert!(records().iter().any(|r| r.tid == tid));
+        assert_eq!(lookup(tid + SLOTS as i32), None, "another tid of the same slot");
+        assert_eq!(lookup(0), None);
+    }
+
+    #[test]
+    fn the_detector_thread_records_its_exact_stack() {
+        let _serial = FIRST_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        std::thread::spawn(|| {
+            record_this_thread();
+            let record = lookup(raw::gettid()).expect("recorded");
+            let sp = crate::sys::stacks::current_sp() as u64;
+            assert!(record.stack.0 < sp && sp < record.stack.1, "{record:?}");
+            assert_eq!(record.creation, Creation::NONE);
+            assert!(records().iter().any(|r| r.tid == record.tid));
+        })
+        .join()
+        .unwrap();
+    }
+}

@@ -84,7 +84,6 @@ fn start(opts: &Options) -> bool {
         check_tracer();
     }
     reporter::on_tick(check_tracer);
-    fd::reserve_reader();
     reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
         log::warn(format_args!("{err}; race detection disabled"));

@@ -79,7 +79,7 @@ pub fn write(text: &str) {
 }
 
 fn write_stderr(text: &str) -> bool {
-    STDERR_OK.load(Ordering::Acquire) && fd::write_all(2, text.as_bytes(), WAIT_MS)
+    STDERR_OK.load(Ordering::Acquire) && fd::with_stderr(|fd| fd::write_all(fd, text.as_bytes(), WAIT_MS)) == Some(true)
 }
 
 /// Writes `racewatch: <message>\n`.

@@ -381,8 +381,14 @@ fn drain() {
     let Some(reporter) = guard.as_mut() else { return };
     BUSY.store(true, Ordering::SeqCst);
     let _busy = Busy;
+    sys::fd::apply_private_closes();
+    if !queue::is_empty() && is_reporter_thread(sys::thread::gettid()) {
+        // Before the first file is opened for a report: the program's descriptor table never sees one.
+        sys::fd::enter_private_table();
+    }
     while let Some(event) = queue::pop() {
         reporter.handle(&event);
+        sys::fd::apply_private_closes();
     }
 }
 
@@ -461,6 +467,7 @@ pub fn shutdown() {
         let start = sys::thread::monotonic_ns();
         loop {
             if sys::thread::join_for(thread, 100) {
+                sys::fd::forget_private_table();
                 break;
             }
             let waited_ms = (sys::thread::monotonic_ns() - start) / 1_000_000;
@@ -512,6 +519,7 @@ pub fn forget_after_fork() {
     THREAD.store(0, Ordering::Release);
     REPORTER_TID.store(0, Ordering::Release);
     STOP.store(false, Ordering::Release);
+    sys::fd::forget_private_table();
 }
 
 /// Whether the access's own frame (innermost, inlined included) is in atomic inline-assembly code: a

@@ -74,31 +74,125 @@ pub fn no_room_message(err: &std::io::Error) -> Option<String> {
     err.get_ref().and_then(|e| e.downcast_ref::<NoRoom>()).map(ToString::to_string)
 }
 
-/// A descriptor number of the runtime's, placed like its perf events, that the reporter's file reads
-/// take over right after their `open` (see [`read_file`]); -1 until [`reserve_reader`].
-static READER: AtomicI32 = AtomicI32::new(-1);
+// ---- The reporter's own descriptor table ----
+//
+// The reporter opens files to symbolize (ELF and DWARF of every module in a stack, through addr2line's
+// loader too), each for a moment. In the process's descriptor table such a moment can cost a program
+// that opens descriptors up to its limit one of them (EMFILE), and a program closing every descriptor
+// meanwhile (a daemon's close loop) could hand the number to a file of its own that racewatch would
+// then close. So before its first report the reporter thread takes a descriptor table of its own
+// (`unshare(CLONE_FILES)`), keeping only copies of the runtime's descriptors: the program's table never
+// sees its files. It writes to the program's stderr through a duplicate of the process's descriptor 2
+// fetched for each write (`pidfd_getfd`), so it follows the program's `dup2` over 2 and never holds
+// the program's stderr open. Closing one of the runtime's descriptors in the process's table also
+// closes the reporter's copy ([`close_everywhere`]): a copy would keep a perf event alive.
 
-/// Reserves the number [`read_file`] reads through (once per process; a forked child reserves its own).
-pub fn reserve_reader() {
-    if READER.load(Ordering::Acquire) >= 0 {
+thread_local! {
+    /// In the thread with a descriptor table of its own: the pidfd of this process there (-1: none).
+    static PRIVATE_PIDFD: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+}
+/// The thread that has a descriptor table of its own (0: none).
+static PRIVATE_TID: AtomicI32 = AtomicI32::new(0);
+/// Runtime descriptors closed in the process's table whose copies the private table still holds.
+static PRIVATE_CLOSES: [AtomicI32; MAX_OWN] = [const { AtomicI32::new(-1) }; MAX_OWN];
+
+const CLONE_FILES: libc::c_int = 0x0000_0400;
+
+/// Gives the calling thread (the reporter, before it opens any file) a descriptor table of its own
+/// holding only copies of the runtime's descriptors. Does nothing when the kernel cannot give it a
+/// way to the process's stderr (pidfd) or refuses.
+pub fn enter_private_table() {
+    if PRIVATE_PIDFD.with(std::cell::Cell::get) >= 0 {
         return;
     }
-    // SAFETY: a NUL-terminated literal path; the descriptor is ours.
-    let low = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if low >= 0 {
-        if let Ok(high) = keep_high(low) {
-            READER.store(high, Ordering::Release);
+    // SAFETY: unshare(CLONE_FILES) gives this thread a copy of the descriptor table; nothing else.
+    if unsafe { libc::unshare(CLONE_FILES) } != 0 {
+        return;
+    }
+    let pid = crate::sys::raw::getpid();
+    let pidfd = crate::sys::raw::syscall6(libc::SYS_pidfd_open, [pid as u64, 0, 0, 0, 0, 0]) as i32;
+    let mut keep: Vec<i32> = OWN.iter().map(|slot| slot.load(Ordering::Acquire)).filter(|&fd| fd >= 0).collect();
+    keep.push(if pidfd >= 0 { pidfd } else { 2 });
+    keep.sort_unstable();
+    let mut first: u64 = 0;
+    for fd in keep {
+        if fd as u64 > first {
+            close_range_raw(first, fd as u64 - 1);
+        }
+        first = fd as u64 + 1;
+    }
+    close_range_raw(first, u64::from(u32::MAX));
+    PRIVATE_PIDFD.with(|p| p.set(pidfd));
+    PRIVATE_TID.store(crate::sys::raw::gettid(), Ordering::Release);
+}
+
+fn close_range_raw(first: u64, last: u64) {
+    crate::sys::raw::syscall6(libc::SYS_close_range, [first, last, 0, 0, 0, 0]);
+}
+
+/// Runs `f` with a descriptor for the program's stderr: 2 itself, or in the thread with a private
+/// table a duplicate of the process's descriptor 2, closed after. `None` when there is none.
+pub fn with_stderr<T>(f: impl FnOnce(i32) -> T) -> Option<T> {
+    let pidfd = PRIVATE_PIDFD.with(std::cell::Cell::get);
+    if pidfd < 0 {
+        return Some(f(2));
+    }
+    let fd = crate::sys::raw::syscall6(libc::SYS_pidfd_getfd, [pidfd as u64, 2, 0, 0, 0, 0]);
+    if fd < 0 {
+        return None;
+    }
+    let result = f(fd as i32);
+    real::close(fd as i32);
+    Some(result)
+}
+
+/// Closes the runtime's descriptor `fd` in the process's table and has the private table's copy
+/// closed too (the reporter does it at once when woken; waits for it about `wait_ms` at most).
+pub fn close_everywhere(fd: i32, wait_ms: u64) {
+    real::close(fd);
+    if PRIVATE_TID.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    if !PRIVATE_CLOSES.iter().any(|slot| slot.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Relaxed).is_ok()) {
+        return;
+    }
+    crate::sys::wake::notify();
+    let deadline = crate::sys::thread::monotonic_ns() + wait_ms * 1_000_000;
+    while PRIVATE_CLOSES.iter().any(|slot| slot.load(Ordering::Acquire) == fd)
+        && crate::sys::thread::monotonic_ns() < deadline
+    {
+        crate::sys::thread::sleep_us(200);
+    }
+}
+
+/// In the thread with a private table: closes the copies of descriptors closed in the process's table.
+pub fn apply_private_closes() {
+    if PRIVATE_PIDFD.with(std::cell::Cell::get) < 0 {
+        return;
+    }
+    for slot in &PRIVATE_CLOSES {
+        let fd = slot.load(Ordering::Acquire);
+        if fd >= 0 {
+            real::close(fd);
+            slot.store(-1, Ordering::Release);
         }
     }
 }
 
-/// Reads a whole file for the runtime's own use (the reporter reading an ELF file for symbols).
-/// The file is moved at once (`dup3`) to the reserved number above the program's descriptors, so the
-/// program can miss a descriptor only during the microseconds between the `open` and the move, not
-/// during the read; and a program closing every descriptor meanwhile (a daemon's close loop) cannot
-/// close it and hand its number to a file of its own that racewatch would then close. Without a
-/// reserved number it is moved to the top of the program's range instead. The limit itself is never
-/// touched (a thread of the program may be changing and reading it).
+/// The private table went with its thread (the reporter ended), or a forked child has none.
+pub fn forget_private_table() {
+    PRIVATE_TID.store(0, Ordering::Release);
+    for slot in &PRIVATE_CLOSES {
+        slot.store(-1, Ordering::Release);
+    }
+}
+
+/// Reads a whole file for the runtime's own use (the reporter reading an ELF file for symbols). In
+/// the reporter's own descriptor table the program never sees the descriptor. Elsewhere (a drain at
+/// exit without a reporter thread) it is moved to the top of the program's range at once: a program
+/// closing every descriptor meanwhile (a daemon's close loop) can hardly hand that number to a file
+/// of its own; the limit itself is never touched (a thread of the program may be changing and
+/// reading it).
 pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::ffi::OsStrExt;
@@ -110,20 +204,11 @@ pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     if low < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let reader = READER.load(Ordering::Acquire);
-    let mut bytes = Vec::new();
-    if reader >= 0 && is_own(reader) && real::dup3(low, reader, libc::O_CLOEXEC) == reader {
-        real::close(low);
-        // SAFETY: `reader` is the runtime's reserved descriptor, now naming the file just opened; the
-        // File is never dropped (the number stays reserved, the file is replaced by the next read).
-        let mut file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(reader) });
-        file.read_to_end(&mut bytes)?;
-        return Ok(bytes);
-    }
+    let private = PRIVATE_PIDFD.with(std::cell::Cell::get) >= 0;
     let (soft, _) = nofile_limit()?;
     let top = soft.min(HIGH_CEILING).saturating_sub(4 * MAX_OWN as u64).max(low as u64 + 1);
     // SAFETY: plain fcntl on our own descriptor.
-    let high = unsafe { libc::fcntl(low, libc::F_DUPFD_CLOEXEC, top as libc::c_int) };
+    let high = if private { -1 } else { unsafe { libc::fcntl(low, libc::F_DUPFD_CLOEXEC, top as libc::c_int) } };
     let fd = if high >= 0 {
         real::close(low);
         high
@@ -133,6 +218,7 @@ pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     // SAFETY: `fd` is a descriptor this function just made and nothing else owns; the File
     // closes it when dropped.
     let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
     Ok(bytes)
 }
@@ -208,7 +294,6 @@ pub fn forget_own(fd: i32) -> bool {
 
 /// Forgets every descriptor of ours without closing it (the program closed them).
 pub fn forget_all_own() {
-    READER.store(-1, Ordering::Release);
     for slot in &OWN {
         slot.store(-1, Ordering::Release);
     }
@@ -216,7 +301,6 @@ pub fn forget_all_own() {
 
 /// Closes and forgets every descriptor of ours (a forked child's copies of the parent's).
 pub fn close_all_own() {
-    READER.store(-1, Ordering::Release);
     for slot in &OWN {
         let fd = slot.swap(-1, Ordering::AcqRel);
         if fd >= 0 {

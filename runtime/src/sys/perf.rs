@@ -110,7 +110,9 @@ impl PerfFd {
     /// Closes the descriptor (unless the program took its number already).
     pub fn close(self) {
         if fd::forget_own(self.0) {
-            fd::close(self.0);
+            // A copy in the reporter's own descriptor table would keep the event (and a watchpoint's
+            // debug register) alive.
+            fd::close_everywhere(self.0, 200);
         }
     }
 

@@ -516,10 +516,7 @@ pub extern "C" fn swapcontext(old: *mut libc::ucontext_t, new: *const libc::ucon
     let Some(target) = opt_ref(new).filter(|_| signal::is_installed()) else {
         return real::swapcontext(old, new);
     };
-    let was_blocked = signal::trap_blocked();
-    let mut copy = *target;
-    signal::set_trap_blocked(signal::has_trap(&copy.uc_sigmask));
-    copy.uc_sigmask = signal::with_trap(&copy.uc_sigmask, false);
+    let (copy, was_blocked) = entering_context(target);
     let rc = real::swapcontext(old, &copy);
     signal::set_trap_blocked(was_blocked);
     rc
@@ -531,13 +528,20 @@ pub extern "C" fn setcontext(new: *const libc::ucontext_t) -> c_int {
     let Some(target) = opt_ref(new).filter(|_| signal::is_installed()) else {
         return real::setcontext(new);
     };
+    let (copy, was_blocked) = entering_context(target);
+    let rc = real::setcontext(&copy);
+    signal::set_trap_blocked(was_blocked);
+    rc
+}
+
+/// The context to switch to, with `SIGTRAP` out of its kernel mask and in the thread's virtual state
+/// instead; and the virtual state before (for when the switch fails or this context resumes).
+fn entering_context(target: &libc::ucontext_t) -> (libc::ucontext_t, bool) {
     let was_blocked = signal::trap_blocked();
     let mut copy = *target;
     signal::set_trap_blocked(signal::has_trap(&copy.uc_sigmask));
     copy.uc_sigmask = signal::with_trap(&copy.uc_sigmask, false);
-    let rc = real::setcontext(&copy);
-    signal::set_trap_blocked(was_blocked);
-    rc
+    (copy, was_blocked)
 }
 
 /// Interposed `setrlimit`.
@@ -550,8 +554,7 @@ pub extern "C" fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_in
 /// Interposed `setrlimit64` (the same function on x86-64).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn setrlimit64(resource: c_int, limit: *const libc::rlimit) -> c_int {
-    limiting(0, resource, limit);
-    real::setrlimit(resource, limit)
+    setrlimit(resource, limit)
 }
 
 /// Interposed `prlimit`.
@@ -574,8 +577,7 @@ pub extern "C" fn prlimit64(
     new: *const libc::rlimit,
     old: *mut libc::rlimit,
 ) -> c_int {
-    limiting(pid, resource, new);
-    real::prlimit(pid, resource, new, old)
+    prlimit(pid, resource, new, old)
 }
 
 /// Process `pid` (0: this one) is about to get `limit` for `resource`.

@@ -145,3 +145,47 @@ fn assert_rule_notes(bin: &std::path::Path, file: &str, at_least: usize) {
     assert!(notes.len() >= at_least, "{stdout}");
     assert!(notes.iter().all(|l| l.contains(file)), "{stdout}");
 }
+
+/// `Arc::downgrade`'s compare-exchange loop: release builds merge its two relaxed loads into one `mov`
+/// that carries no `sanmd_atomics2` entry (LLVM drops the metadata of merged instructions).
+const ARC_DOWNGRADE: &str = r#"
+use std::sync::{Arc, Weak};
+#[inline(never)]
+fn downgrade(shared: &Arc<u64>) -> Weak<u64> {
+    Arc::downgrade(shared)
+}
+fn main() {
+    let shared = Arc::new(std::env::args().count() as u64);
+    let weak = downgrade(&shared);
+    std::process::exit(weak.upgrade().map_or(1, |v| *v as i32 - 1));
+}
+"#;
+
+/// The merged load is listed as a note (with a count and in JSON), not a failure: the debug info places
+/// it in `core::sync::atomic`, and the runtime judges it atomic from the same debug info.
+#[test]
+fn atomics_whose_tag_an_optimisation_lost_are_notes_with_a_count() {
+    let dir = common::scratch("verify_arc_downgrade");
+    let binary = common::build_rust(&dir, "arc_downgrade", ARC_DOWNGRADE, &[]);
+    let (code, stdout, stderr) = verify(&[], &binary);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let notes: Vec<&str> =
+        stdout.lines().filter(|l| l.contains("an atomic whose metadata an optimisation lost")).collect();
+    assert!(
+        notes.iter().any(|l| l.contains("in arc_downgrade::downgrade: untagged mov ") && l.contains("sync/atomic.rs:")),
+        "the merged load of Arc::downgrade is a note:\n{stdout}"
+    );
+    let count = format!(
+        "note: {} untagged plain {} in core::sync::atomic (metadata lost by an optimisation)",
+        notes.len(),
+        if notes.len() == 1 { "access" } else { "accesses" }
+    );
+    assert!(stdout.contains(&count), "{stdout}");
+    assert!(stdout.ends_with(": ok\n"), "{stdout}");
+    let (_, json, _) = verify(&["--format", "json"], &binary);
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let lost = value["lost_atomics"].as_array().expect("lost_atomics");
+    assert_eq!(lost.len(), notes.len(), "{json}");
+    assert!(lost.iter().all(|l| l["location"].as_str().is_some_and(|f| f.contains("core/src/sync/atomic.rs:"))));
+    assert_eq!(value["passed"], true);
+}

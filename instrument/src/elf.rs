@@ -14,7 +14,7 @@ use goblin::container::{Container, Ctx, Endian};
 use goblin::elf::header::{self, EM_X86_64, ET_DYN, ET_EXEC, ET_REL};
 use goblin::elf::program_header::{ProgramHeader, PT_LOAD};
 use goblin::elf::section_header::{SectionHeader, SHF_ALLOC, SHF_COMPRESSED, SHT_DYNSYM, SHT_NOBITS, SHT_SYMTAB};
-use goblin::elf::sym::{Symtab, STB_LOCAL, STT_FUNC, STT_GNU_IFUNC};
+use goblin::elf::sym::{Symtab, STB_LOCAL, STT_FUNC, STT_GNU_IFUNC, STT_OBJECT};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -47,6 +47,9 @@ pub struct Module {
     pub stackmap: Option<Result<StackMap, StackMapError>>,
     /// Functions of `.symtab` (or `.dynsym`), sorted by address.
     pub functions: Vec<symbols::Function>,
+    /// Data objects of `.symtab` (or `.dynsym`): globals and statics (`STT_OBJECT`, not thread-local),
+    /// sorted by address, one per address.
+    pub objects: Vec<symbols::Function>,
     bytes: Vec<u8>,
     sections: Vec<Section>,
     segments: Vec<Segment>,
@@ -194,7 +197,8 @@ impl Module {
             })
             .collect();
 
-        let functions = read_functions(&bytes, &shdrs, ctx);
+        let functions = read_symbols(&bytes, &shdrs, ctx, &[STT_FUNC, STT_GNU_IFUNC]);
+        let objects = read_symbols(&bytes, &shdrs, ctx, &[STT_OBJECT]);
         let mut module = Module {
             path: path.to_path_buf(),
             tables: Vec::new(),
@@ -202,6 +206,7 @@ impl Module {
             atomics: Vec::new(),
             stackmap: None,
             functions,
+            objects,
             bytes,
             sections,
             segments,
@@ -311,6 +316,11 @@ impl Module {
         find_function(&self.functions, addr)
     }
 
+    /// The data object of the symbol table that contains `addr` (a global or static).
+    pub fn object_containing(&self, addr: u64) -> Option<&symbols::Function> {
+        find_function(&self.objects, addr)
+    }
+
     /// The decode errors of all tables.
     pub fn decode_errors(&self) -> impl Iterator<Item = &DecodeError> {
         self.tables.iter().filter_map(|t| t.error.as_ref())
@@ -378,7 +388,9 @@ fn cstr(table: &[u8], offset: usize) -> Option<&str> {
 }
 
 /// Functions of `.symtab`, or of `.dynsym` when there is no `.symtab`.
-fn read_functions(bytes: &[u8], shdrs: &[SectionHeader], ctx: Ctx) -> Vec<symbols::Function> {
+/// The defined symbols of the symbol table (`.symtab`, else `.dynsym`) of the given types, sorted by
+/// address, one per address.
+fn read_symbols(bytes: &[u8], shdrs: &[SectionHeader], ctx: Ctx, types: &[u8]) -> Vec<symbols::Function> {
     let table =
         shdrs.iter().rfind(|s| s.sh_type == SHT_SYMTAB).or_else(|| shdrs.iter().rfind(|s| s.sh_type == SHT_DYNSYM));
     let Some(table) = table else { return Vec::new() };
@@ -394,8 +406,7 @@ fn read_functions(bytes: &[u8], shdrs: &[SectionHeader], ctx: Ctx) -> Vec<symbol
     let count = (table.sh_size / entsize) as usize;
     let Ok(syms) = Symtab::parse(bytes, table.sh_offset as usize, count, ctx) else { return Vec::new() };
     functions_from_symbols(syms.iter().filter_map(|s| {
-        let kind = s.st_type();
-        if (kind != STT_FUNC && kind != STT_GNU_IFUNC) || s.st_shndx == 0 {
+        if !types.contains(&s.st_type()) || s.st_shndx == 0 {
             return None;
         }
         Some(RawSymbol {
@@ -413,6 +424,19 @@ mod tests {
 
     fn load(bytes: Vec<u8>) -> Result<Module, ElfError> {
         Module::from_bytes(Path::new("x.bin"), bytes)
+    }
+
+    static DATA_OBJECT_MARKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(7);
+
+    #[test]
+    fn reads_global_data_objects_with_their_sizes() {
+        DATA_OBJECT_MARKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let m = Module::open(&std::env::current_exe().unwrap()).unwrap();
+        let object = m.objects.iter().find(|o| o.name.ends_with("DATA_OBJECT_MARKER")).expect("the static");
+        assert_eq!(object.size, 8);
+        assert_eq!(m.object_containing(object.address + 7).unwrap().name, object.name);
+        assert!(m.object_containing(object.address + 8).is_none_or(|o| o.name != object.name));
+        assert!(m.functions.iter().all(|f| !f.name.ends_with("DATA_OBJECT_MARKER")), "not a function");
     }
 
     #[test]

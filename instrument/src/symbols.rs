@@ -202,6 +202,26 @@ impl<'a> SourceMap<'a> {
         files
     }
 
+    /// Whether the debug info places the instruction at `addr` in `core::sync::atomic`
+    /// ([`crate::tags::is_core_atomic_access`], on its innermost frames).
+    pub fn in_core_atomic(&self, addr: u64) -> bool {
+        let Ok(mut frames) = self.ctx.find_frames(addr).skip_all_loads() else { return false };
+        let Ok(Some(first)) = frames.next() else { return false };
+        let caller = frames.next().ok().flatten();
+        let function = first.function.as_ref().and_then(|f| f.demangle().ok());
+        let (file, line) = first.location.as_ref().map_or((None, 0), |l| (l.file, l.line.unwrap_or(0)));
+        let (caller_file, caller_line) =
+            caller.as_ref().and_then(|c| c.location.as_ref()).map_or((None, 0), |l| (l.file, l.line.unwrap_or(0)));
+        crate::tags::is_core_atomic_access(&crate::tags::Innermost {
+            file,
+            line,
+            function: function.as_deref(),
+            inlined: caller.is_some(),
+            caller_file,
+            caller_line,
+        })
+    }
+
     /// File, line and column of the instruction at link-time address `addr`.
     pub fn location(&self, addr: u64) -> Option<SourceLocation> {
         let loc = self.ctx.find_location(addr).ok()??;

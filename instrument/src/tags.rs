@@ -30,6 +30,48 @@ pub fn is_asm_atomic_file(file: &str) -> bool {
     ASM_ATOMIC_CODE.iter().any(|(dir, sub)| file.contains(dir) && file.contains(sub))
 }
 
+/// The source file of Rust's atomic types (`core::sync::atomic`), as rustc names it in debug info
+/// (`/rustc/<commit>/library/core/src/sync/atomic.rs`, or a local `rust-src` checkout's path).
+const CORE_ATOMIC_FILE: &str = "core/src/sync/atomic.rs";
+
+/// Whether `file` (a source path from debug info) is `core::sync::atomic`'s source.
+pub fn is_core_atomic_file(file: &str) -> bool {
+    file.ends_with(CORE_ATOMIC_FILE)
+}
+
+/// What the debug info says about the innermost frames of an instruction, for
+/// [`is_core_atomic_access`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Innermost<'a> {
+    /// The innermost frame's file and line from the line table; line 0 (or none) when the compiler
+    /// gave the instruction no line of its own (a line borrowed from a neighbour does not count).
+    pub file: Option<&'a str>,
+    pub line: u32,
+    /// The innermost function's name, when known.
+    pub function: Option<&'a str>,
+    /// The innermost function is inlined: the next frame is its caller, at `caller_file:caller_line`
+    /// (the call site, inside the caller's source).
+    pub inlined: bool,
+    pub caller_file: Option<&'a str>,
+    pub caller_line: u32,
+}
+
+/// Whether an instruction is part of an atomic operation of `core::sync::atomic` by its debug info:
+/// its own line is in `core/src/sync/atomic.rs` (an inlined `atomic_load`, `AtomicUsize::load`), or,
+/// when the compiler gave it line 0 (two loads merged into one), it lies in a function that code of
+/// `core/src/sync/atomic.rs` inlined (its intrinsics' wrappers), other than a closure of the caller's
+/// (`fetch_update`'s). Every memory access such code makes is the atomic one; an optimisation that
+/// merges or moves it can lose its `sanmd_atomics2` tag, not its debug info.
+pub fn is_core_atomic_access(frames: &Innermost<'_>) -> bool {
+    if frames.line > 0 {
+        return frames.file.is_some_and(is_core_atomic_file);
+    }
+    frames.inlined
+        && frames.caller_line > 0
+        && frames.caller_file.is_some_and(is_core_atomic_file)
+        && !frames.function.is_some_and(|f| f.contains("{closure") || f.contains("{{closure"))
+}
+
 /// `core::arch::asm!` with the (first) instruction of `template` tagged atomic in `sanmd_atomics2`.
 ///
 /// ```
@@ -53,4 +95,41 @@ macro_rules! atomic {
             $(, $($rest)*)?
         )
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ATOMIC: &str = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src/sync/atomic.rs";
+
+    #[test]
+    fn core_atomic_accesses_by_their_own_line_or_their_inlining() {
+        // Its own line in atomic.rs: `atomic_load` inlined into `AtomicUsize::load`.
+        let load =
+            Innermost { file: Some(ATOMIC), line: 3890, function: Some("atomic_load<usize>"), ..Default::default() };
+        assert!(is_core_atomic_access(&load));
+        // A real line elsewhere: `ptr::read` in an `AtomicCell` is not.
+        let read = Innermost { file: Some("/rustc/x/library/core/src/ptr/mod.rs"), line: 1200, ..load };
+        assert!(!is_core_atomic_access(&read));
+        // Line 0 in a function that atomic.rs inlined (the call site is in atomic.rs).
+        let merged = Innermost {
+            file: Some(ATOMIC),
+            line: 0,
+            function: Some("atomic_load<usize>"),
+            inlined: true,
+            caller_file: Some(ATOMIC),
+            caller_line: 2844,
+        };
+        assert!(is_core_atomic_access(&merged));
+        // Line 0 alone (a row's file, or a borrowed line) says nothing.
+        assert!(!is_core_atomic_access(&Innermost { inlined: false, caller_file: None, caller_line: 0, ..merged }));
+        // Line 0 in `Arc::downgrade` (inlined into the user's code): not atomic by its debug info.
+        let downgrade =
+            Innermost { function: Some("downgrade<u64>"), caller_file: Some("src/main.rs"), caller_line: 12, ..merged };
+        assert!(!is_core_atomic_access(&downgrade));
+        // The closure `fetch_update` calls is the caller's code.
+        assert!(!is_core_atomic_access(&Innermost { function: Some("{closure#0}"), ..merged }));
+        assert!(is_core_atomic_file(ATOMIC) && !is_core_atomic_file("src/atomic.rs"));
+    }
 }

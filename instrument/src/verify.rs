@@ -30,6 +30,11 @@
 //! Untagged LOCK/XCHG instructions that are no gaps are listed apart (see
 //! [`LockedWhy`]): compiler atomics whose tag was lost, and fences on a local
 //! of the thread's own stack.
+//!
+//! Untagged plain loads and stores that the debug info places in
+//! `core::sync::atomic` are listed apart too ([`LostAtomic`]): atomics whose tag
+//! an optimisation lost (release builds merge the two relaxed loads of
+//! `Arc::downgrade`'s compare-exchange loop into one `mov` without it).
 
 use crate::format::pcsections::CoveredEntry;
 pub use crate::x86::is_atomic_rmw;
@@ -199,6 +204,21 @@ pub struct Report {
     /// were lost (code inlined from a module the pass did not run on, such as a global allocator's
     /// shim), and fences on stack locals. Not failures: the runtime decodes LOCK and XCHG as atomic.
     pub untagged_locked: Vec<UntaggedLocked>,
+    /// Untagged plain loads and stores (no LOCK, not on the stack frame) that the debug info places in
+    /// `core::sync::atomic` ([`crate::tags::is_core_atomic_access`]): atomics whose tag an optimisation
+    /// lost (two relaxed loads merged into one `mov`). Not failures: the runtime's reporter judges such
+    /// an access atomic from the same debug info. Sorted by PC.
+    pub lost_atomics: Vec<LostAtomic>,
+}
+
+/// An untagged plain access that the debug info places in `core::sync::atomic`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LostAtomic {
+    pub pc: u64,
+    pub function: String,
+    pub disassembly: String,
+    /// `file:line` of the instruction, as the line table has it (line 0: none of its own).
+    pub location: String,
 }
 
 /// An untagged LOCK/XCHG instruction that is no gap: a compiler atomic, not inline assembly, or a fence
@@ -278,7 +298,53 @@ pub fn verify(module: &crate::elf::Module) -> Report {
     let noted: BTreeSet<u64> = report.rule_atomics.iter().map(|r| r.pc).collect();
     report.findings.retain(|f| !matches!(f, Finding::LikelyGap { pc, .. } if noted.contains(pc)));
     accept_compiler_atomics(module, &mut report);
+    report.lost_atomics = lost_atomics(module);
     report
+}
+
+/// Untagged plain loads and stores of covered functions that the debug info places in
+/// `core::sync::atomic`. Only functions with line-table rows in `core/src/sync/atomic.rs` (atomics
+/// inlined into them, or their own code there) are looked at.
+fn lost_atomics(module: &crate::elf::Module) -> Vec<LostAtomic> {
+    let Some(map) = module.source_map() else { return Vec::new() };
+    let ranges = map.ranges_in_files(crate::tags::is_core_atomic_file);
+    if ranges.is_empty() {
+        return Vec::new();
+    }
+    let mut disasm = Disassembler::new();
+    let mut found = Vec::new();
+    let mut functions: Vec<(u64, u64)> = module.covered.iter().map(|c| (c.pc, c.size)).collect();
+    functions.sort_unstable();
+    functions.dedup();
+    for (pc, size) in functions {
+        if size == 0 || size > MAX_FUNCTION_SIZE || !in_ranges_overlap(&ranges, pc, pc + size) {
+            continue;
+        }
+        let Some(bytes) = module.read_at(pc, size as usize) else { continue };
+        let code = decode(bytes, pc);
+        for (idx, insn) in code.iter().enumerate() {
+            let insn = *insn;
+            // A load of a constant (a GOT slot holding the atomic's address, a jump table on the
+            // ordering in a debug build) is no access to it.
+            let constant = reads_constant(&code, idx, &|a| module.is_read_only(a));
+            let plain = accesses_memory(&insn)
+                && !is_atomic_rmw(&insn)
+                && !insn.is_stack_instruction()
+                && !constant
+                && !matches!(insn.memory_base(), iced_x86::Register::RSP | iced_x86::Register::RBP);
+            if plain && module.atomics.binary_search(&insn.ip()).is_err() && map.in_core_atomic(insn.ip()) {
+                found.push(LostAtomic {
+                    pc: insn.ip(),
+                    function: module.function_name(insn.ip()).unwrap_or_else(|| format!("{pc:#x}")),
+                    disassembly: disasm.format(&insn),
+                    location: map.location(insn.ip()).map(|l| format!("{}:{}", l.file, l.line)).unwrap_or_default(),
+                });
+            }
+        }
+    }
+    found.sort_by_key(|l| l.pc);
+    found.dedup_by_key(|l| l.pc);
+    found
 }
 
 /// Moves the likely gaps that the debug info shows to be compiler atomics (in `core::sync::atomic`,
@@ -345,6 +411,31 @@ fn rule_atomics(module: &crate::elf::Module) -> Vec<RuleAtomic> {
     found.sort_by_key(|r| r.pc);
     found.dedup_by_key(|r| r.pc);
     found
+}
+
+/// Whether `code[idx]` reads read-only data: its operand is a RIP-relative address there, or its base
+/// register was last set, a few instructions before, by a `lea` of such an address (a jump table:
+/// `lea rax, [rip+table]; movsxd rcx, [rax+rcx*4]`).
+fn reads_constant(code: &[Instruction], idx: usize, read_only: &dyn Fn(u64) -> bool) -> bool {
+    let insn = &code[idx];
+    if let Some(address) = absolute_address(insn) {
+        return read_only(address);
+    }
+    let base = insn.memory_base().full_register();
+    if base == iced_x86::Register::None || memory_operand(insn).is_none() {
+        return false;
+    }
+    let mut factory = InstructionInfoFactory::new();
+    for setter in code[idx.saturating_sub(8)..idx].iter().rev() {
+        let writes_base = factory.info(setter).used_registers().iter().any(|r| {
+            r.register().full_register() == base && matches!(r.access(), OpAccess::Write | OpAccess::ReadWrite)
+        });
+        if writes_base {
+            let lea_of_constant = setter.mnemonic() == Mnemonic::Lea && setter.is_ip_rel_memory_operand();
+            return lea_of_constant && read_only(setter.ip_rel_memory_address());
+        }
+    }
+    false
 }
 
 fn in_ranges_overlap(ranges: &[(u64, u64)], start: u64, end: u64) -> bool {

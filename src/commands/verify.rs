@@ -84,6 +84,21 @@ fn text(file: &str, report: &Report, verbose: bool) -> String {
             u.pc, u.function, u.disassembly, u.why
         );
     }
+    for l in &report.lost_atomics {
+        out += &format!(
+            "racewatch verify: {file}: note: {:#x} in {}: untagged {} in core::sync::atomic ({}): an atomic whose \
+             metadata an optimisation lost; judged atomic from the debug info\n",
+            l.pc, l.function, l.disassembly, l.location
+        );
+    }
+    if !report.lost_atomics.is_empty() {
+        let n = report.lost_atomics.len();
+        out += &format!(
+            "racewatch verify: {file}: note: {n} untagged plain {} in core::sync::atomic (metadata lost by an \
+             optimisation)\n",
+            if n == 1 { "access" } else { "accesses" }
+        );
+    }
     let summary = format!("{} atomic PCs checked in {} covered functions", report.atomic_pcs, report.covered_functions);
     if report.passed() {
         out += &format!("racewatch verify: {file}: {summary}: ok\n");

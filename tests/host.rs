@@ -1086,10 +1086,9 @@ host_cases!(
     own_sigtrap_handler_raw_rt_sigaction,
     own_sigtrap_sigignore,
     own_sigtrap_handler_without_sa_restart,
-    // Not promised (README, "Guarantees"): the kernel gives no way to ignore only foreign SIGTRAPs.
-    #[ignore = "not promised: an ignored SIGTRAP sent with kill still ends a nanosleep with EINTR"]
     own_sigtrap_ignored_sleep_not_interrupted,
     own_sigtrap_handler_without_sa_onstack,
+    // Not promised (README, "Guarantees"): the kernel lets no thread hand a kill()'s signal to another.
     #[ignore = "not promised: a kill() while every thread blocks SIGTRAP stays pending in the thread the kernel picked"]
     own_sigtrap_blocked_process_directed_sigtimedwait,
     own_sigtrap_handler_int3_on_altstack,

@@ -81,6 +81,9 @@ pub extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut l
         }
         if let Some(act) = opt_ref(act) {
             handlers::set_program_trap_action(act);
+            if act.sa_sigaction == libc::SIG_IGN {
+                detector::trap_ignored();
+            }
         }
         return 0;
     }

@@ -185,6 +185,30 @@ fn kernel_restart_flag() -> libc::c_int {
     }
 }
 
+/// Whether the program has set `SIGTRAP` to `SIG_IGN` (read from the kernel before the runtime owns it).
+pub fn program_ignores_trap() -> bool {
+    if INSTALLED.load(Ordering::Acquire) {
+        return program_action().sa_sigaction == libc::SIG_IGN;
+    }
+    // SAFETY: zeroed sigaction is a valid out-parameter.
+    let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+    real::sigaction(libc::SIGTRAP, std::ptr::null(), &mut current) == 0 && current.sa_sigaction == libc::SIG_IGN
+}
+
+/// Gives `SIGTRAP` back to the kernel as the program set it (detection is off for good): its
+/// disposition is installed for real and the interposers pass its calls through from now on.
+pub fn hand_back() {
+    if !INSTALLED.swap(false, Ordering::AcqRel) {
+        return;
+    }
+    mute();
+    let program = program_action();
+    real::sigaction(libc::SIGTRAP, &program, std::ptr::null_mut());
+    if trap_blocked() {
+        raw::sigprocmask(libc::SIG_BLOCK, Some(1 << (libc::SIGTRAP - 1)));
+    }
+}
+
 /// Whether the runtime owns `SIGTRAP` (the program's calls are then virtualised).
 pub fn is_installed() -> bool {
     INSTALLED.load(Ordering::Acquire)

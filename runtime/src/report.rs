@@ -19,12 +19,16 @@ use std::fmt::Write as _;
 pub const SEPARATOR: &str = "==================";
 
 /// One side of a race, symbolized.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AccessReport {
     /// Thread number: 0 for the main thread, then in order of first appearance.
     pub thread: u32,
     /// Kernel thread id.
     pub tid: i32,
+    /// The thread's name (`/proc/self/task/<tid>/comm`: at most 15 bytes), when it still runs.
+    pub thread_name: Option<String>,
+    /// The test the thread runs, in a libtest harness (which names each test's thread after it).
+    pub test: Option<String>,
     /// A store (or read-modify-write).
     pub is_write: bool,
     /// An atomic instruction.
@@ -35,10 +39,44 @@ pub struct AccessReport {
     pub address: u64,
     /// Frames, innermost first (inlined frames included).
     pub stack: Vec<Frame>,
+    /// Where the thread was created, when racewatch saw it (not for the main thread).
+    pub creation: Option<Creation>,
+}
+
+/// Where a thread was created: by which thread, at which stack.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Creation {
+    /// The creating thread's number, tid and name.
+    pub thread: u32,
+    pub tid: i32,
+    pub thread_name: Option<String>,
+    /// The creating thread's frames at `pthread_create`, innermost first.
+    pub stack: Vec<Frame>,
+}
+
+/// What the raced-on memory is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum MemoryLocation {
+    /// A global or static variable of a module's symbol table.
+    Global {
+        name: String,
+        /// Bytes (0 when the symbol table does not say).
+        size: u64,
+        /// Run-time address of its first byte.
+        address: u64,
+        /// The module defining it, and the variable's offset in it.
+        module: String,
+        offset: u64,
+    },
+    /// The stack of a thread.
+    Stack { thread: u32, tid: i32, thread_name: Option<String> },
+    /// Anything else: the heap, anonymous mappings, a stack racewatch does not know.
+    #[default]
+    Unknown,
 }
 
 /// A race ready to print: the access that hit the watchpoint and the watched one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RaceReport {
     /// Process id.
     pub pid: u32,
@@ -46,6 +84,8 @@ pub struct RaceReport {
     pub current: AccessReport,
     /// The sampled, watched access (thread A).
     pub previous: AccessReport,
+    /// What the memory both accesses touch is.
+    pub location: MemoryLocation,
 }
 
 /// Names threads as reports do: `T0` for the main thread (tid == pid), then
@@ -139,16 +179,67 @@ fn in_std(frame: &Frame) -> bool {
     std_lib(frame).is_some()
 }
 
-/// The frame a summary names: the current access's first frame in the
-/// user's code (not in Rust's standard library, not in the runtime, not in a
-/// known atomic primitive such as `ck_pr.h`'s, not in a libc memory function
-/// racewatch watches), else its innermost frame.
+/// Whether a frame is the Rust runtime's plumbing rather than code anybody wrote: `__rust_try` (the
+/// landing pad of `catch_unwind`), the short-backtrace markers, the allocator shims (`__rust_alloc`).
+/// Folded with the standard library's frames.
+fn is_plumbing(frame: &Frame) -> bool {
+    frame.function.as_deref().is_some_and(|name| base_name(name).starts_with("__rust_"))
+}
+
+/// The library a run of folded frames belongs to: a standard library, or the Rust runtime's plumbing
+/// (folded as Rust's).
+fn folded_lib(frame: &Frame) -> Option<StdLib> {
+    if frame.elided > 0 {
+        return None;
+    }
+    std_lib(frame).or_else(|| is_plumbing(frame).then_some(StdLib::Rust))
+}
+
+/// Whether a frame may be named by a summary: code somebody wrote, not the standard library, not the
+/// runtime, not a known atomic primitive such as `ck_pr.h`'s, not a libc memory function racewatch
+/// watches (its covered caller is named), not the placeholder of elided frames.
+fn is_summary_candidate(frame: &Frame) -> bool {
+    let in_atomic_primitive = frame.file.as_deref().is_some_and(racewatch_instrument::tags::is_asm_atomic_file);
+    frame.elided == 0
+        && !in_std(frame)
+        && !is_plumbing(frame)
+        && !frame.in_runtime
+        && !in_atomic_primitive
+        && !frame.memory_function
+}
+
+/// The frame a summary names for one access: its first frame in the user's code (see
+/// [`is_summary_candidate`]), else its innermost frame. Races are deduplicated by these frames' lines.
 pub fn summary_frame(stack: &[Frame]) -> Option<&Frame> {
-    let in_atomic_primitive = |f: &Frame| f.file.as_deref().is_some_and(racewatch_instrument::tags::is_asm_atomic_file);
-    stack
-        .iter()
-        .find(|f| !in_std(f) && !f.in_runtime && !in_atomic_primitive(f) && !f.memory_function)
-        .or(stack.first())
+    stack.iter().find(|f| is_summary_candidate(f)).or(stack.iter().find(|f| f.elided == 0))
+}
+
+/// The directory of the crate a source file is in (the part before its last `/src/`), for files
+/// outside the current directory (dependencies: `~/.cargo/registry/…/tokio-1.40.0`); `None` for the
+/// user's own files (relative paths) and files without a `src` directory.
+fn dependency_crate(frame: &Frame) -> Option<&str> {
+    let file = frame.file.as_deref().filter(|f| f.starts_with('/') && !in_std(frame))?;
+    file.rfind("/src/").map(|at| &file[..at])
+}
+
+/// The frames a summary names, one per access (current, previous): each access's [`summary_frame`],
+/// except that an access whose first frame is the user's own code while the other access's is in a
+/// dependency names its own frame in that dependency when its stack has one. The race is in the library
+/// both accesses go through (a tokio `LocalSet`'s), not in the test that drove it.
+pub fn racing_frames(report: &RaceReport) -> (Option<&Frame>, Option<&Frame>) {
+    let (a, b) = (&report.current.stack, &report.previous.stack);
+    let (first_a, first_b) = (summary_frame(a), summary_frame(b));
+    let prefer = |stack: &'_ [Frame], mine: Option<&Frame>, other: Option<&Frame>| -> Option<usize> {
+        let mine = mine?;
+        if dependency_crate(mine).is_some() || mine.file.is_none() {
+            return None;
+        }
+        let wanted = dependency_crate(other?)?;
+        stack.iter().position(|f| is_summary_candidate(f) && dependency_crate(f) == Some(wanted))
+    };
+    let pick_a = prefer(a, first_a, first_b).map(|i| &a[i]).or(first_a);
+    let pick_b = prefer(b, first_b, first_a).map(|i| &b[i]).or(first_b);
+    (pick_a, pick_b)
 }
 
 /// The human report, TSan-like, ending with a newline: Rust names without generic arguments, and runs of
@@ -164,9 +255,58 @@ pub fn render_text_with(report: &RaceReport, full_stacks: bool) -> String {
     let _ = writeln!(out, "WARNING: racewatch: data race (pid={})", report.pid);
     render_access(&mut out, &report.current, false, full_stacks);
     render_access(&mut out, &report.previous, true, full_stacks);
+    let _ = writeln!(out, "  {}", location_line(&report.location));
+    for access in [&report.current, &report.previous] {
+        let Some(creation) = &access.creation else { continue };
+        let by = if creation.thread == 0 {
+            "main thread".to_string()
+        } else {
+            thread_label(creation.thread, creation.tid, creation.thread_name.as_deref())
+        };
+        let created = thread_label(access.thread, access.tid, access.thread_name.as_deref());
+        let _ = writeln!(out, "  {} created by {by} at:", capitalize(&created));
+        render_frames(&mut out, &creation.stack, full_stacks, false);
+    }
     let _ = writeln!(out, "SUMMARY: racewatch: {}", summary_with(report, Paths::Short));
     let _ = writeln!(out, "{SEPARATOR}");
     out
+}
+
+/// `thread T2 'name' (tid 123)`.
+fn thread_label(number: u32, tid: i32, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("thread T{number} '{name}' (tid {tid})"),
+        None => format!("thread T{number} (tid {tid})"),
+    }
+}
+
+/// `Location is global 'counter' of size 8 at 0x… (prog+0x4010)`, TSan's words.
+fn location_line(location: &MemoryLocation) -> String {
+    match location {
+        MemoryLocation::Global { name, size, address, module, offset } => {
+            let module = module.rsplit('/').next().unwrap_or(module);
+            let name = without_llvm_suffix(name);
+            format!("Location is global '{name}' of size {size} at {address:#x} ({module}+{offset:#x})")
+        }
+        MemoryLocation::Stack { thread: 0, tid, .. } => format!("Location is stack of main thread (tid {tid})"),
+        MemoryLocation::Stack { thread, tid, thread_name } => {
+            format!("Location is stack of {}", thread_label(*thread, *tid, thread_name.as_deref()))
+        }
+        MemoryLocation::Unknown => "Location is heap or unknown memory".to_string(),
+    }
+}
+
+/// A symbol's name without the `.N` LLVM appends to a global it split or renamed
+/// (`racy_counter::COUNTER.0`).
+fn without_llvm_suffix(name: &str) -> &str {
+    match name.rsplit_once('.') {
+        Some((base, digits))
+            if !base.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            base
+        }
+        _ => name,
+    }
 }
 
 /// The JSON report: one object on one line, ending with a newline.
@@ -175,21 +315,24 @@ pub fn render_json(report: &RaceReport) -> String {
         "kind": "data_race",
         "pid": report.pid,
         "accesses": [access_json(&report.current), access_json(&report.previous)],
+        "location": location_json(&report.location),
         "summary": summary(report),
     });
     format!("{value}\n")
 }
 
-/// `data race <file:line:col> in <function>`, after the current access's
-/// [`summary_frame`], with full paths.
+/// `data race <file:line:col> in <function>`, after the current access's racing frame, then ` / ` and
+/// the previous access's when it is another (see [`racing_frames`]); full paths.
 pub fn summary(report: &RaceReport) -> String {
     summary_with(report, Paths::Full)
 }
 
 fn summary_with(report: &RaceReport, paths: Paths) -> String {
-    match summary_frame(&report.current.stack) {
-        Some(frame) => format!("data race {} in {}", location(frame, paths), function(frame)),
-        None => "data race".to_string(),
+    let named = |frame: &Frame| format!("{} in {}", location(frame, paths), function(frame));
+    match racing_frames(report) {
+        (Some(a), Some(b)) if named(a) != named(b) => format!("data race {} / {}", named(a), named(b)),
+        (Some(frame), _) | (None, Some(frame)) => format!("data race {}", named(frame)),
+        (None, None) => "data race".to_string(),
     }
 }
 
@@ -201,50 +344,93 @@ fn render_access(out: &mut String, access: &AccessReport, previous: bool, full_s
         (true, false) => format!("Previous {kind}"),
         (true, true) => format!("Previous atomic {kind}"),
     };
-    let _ = writeln!(
-        out,
-        "  {what} of size {} at {:#x} by thread T{} (tid {}):",
-        access.size, access.address, access.thread, access.tid
-    );
-    if access.stack.is_empty() {
+    let thread = thread_label(access.thread, access.tid, access.thread_name.as_deref());
+    let test = access.test.as_deref().map(|test| format!(" in test {test}")).unwrap_or_default();
+    let _ = writeln!(out, "  {what} of size {} at {:#x} by {thread}{test}:", access.size, access.address);
+    render_frames(out, &access.stack, full_stacks, true);
+}
+
+/// Prints frames numbered from `#0`. Without `full_stacks`, a run of standard-library frames (and the
+/// Rust runtime's plumbing, `__rust_try`) folds into one `#a..#b` line, except the run's innermost frame
+/// when it is the access itself (`access`: `#0` is the accessing instruction's) and its outermost when
+/// the program's code called it (the `Arc::clone` or `Rc::drop` that raced, the `thread::spawn` that
+/// created a thread); the unnamed frames that end most C stacks fold too. Frames left out of a deep
+/// stack are one `#a..#b (n frames left out)` line in any case.
+fn render_frames(out: &mut String, stack: &[Frame], full_stacks: bool, access: bool) {
+    if stack.is_empty() {
         let _ = writeln!(out, "    <empty stack>");
     }
-    let stack = &access.stack;
+    let mut number = 0usize;
     let mut i = 0;
     while i < stack.len() {
-        // A run of two or more frames of one standard library after the access's own frame: one line.
-        let lib = std_lib(&stack[i]);
-        let run = stack[i..].iter().take_while(|f| lib.is_some() && std_lib(f) == lib).count();
-        if !full_stacks && i > 0 && run >= 2 {
-            let name = if lib == Some(StdLib::Cxx) { "C++" } else { "Rust" };
-            let _ = writeln!(out, "    #{i}..#{} ({run} frames of the {name} standard library)", i + run - 1);
-            i += run;
+        if stack[i].elided > 0 {
+            let n = stack[i].elided;
+            let _ = writeln!(out, "    #{number}..#{} ({n} frames left out)", number + n - 1);
+            number += n;
+            i += 1;
             continue;
         }
-        // The unnamed frames that end most C stacks (libc's `start_thread` and `clone3`, shipped without
-        // symbols): one line naming their modules.
-        let unnamed = &stack[i..];
-        if !full_stacks && i > 0 && unnamed.len() >= 2 && unnamed.iter().all(|f| f.function.is_none()) {
-            let mut modules: Vec<&str> = Vec::new();
-            for f in unnamed {
-                let name = f.module.as_deref().map_or("?", |m| m.rsplit('/').next().unwrap_or(m));
-                if !modules.contains(&name) {
-                    modules.push(name);
+        if !full_stacks {
+            let lib = folded_lib(&stack[i]);
+            let run = stack[i..].iter().take_while(|f| lib.is_some() && folded_lib(f) == lib).count();
+            if run >= 2 {
+                // Kept: the access's own frame, and the frame the program's code called.
+                let keep_first = usize::from(access && i == 0);
+                let called = stack.get(i + run).is_some_and(|f| f.elided == 0 && folded_lib(f).is_none());
+                let keep_last = usize::from(called);
+                let (from, to) = (i + keep_first, i + run - keep_last);
+                if to >= from + 2 {
+                    for frame in &stack[i..from] {
+                        render_frame(out, number, frame, full_stacks);
+                        number += 1;
+                    }
+                    let name = if lib == Some(StdLib::Cxx) { "C++" } else { "Rust" };
+                    let n = to - from;
+                    let _ =
+                        writeln!(out, "    #{number}..#{} ({n} frames of the {name} standard library)", number + n - 1);
+                    number += n;
+                    for frame in &stack[to..i + run] {
+                        render_frame(out, number, frame, full_stacks);
+                        number += 1;
+                    }
+                    i += run;
+                    continue;
                 }
             }
-            let n = unnamed.len();
-            let _ = writeln!(out, "    #{i}..#{} ({n} frames without symbols in {})", i + n - 1, modules.join(", "));
-            break;
+            // The unnamed frames that end most C stacks (libc's `start_thread` and `clone3`, shipped
+            // without symbols): one line naming their modules.
+            let unnamed = &stack[i..];
+            if i > 0 && unnamed.len() >= 2 && unnamed.iter().all(|f| f.function.is_none() && f.elided == 0) {
+                let mut modules: Vec<&str> = Vec::new();
+                for f in unnamed {
+                    let name = f.module.as_deref().map_or("?", |m| m.rsplit('/').next().unwrap_or(m));
+                    if !modules.contains(&name) {
+                        modules.push(name);
+                    }
+                }
+                let n = unnamed.len();
+                let _ = writeln!(
+                    out,
+                    "    #{number}..#{} ({n} frames without symbols in {})",
+                    number + n - 1,
+                    modules.join(", ")
+                );
+                break;
+            }
         }
-        let frame = &stack[i];
-        let name = if full_stacks { function(frame).to_string() } else { without_generics(function(frame)) };
-        let _ = write!(out, "    #{i} {name}");
-        if frame.file.is_some() {
-            let _ = write!(out, " {}", location(frame, Paths::Short));
-        }
-        let _ = writeln!(out, " {}", module_offset(frame));
+        render_frame(out, number, &stack[i], full_stacks);
+        number += 1;
         i += 1;
     }
+}
+
+fn render_frame(out: &mut String, number: usize, frame: &Frame, full_stacks: bool) {
+    let name = if full_stacks { function(frame).to_string() } else { without_generics(function(frame)) };
+    let _ = write!(out, "    #{number} {name}");
+    if frame.file.is_some() {
+        let _ = write!(out, " {}", location(frame, Paths::Short));
+    }
+    let _ = writeln!(out, " {}", module_offset(frame));
 }
 
 fn access_kind(access: &AccessReport) -> &'static str {
@@ -304,18 +490,61 @@ fn module_offset(frame: &Frame) -> String {
 }
 
 fn access_json(access: &AccessReport) -> Value {
-    json!({
+    let mut value = json!({
         "thread": format!("T{}", access.thread),
         "tid": access.tid,
+        "thread_name": access.thread_name,
         "kind": access_kind(access),
         "size": access.size,
         "address": format!("{:#x}", access.address),
         "atomic": access.is_atomic,
-        "stack": access.stack.iter().map(frame_json).collect::<Vec<_>>(),
-    })
+        "stack": stack_json(&access.stack),
+    });
+    if let Some(test) = &access.test {
+        value["test"] = test.as_str().into();
+    }
+    if let Some(creation) = &access.creation {
+        value["created_by"] = json!({
+            "thread": format!("T{}", creation.thread),
+            "tid": creation.tid,
+            "thread_name": creation.thread_name,
+            "stack": stack_json(&creation.stack),
+        });
+    }
+    value
+}
+
+fn location_json(location: &MemoryLocation) -> Value {
+    match location {
+        MemoryLocation::Global { name, size, address, module, offset } => json!({
+            "kind": "global",
+            "name": name,
+            "size": size,
+            "address": format!("{address:#x}"),
+            "module": module,
+            "offset": format!("{offset:#x}"),
+        }),
+        MemoryLocation::Stack { thread, tid, thread_name } => json!({
+            "kind": "stack",
+            "thread": format!("T{thread}"),
+            "tid": tid,
+            "thread_name": thread_name,
+        }),
+        MemoryLocation::Unknown => json!({"kind": "unknown"}),
+    }
+}
+
+/// The frames; frames left out of a deep stack are one entry in their place with every field null but
+/// `"elided_frames": n`.
+fn stack_json(stack: &[Frame]) -> Vec<Value> {
+    stack.iter().map(frame_json).collect()
 }
 
 fn frame_json(frame: &Frame) -> Value {
+    if frame.elided > 0 {
+        return json!({"function": null, "file": null, "line": null, "column": null, "module": null, "offset": null,
+                      "inlined": false, "elided_frames": frame.elided});
+    }
     let mut value = json!({
         "function": frame.function,
         "file": frame.file,
@@ -404,6 +633,7 @@ mod tests {
                 size: 8,
                 address: 0x7f12_3456_7890,
                 stack: short_backtrace(rust_thread_stack()),
+                ..AccessReport::default()
             },
             previous: AccessReport {
                 thread: 1,
@@ -416,7 +646,9 @@ mod tests {
                     Frame { module: Some("/tmp/c_racy".into()), offset: 0x11b4, ..Frame::default() },
                     libc_frame(Some("start_thread")),
                 ]),
+                ..AccessReport::default()
             },
+            location: MemoryLocation::Unknown,
         }
     }
 
@@ -432,10 +664,102 @@ WARNING: racewatch: data race (pid=1234)
   Previous atomic read of size 4 at 0x7f1234567894 by thread T1 (tid 5677):
     #0 <unknown> (c_racy+0x11b4)
     #1 start_thread (libc.so.6+0x891f5)
-SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publish
+  Location is heap or unknown memory
+SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publish / (c_racy+0x11b4) in <unknown>
 ==================
 ";
         assert_eq!(render_text(&sample()), expected);
+    }
+
+    /// A creation stack of the main thread: `main` calling `pthread_create` in a C program.
+    fn creation_of(thread: u32, tid: i32) -> Creation {
+        Creation {
+            thread,
+            tid,
+            thread_name: None,
+            stack: vec![frame("main", "demos/c/racy_named.c", 40, 3, 0x1290, false)],
+        }
+    }
+
+    #[test]
+    fn threads_are_named_with_their_test_and_creation_and_the_memory_is_located() {
+        let mut report = sample();
+        report.current.thread_name = Some("tests::publish_".into());
+        report.current.test = Some("tests::publish_twice".into());
+        report.current.creation = Some(creation_of(0, 1234));
+        report.previous.thread_name = Some("reader".into());
+        report.previous.creation = Some(Creation { thread_name: Some("spawner".into()), ..creation_of(3, 5680) });
+        report.location = MemoryLocation::Global {
+            name: "racy_flag::READY.0".into(),
+            size: 8,
+            address: 0x7f12_3456_7890,
+            module: EXE.into(),
+            offset: 0x5b1d0,
+        };
+        let text = render_text(&report);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[2],
+            "  Write of size 8 at 0x7f1234567890 by thread T2 'tests::publish_' (tid 5678) in test tests::publish_twice:"
+        );
+        assert_eq!(lines[6], "  Previous atomic read of size 4 at 0x7f1234567894 by thread T1 'reader' (tid 5677):");
+        assert_eq!(
+            &lines[9..15],
+            [
+                "  Location is global 'racy_flag::READY' of size 8 at 0x7f1234567890 (racy_flag+0x5b1d0)",
+                "  Thread T2 'tests::publish_' (tid 5678) created by main thread at:",
+                "    #0 main demos/c/racy_named.c:40:3 (racy_flag+0x1290)",
+                "  Thread T1 'reader' (tid 5677) created by thread T3 'spawner' (tid 5680) at:",
+                "    #0 main demos/c/racy_named.c:40:3 (racy_flag+0x1290)",
+                "SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publish / (c_racy+0x11b4) in <unknown>",
+            ],
+            "{text}"
+        );
+        // The same facts in JSON.
+        let json: Value = serde_json::from_str(&render_json(&report)).unwrap();
+        let current = &json["accesses"][0];
+        assert_eq!(
+            (&current["thread_name"], &current["test"]),
+            (&json!("tests::publish_"), &json!("tests::publish_twice"))
+        );
+        assert_eq!(current["created_by"]["thread"], "T0");
+        assert_eq!(current["created_by"]["stack"][0]["function"], "main");
+        assert_eq!(json["accesses"][1]["created_by"]["thread_name"], "spawner");
+        assert_eq!(json["accesses"][1].get("test"), None);
+        assert_eq!(
+            json["location"],
+            json!({"kind": "global", "name": "racy_flag::READY.0", "size": 8, "address": "0x7f1234567890",
+                   "module": EXE, "offset": "0x5b1d0"})
+        );
+        // Stacks and the rest.
+        // A creation stack folds std's frames down to the `spawn` the program called.
+        let spawn = vec![
+            frame(
+                "<std::sys::thread::unix::Thread>::new",
+                &format!("{STD}/std/src/sys/thread/unix.rs"),
+                98,
+                19,
+                0x40,
+                false,
+            ),
+            frame("spawn_unchecked", &format!("{STD}/std/src/thread/lifecycle.rs"), 70, 5, 0x50, true),
+            frame("spawn", &format!("{STD}/std/src/thread/functions.rs"), 131, 20, 0x50, true),
+            frame("racy_flag::main", "demos/src/bin/racy_flag.rs", 28, 42, 0x50, false),
+        ];
+        report.current.creation = Some(Creation { stack: spawn, ..creation_of(0, 1234) });
+        let text = render_text(&report);
+        assert!(
+            text.contains(
+                "created by main thread at:\n    #0..#1 (2 frames of the Rust standard library)\n    #2 spawn library/std/src/thread/functions.rs:131:20 (racy_flag+0x50)\n    #3 racy_flag::main "
+            ),
+            "{text}"
+        );
+        report.location = MemoryLocation::Stack { thread: 0, tid: 1234, thread_name: Some("racy_flag".into()) };
+        assert!(render_text(&report).contains("\n  Location is stack of main thread (tid 1234)\n"));
+        report.location = MemoryLocation::Stack { thread: 4, tid: 1240, thread_name: Some("pool".into()) };
+        assert!(render_text(&report).contains("\n  Location is stack of thread T4 'pool' (tid 1240)\n"));
+        let json: Value = serde_json::from_str(&render_json(&report)).unwrap();
+        assert_eq!(json["location"], json!({"kind": "stack", "thread": "T4", "tid": 1240, "thread_name": "pool"}));
     }
 
     #[test]
@@ -452,8 +776,9 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
         let user = report.current.stack[1].clone();
         report.current.stack = vec![user.clone(), std_frame("a<T>"), std_frame("b"), std_frame("c"), user];
         let text = render_text(&report);
+        // The run's outermost frame is the one the program's code called: kept.
         assert!(
-            text.contains("    #1..#3 (3 frames of the Rust standard library)\n    #4 racy_flag::publish"),
+            text.contains("    #1..#2 (2 frames of the Rust standard library)\n    #3 c library/std/src/thread/mod.rs:1:1 (racy_flag+0x10)\n    #4 racy_flag::publish"),
             "{text}"
         );
         let full = render_text_with(&report, true);
@@ -493,7 +818,99 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
             text.contains("  Atomic read of size 8 at 0x7f1234567890 by thread T2 (tid 5678):\n    <empty stack>\n")
         );
         assert!(text.contains("  Previous write of size 4 at "));
-        assert!(text.contains("SUMMARY: racewatch: data race\n"));
+        assert!(text.contains("SUMMARY: racewatch: data race (c_racy+0x11b4) in <unknown>\n"), "{text}");
+        report.previous.stack.clear();
+        assert!(render_text(&report).contains("SUMMARY: racewatch: data race\n"));
+    }
+
+    #[test]
+    fn std_runs_keep_the_racing_access_and_the_call_into_std_and_fold_plumbing() {
+        let core = |name: &str, file: &str, inlined| frame(name, &format!("{STD}/{file}"), 10, 5, 0x40, inlined);
+        let user = |name: &str, inlined| frame(name, "tests/arc.rs", 20, 9, 0x40, inlined);
+        // `Arc::clone` racing: its atomic add, inlined through two more std frames into the clone the
+        // test called.
+        let stack = vec![
+            core("atomic_add<usize>", "core/src/sync/atomic.rs", true),
+            core("fetch_add", "core/src/sync/atomic.rs", true),
+            core("inner<u64>", "alloc/src/sync.rs", true),
+            core("<alloc::sync::Arc<u64> as core::clone::Clone>::clone", "alloc/src/sync.rs", true),
+            user("arc::share", false),
+            user("{closure#0}", true),
+            core("core::ops::function::FnOnce::call_once", "core/src/ops/function.rs", false),
+            Frame { function: Some("__rust_try".into()), module: Some(EXE.into()), offset: 0x50, ..Frame::default() },
+            core("std::panicking::catch_unwind", "std/src/panicking.rs", true),
+            core("std::panic::catch_unwind", "std/src/panic.rs", false),
+        ];
+        let mut report = sample();
+        report.current.stack = stack;
+        let text = render_text(&report);
+        let current: Vec<&str> = text.lines().skip(3).take_while(|l| l.starts_with("    #")).collect();
+        assert_eq!(
+            current,
+            [
+                "    #0 atomic_add library/core/src/sync/atomic.rs:10:5 (racy_flag+0x40)",
+                "    #1..#2 (2 frames of the Rust standard library)",
+                "    #3 <alloc::sync::Arc as core::clone::Clone>::clone library/alloc/src/sync.rs:10:5 (racy_flag+0x40)",
+                "    #4 arc::share tests/arc.rs:20:9 (racy_flag+0x40)",
+                "    #5 {closure#0} tests/arc.rs:20:9 (racy_flag+0x40)",
+                "    #6..#9 (4 frames of the Rust standard library)",
+            ],
+            "{text}"
+        );
+        // The summary never names the plumbing.
+        assert!(!is_summary_candidate(&report.current.stack[7]));
+    }
+
+    #[test]
+    fn elided_frames_of_a_deep_stack_are_one_numbered_line() {
+        let mut report = sample();
+        let user = |name: &str| frame(name, "src/deep.rs", 3, 1, 0x10, false);
+        report.current.stack =
+            vec![user("access"), user("caller"), Frame { elided: 37, ..Frame::default() }, user("main")];
+        let text = render_text(&report);
+        assert!(
+            text.contains(
+                "    #1 caller src/deep.rs:3:1 (racy_flag+0x10)\n    #2..#38 (37 frames left out)\n    #39 main "
+            ),
+            "{text}"
+        );
+        assert!(render_text_with(&report, true).contains("    #2..#38 (37 frames left out)\n"));
+        let json: Value = serde_json::from_str(&render_json(&report)).unwrap();
+        assert_eq!(json["accesses"][0]["stack"][2]["elided_frames"], 37);
+        assert_eq!(json["accesses"][0]["stack"][2]["function"], Value::Null);
+        assert_eq!(json["accesses"][0]["stack"][3]["function"], "main");
+    }
+
+    #[test]
+    fn summary_names_both_racing_functions_in_the_library_where_they_race() {
+        let tokio = "/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/tokio-1.40.0/src/task/local.rs";
+        let std = |name: &str| frame(name, &format!("{STD}/alloc/src/rc.rs"), 5, 1, 0x10, true);
+        let mut report = sample();
+        // One side drops an `Rc` in the test's future, which tokio's LocalSet runs; the other clones it
+        // inside the LocalSet.
+        report.current.stack = vec![
+            std("<alloc::rc::Rc<u8> as core::ops::drop::Drop>::drop"),
+            frame("{async_block#0}", "tests/local_set.rs", 31, 9, 0x10, true),
+            frame("tokio::task::local::LocalSet::tick", tokio, 700, 21, 0x10, false),
+            frame("local_set::spawn_and_drop", "tests/local_set.rs", 25, 5, 0x10, false),
+        ];
+        report.previous.stack = vec![
+            std("<alloc::rc::Rc<u8> as core::clone::Clone>::clone"),
+            frame("tokio::task::local::Shared::schedule", tokio, 1020, 13, 0x10, false),
+        ];
+        assert_eq!(
+            summary(&report),
+            format!("data race {tokio}:700:21 in tokio::task::local::LocalSet::tick / {tokio}:1020:13 in tokio::task::local::Shared::schedule")
+        );
+        // Two frames of the user's own: both named, each at its line.
+        report.previous.stack = vec![frame("other", "tests/local_set.rs", 40, 2, 0x10, false)];
+        assert_eq!(
+            summary(&report),
+            "data race tests/local_set.rs:31:9 in {async_block#0} / tests/local_set.rs:40:2 in other"
+        );
+        // The same frame on both sides: named once.
+        report.previous.stack = report.current.stack.clone();
+        assert_eq!(summary(&report), "data race tests/local_set.rs:31:9 in {async_block#0}");
     }
 
     #[test]
@@ -526,6 +943,7 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
     fn summary_keeps_full_paths_in_json_and_short_ones_in_text() {
         let mut report = sample();
         report.current.stack.drain(1..);
+        report.previous.stack = report.current.stack.clone();
         let full = format!("data race {STD}/core/src/ptr/mod.rs:2178:9 in write_volatile<u64>");
         assert_eq!(summary(&report), full);
         assert!(render_text(&report)
@@ -538,8 +956,10 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
     fn summary_without_source_names_the_module() {
         let mut report = sample();
         report.current.stack = vec![libc_frame(None)];
+        report.previous.stack = report.current.stack.clone();
         assert_eq!(summary(&report), "data race (libc.so.6+0x891f5) in <unknown>");
         report.current.stack[0].module = None;
+        report.previous.stack[0].module = None;
         assert_eq!(summary(&report), "data race (0x891f5) in <unknown>");
     }
 
@@ -609,10 +1029,11 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
         let expected = json!({
             "kind": "data_race",
             "pid": 1234,
-            "summary": "data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publish",
+            "summary": "data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publish / (c_racy+0x11b4) in <unknown>",
+            "location": {"kind": "unknown"},
             "accesses": [
                 {
-                    "thread": "T2", "tid": 5678, "kind": "write", "size": 8,
+                    "thread": "T2", "tid": 5678, "thread_name": null, "kind": "write", "size": 8,
                     "address": "0x7f1234567890", "atomic": false,
                     "stack": [
                         {"function": "write_volatile<u64>", "file": format!("{STD}/core/src/ptr/mod.rs"),
@@ -624,7 +1045,7 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
                     ],
                 },
                 {
-                    "thread": "T1", "tid": 5677, "kind": "read", "size": 4,
+                    "thread": "T1", "tid": 5677, "thread_name": null, "kind": "read", "size": 4,
                     "address": "0x7f1234567894", "atomic": true,
                     "stack": [
                         {"function": null, "file": null, "line": null, "column": null,

@@ -8,7 +8,7 @@
 
 use crate::event::{AccessRecord, RaceEvent};
 use crate::options::{Options, ReportFormat};
-use crate::report::{self, AccessReport, RaceReport, ThreadNames};
+use crate::report::{self, AccessReport, Creation, MemoryLocation, RaceReport, ThreadNames};
 use crate::symbolize::{Frame, Symbolizer};
 use crate::{log, queue, stats, sys};
 use std::collections::{HashMap, HashSet};
@@ -163,6 +163,8 @@ pub struct Reporter {
     seen_locations: HashSet<(Location, Location)>,
     threads: ThreadNames,
     symbolizer: Symbolizer,
+    /// Whether the executable is a libtest harness (read on the first report).
+    test_harness: Option<bool>,
 }
 
 impl Reporter {
@@ -175,6 +177,7 @@ impl Reporter {
             seen_locations: HashSet::new(),
             threads: ThreadNames::new(pid),
             symbolizer: Symbolizer::new(),
+            test_harness: None,
         }
     }
 
@@ -221,7 +224,7 @@ impl Reporter {
                 record.is_atomic = false;
                 stats::bump(stats::Counter::FenceLabelsPlain);
             }
-            record.is_atomic |= is_atomic_code(stack, &self.config.atomic_code);
+            record.is_atomic |= is_atomic_code(stack, &self.config.atomic_code) || is_core_atomic(stack);
         }
         let both_atomic = current_record.is_atomic && previous_record.is_atomic;
         let mixed = current_record.is_atomic != previous_record.is_atomic;
@@ -241,7 +244,8 @@ impl Reporter {
         // Threads are numbered only once their race is really reported.
         let current = self.access(&current_record, current_stack);
         let previous = self.access(&previous_record, previous_stack);
-        let race_report = RaceReport { pid: self.pid, current, previous };
+        let location = self.memory_location(event.current.addr);
+        let race_report = RaceReport { pid: self.pid, current, previous, location };
         let text = match self.config.format {
             ReportFormat::Text => report::render_text_with(&race_report, self.config.full_stacks),
             ReportFormat::Json => report::render_json(&race_report),
@@ -277,14 +281,136 @@ impl Reporter {
     }
 
     fn access(&mut self, record: &AccessRecord, stack: Vec<Frame>) -> AccessReport {
+        let thread = self.threads.number(record.tid);
+        let thread_name = self.thread_name(record.tid);
+        let stack = report::short_backtrace(self.without_runtime_frames(stack));
+        let creation = if thread == 0 { None } else { self.creation(record.tid) };
+        let test = match &thread_name {
+            Some(name) if thread != 0 && self.is_test_harness() => {
+                // The test's frames are in the thread's stack, or in its creator's (a thread the test
+                // spawned, which inherits the test's name).
+                let created = creation.as_ref().map_or(&[][..], |c| &c.stack[..]);
+                self.test_of(name, &[&stack, created])
+            }
+            _ => None,
+        };
         AccessReport {
-            thread: self.threads.number(record.tid),
+            thread,
             tid: record.tid,
+            thread_name,
+            test,
             is_write: record.is_write,
             is_atomic: record.is_atomic,
             size: record.size,
             address: record.addr,
-            stack: report::short_backtrace(self.without_runtime_frames(stack)),
+            stack,
+            creation,
+        }
+    }
+
+    /// The name of thread `tid` of this process, while it runs (`comm`: at most 15 bytes). A thread
+    /// other than the main one named like the main thread has no name of its own (a new thread inherits
+    /// its creator's): none.
+    fn thread_name(&self, tid: i32) -> Option<String> {
+        if self.pid != std::process::id() || tid <= 0 {
+            return None;
+        }
+        let comm = |tid: i32| {
+            let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
+            Some(comm.trim_end_matches('\n').to_string()).filter(|name| !name.is_empty())
+        };
+        let name = comm(tid)?;
+        (tid == self.pid as i32 || comm(self.pid as i32).as_ref() != Some(&name)).then_some(name)
+    }
+
+    /// Whether the executable is a libtest harness (`racewatch cargo test`'s test binaries).
+    fn is_test_harness(&mut self) -> bool {
+        if self.test_harness.is_none() {
+            let harness = self.symbolizer.executable_functions().iter().any(|f| f.name == "test::test_main_static");
+            self.test_harness = Some(harness);
+        }
+        self.test_harness == Some(true)
+    }
+
+    /// The test a thread of a libtest harness runs: libtest names a test's thread after the test (cut
+    /// to 15 bytes by the kernel), so its name is the start of the test's path. The whole path comes
+    /// from the stacks (the test's function or closure, outermost first: a qualified name, or a bare
+    /// inlined one completing the name's last segment), else from the one function of the executable it
+    /// fits; a name with a module path (`tests::…`) that fits none is shown as it is.
+    fn test_of(&mut self, name: &str, stacks: &[&[Frame]]) -> Option<String> {
+        let fits = |path: &str| if name.len() >= 15 { path.starts_with(name) } else { path == name };
+        let (module, partial) = name.rsplit_once("::").unwrap_or(("", name));
+        for frame in stacks.iter().flat_map(|stack| stack.iter().rev()) {
+            let Some(function) = frame.function.as_deref() else { continue };
+            if let Some(path) = test_path(function).filter(|p| fits(p)) {
+                return Some(path);
+            }
+            let bare = bare_name(function);
+            let completes = if name.len() >= 15 { bare.starts_with(partial) } else { bare == partial };
+            if completes && !bare.is_empty() && !function.contains("::") {
+                return Some(if module.is_empty() { bare } else { format!("{module}::{bare}") });
+            }
+        }
+        let mut paths: Vec<String> = self
+            .symbolizer
+            .executable_functions()
+            .iter()
+            .filter(|f| f.name.contains(name))
+            .filter_map(|f| test_path(&f.name))
+            .filter(|p| fits(p))
+            .collect();
+        paths.sort();
+        paths.dedup();
+        match paths.len() {
+            1 => paths.pop(),
+            _ => name.contains("::").then(|| name.to_string()),
+        }
+    }
+
+    /// Where thread `tid` was created, when racewatch saw it.
+    fn creation(&mut self, tid: i32) -> Option<Creation> {
+        let record = sys::creation::lookup(tid)?;
+        let pcs = record.creation.frames();
+        if pcs.is_empty() {
+            return None;
+        }
+        let mut stack = self.symbolizer.symbolize_return_addresses(pcs);
+        if !self.config.full_stacks {
+            stack.retain(|f| !f.in_runtime);
+        }
+        let creator = record.creation.creator;
+        Some(Creation {
+            thread: self.threads.number(creator),
+            tid: creator,
+            thread_name: self.thread_name(creator),
+            stack: report::short_backtrace(stack),
+        })
+    }
+
+    /// What the memory at `addr` is: a global of a module's symbol table, the stack of a thread
+    /// racewatch knows (or the main thread's `[stack]` mapping), or unknown.
+    fn memory_location(&mut self, addr: u64) -> MemoryLocation {
+        if let Some(symbol) = self.symbolizer.data_symbol(addr) {
+            let offset = symbol.offset.wrapping_sub(addr.wrapping_sub(symbol.address));
+            return MemoryLocation::Global {
+                name: symbol.name,
+                size: symbol.size,
+                address: symbol.address,
+                module: symbol.module,
+                offset,
+            };
+        }
+        let alive = |tid: i32| std::path::Path::new(&format!("/proc/self/task/{tid}")).exists();
+        let on_stack = sys::creation::records()
+            .into_iter()
+            .find(|r| (r.stack.0..r.stack.1).contains(&addr) && alive(r.tid))
+            .map(|r| r.tid)
+            .or_else(|| in_main_stack_mapping(addr).then_some(self.pid as i32));
+        match on_stack {
+            Some(tid) => {
+                MemoryLocation::Stack { thread: self.threads.number(tid), tid, thread_name: self.thread_name(tid) }
+            }
+            None => MemoryLocation::Unknown,
         }
     }
 
@@ -522,6 +648,61 @@ pub fn forget_after_fork() {
     sys::fd::forget_private_table();
 }
 
+/// The path of a test's function in a libtest harness, from a frame's function name:
+/// `my_crate::tests::races::{{closure}}` is `tests::races` (the crate's name and closures left out).
+fn test_path(function: &str) -> Option<String> {
+    let name = racewatch_instrument::symbols::without_generics(function);
+    if name.starts_with('<') {
+        return None;
+    }
+    let mut segments: Vec<&str> = name.split("::").collect();
+    while segments.last().is_some_and(|s| s.starts_with("{closure") || s.starts_with("{{closure")) {
+        segments.pop();
+    }
+    (segments.len() >= 2).then(|| segments[1..].join("::"))
+}
+
+/// A bare (inlined, line-tables-only) function name without generics and closures: `races` for
+/// `races<u8>`, `` for `{closure#0}`.
+fn bare_name(function: &str) -> String {
+    let name = racewatch_instrument::symbols::without_generics(function);
+    if name.starts_with('{') {
+        String::new()
+    } else {
+        name
+    }
+}
+
+/// Whether `addr` lies in the main thread's stack mapping (`[stack]` in `/proc/self/maps`).
+fn in_main_stack_mapping(addr: u64) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
+    maps.lines().filter(|l| l.ends_with("[stack]")).any(|line| {
+        let range = line.split_whitespace().next().unwrap_or("");
+        let Some((lo, hi)) = range.split_once('-') else { return false };
+        let parse = |h: &str| u64::from_str_radix(h, 16).ok();
+        matches!((parse(lo), parse(hi)), (Some(lo), Some(hi)) if (lo..hi).contains(&addr))
+    })
+}
+
+/// Whether the debug info places the access in `core::sync::atomic`: an atomic whose `sanmd_atomics2`
+/// tag an optimisation lost (two relaxed loads merged into one plain `mov`, as in `Arc::downgrade`'s
+/// compare-exchange loop), like `racewatch verify`'s notes (see
+/// `racewatch_instrument::tags::is_core_atomic_access`). A line borrowed from a neighbouring
+/// instruction (`~`) is not the access's own and never counts.
+fn is_core_atomic(stack: &[Frame]) -> bool {
+    let Some(first) = stack.first().filter(|f| f.elided == 0) else { return false };
+    let line = if first.line_approximate { 0 } else { first.line.unwrap_or(0) };
+    let caller = stack.get(1).filter(|_| first.inlined);
+    racewatch_instrument::tags::is_core_atomic_access(&racewatch_instrument::tags::Innermost {
+        file: first.file.as_deref(),
+        line,
+        function: first.function.as_deref(),
+        inlined: first.inlined,
+        caller_file: caller.and_then(|c| c.file.as_deref()),
+        caller_line: caller.and_then(|c| c.line).unwrap_or(0),
+    })
+}
+
 /// Whether the access's own frame (innermost, inlined included) is in atomic inline-assembly code: a
 /// built-in rule (`racewatch_instrument::tags::ASM_ATOMIC_CODE`) or one of the user's `atomic_code`
 /// `patterns`. Not for an approximate line: that is a neighbouring instruction's (a plain load next to
@@ -554,6 +735,52 @@ mod tests {
         assert!(!is_atomic_code(&[at("include/ck_stack.h", false)], &[]));
         assert!(is_atomic_code(&[at("include/ck_stack.h", false)], &["pop_mpmc".to_string()]));
         assert!(!is_atomic_code(&[], &[]));
+    }
+
+    #[test]
+    fn accesses_that_the_debug_info_places_in_core_sync_atomic_are_atomic() {
+        let atomic = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src/sync/atomic.rs";
+        let sync = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/alloc/src/sync.rs";
+        let frame = |function: &str, file: &str, line: u32, inlined: bool| Frame {
+            function: Some(function.into()),
+            file: Some(file.into()),
+            line: Some(line),
+            inlined,
+            ..Frame::default()
+        };
+        // Arc::downgrade's merged relaxed load: `atomic_load` inlined through `load` into `downgrade`.
+        let load = vec![
+            frame("atomic_load<usize>", atomic, 3890, true),
+            frame("load", atomic, 2844, true),
+            frame("downgrade<u64, alloc::alloc::Global>", sync, 0, true),
+            frame("clean_arc_downgrade::downgrade", "demos/src/bin/clean_arc_downgrade.rs", 12, false),
+        ];
+        assert!(is_core_atomic(&load));
+        // Its line borrowed from a neighbour (the PC's own is 0) says nothing...
+        let mut borrowed = load.clone();
+        borrowed[0].line_approximate = true;
+        borrowed[0].inlined = false;
+        assert!(!is_core_atomic(&borrowed));
+        // ...but line 0 inside a function that atomic.rs code inlined is still the atomic.
+        let mut merged = load.clone();
+        merged[0].line = None;
+        assert!(is_core_atomic(&merged));
+        // Line 0 in `downgrade` itself (the scope of two merged loads), or a borrowed line of it: plain.
+        let outer = load[2..].to_vec();
+        assert!(!is_core_atomic(&outer));
+        // A plain `ptr::write` is not atomic, nor is an access of the program's own code.
+        assert!(!is_core_atomic(&[frame("write<u64>", "/rustc/x/library/core/src/ptr/mod.rs", 1600, false)]));
+        assert!(!is_core_atomic(&load[3..]));
+        assert!(!is_core_atomic(&[]));
+    }
+
+    #[test]
+    fn test_paths_come_from_function_names_without_crate_and_closures() {
+        assert_eq!(test_path("racy::tests::races::{{closure}}").as_deref(), Some("tests::races"));
+        assert_eq!(test_path("racy::tests::races::{closure#0}<u8>").as_deref(), Some("tests::races"));
+        assert_eq!(test_path("racy::races").as_deref(), Some("races"));
+        assert_eq!(test_path("races"), None);
+        assert_eq!(test_path("<alloc::sync::Arc<T> as core::clone::Clone>::clone"), None);
     }
 
     #[test]

@@ -47,8 +47,27 @@ pub struct Frame {
     /// access's own frame, but never the one a summary names (that is its covered caller).
     pub memory_function: bool,
     /// The debug info gave this PC line 0 (a load the compiler hoisted or merged from several lines):
-    /// `line` is the nearest real line of the same code instead.
+    /// `line` is the nearest real line of the same code (the same innermost inlined function) instead.
+    /// When no such line is near, `line` is `None`: a neighbour's line would be another function's.
     pub line_approximate: bool,
+    /// Not a frame: the place of the frames left out of a deep stack, and how many (see
+    /// [`crate::event::Stack`]); every other field is empty.
+    pub elided: usize,
+}
+
+/// A global or static variable found in a module's symbol table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataSymbol {
+    /// Demangled name (`racy_counter::COUNTER`, `counter`).
+    pub name: String,
+    /// Its size in bytes (0 when the symbol table does not say).
+    pub size: u64,
+    /// Run-time address of its first byte.
+    pub address: u64,
+    /// Path of the module that defines it.
+    pub module: String,
+    /// The address asked about, in the module's own address space.
+    pub offset: u64,
 }
 
 /// Maps runtime PCs to frames. Build and use it on one ordinary thread.
@@ -73,8 +92,45 @@ impl Symbolizer {
 
     /// Symbolizes every frame of a captured stack: `pcs[0]` is looked up as
     /// is, return addresses (frames >= 1) at `pc - 1` so they name the call.
+    /// Frames left out of a deep stack are one placeholder frame ([`Frame::elided`]) in their place.
     pub fn symbolize_stack(&mut self, stack: &Stack) -> Vec<Frame> {
-        stack.frames().iter().enumerate().flat_map(|(i, &pc)| self.symbolize_pc(pc, i > 0)).collect()
+        let elision = stack.elision();
+        let mut frames = Vec::new();
+        for (i, &pc) in stack.frames().iter().enumerate() {
+            if let Some((_, count)) = elision.filter(|&(at, _)| at == i) {
+                frames.push(Frame { elided: count, ..Frame::default() });
+            }
+            frames.extend(self.symbolize_pc(pc, i > 0));
+        }
+        frames
+    }
+
+    /// Symbolizes return addresses (a thread's creation stack), innermost first.
+    pub fn symbolize_return_addresses(&mut self, pcs: &[u64]) -> Vec<Frame> {
+        pcs.iter().flat_map(|&pc| self.symbolize_pc(pc, true)).collect()
+    }
+
+    /// The global or static variable of a loaded module's symbol table that holds `addr`.
+    pub fn data_symbol(&mut self, addr: u64) -> Option<DataSymbol> {
+        let module = modules::module_of(addr).filter(|m| !m.path.is_empty() && m.path.contains('/'))?;
+        let offset = addr.wrapping_sub(module.bias);
+        let path = PathBuf::from(&module.path);
+        let file = self.files.entry(path.clone()).or_insert_with(|| ModuleFile::open(&path));
+        let object = find_function(&file.symbols().objects, offset)?;
+        Some(DataSymbol {
+            name: object.name.clone(),
+            size: object.size,
+            address: object.address.wrapping_add(module.bias),
+            module: module.path,
+            offset,
+        })
+    }
+
+    /// The executable's functions (from its symbol table), sorted by address.
+    pub fn executable_functions(&mut self) -> &[Function] {
+        let Ok(path) = std::env::current_exe() else { return &[] };
+        let file = self.files.entry(path.clone()).or_insert_with(|| ModuleFile::open(&path));
+        &file.symbols().functions
     }
 
     /// Symbolizes one runtime PC of this process; never empty.
@@ -107,8 +163,13 @@ impl Symbolizer {
         // DWARF names as found (mangled or bare), innermost first.
         let mut dwarf_names = Vec::new();
         let mut frames = Vec::new();
+        // The innermost function's DIE: the scope a line borrowed for a line-0 PC must come from.
+        let mut innermost = None;
         if let Some(Ok(mut iter)) = file.loader.as_ref().map(|loader| loader.find_frames(probe)) {
             while let Ok(Some(found)) = iter.next() {
+                if frames.is_empty() {
+                    innermost = Some(scope_of(&found));
+                }
                 dwarf_names.push(found.function.as_ref().and_then(|f| f.raw_name().ok()).map(|n| n.into_owned()));
                 let (file, line, column) = match found.location {
                     Some(loc) => (loc.file.map(|f| display_path(f, cwd.as_deref())), loc.line, loc.column),
@@ -125,15 +186,16 @@ impl Symbolizer {
                 });
             }
         }
-        if let (Some(first), Some(loader)) = (frames.first_mut(), file.loader.as_ref()) {
+        if let (Some(first), Some(loader), Some(scope)) = (frames.first_mut(), file.loader.as_ref(), &innermost) {
             if first.line.is_none_or(|l| l == 0) {
-                // Rows of the same file only (a line-0 row usually keeps its file): the nearest row may be
-                // another inlined function's, from another file (an atomic primitive's header).
-                let own_file = loader.find_location(probe).ok().flatten().and_then(|l| l.file).map(str::to_string);
-                if let Some((near_file, line)) = nearest_line(loader, probe, own_file.as_deref()) {
+                // Rows of the same innermost function only: the nearest row may be another inlined
+                // function's (an atomic primitive's, the caller's next statement), whose line would name
+                // other code. Without one, the frame keeps its function and its row's file, no line.
+                first.line = None;
+                first.column = None;
+                if let Some((near_file, line)) = nearest_line(loader, probe, scope) {
                     first.file = Some(display_path(&near_file, cwd.as_deref()));
                     first.line = Some(line);
-                    first.column = None;
                     first.line_approximate = true;
                 }
             }
@@ -225,54 +287,77 @@ fn runtime_library() -> Option<String> {
     (Path::new(&module.path) != exe).then_some(module.path)
 }
 
-/// What one module file can tell: DWARF (through addr2line) and ELF function symbols.
+/// What one module file can tell: DWARF (through addr2line) and ELF symbols.
 struct ModuleFile {
     path: PathBuf,
     loader: Option<addr2line::Loader>,
     /// Read on first need.
-    functions: OnceCell<Vec<Function>>,
+    symbols: OnceCell<Symbols>,
+}
+
+/// A module's symbol table: functions and data objects, each sorted by address.
+#[derive(Default)]
+struct Symbols {
+    functions: Vec<Function>,
+    objects: Vec<Function>,
 }
 
 impl ModuleFile {
     /// Loads the DWARF of `path` (none when it has none or cannot be read).
     fn open(path: &Path) -> ModuleFile {
-        let functions = OnceCell::new();
+        let symbols = OnceCell::new();
         if !room_to_load(path) {
             // Under a tight RLIMIT_AS, loading debug info could fail an allocation (an abort): show
             // raw module offsets instead.
-            let _ = functions.set(Vec::new());
+            let _ = symbols.set(Symbols::default());
             crate::log::warn(format_args!(
                 "too little address space left (RLIMIT_AS) to read {}: its frames are shown as offsets",
                 path.display()
             ));
-            return ModuleFile { path: path.to_path_buf(), loader: None, functions };
+            return ModuleFile { path: path.to_path_buf(), loader: None, symbols };
         }
-        ModuleFile { path: path.to_path_buf(), loader: addr2line::Loader::new(path).ok(), functions }
+        ModuleFile { path: path.to_path_buf(), loader: addr2line::Loader::new(path).ok(), symbols }
     }
 
-    /// The symbol-table function containing `addr` (demangled); none for unreadable or non-ELF files.
-    fn function_at(&self, addr: u64) -> Option<&Function> {
-        let functions = self.functions.get_or_init(|| {
+    /// The symbol table (demangled); empty for unreadable or non-ELF files.
+    fn symbols(&self) -> &Symbols {
+        self.symbols.get_or_init(|| {
             // Read through a high descriptor: the program may be closing every descriptor meanwhile.
             crate::sys::fd::read_file(&self.path)
                 .ok()
                 .and_then(|bytes| racewatch_instrument::elf::Module::from_bytes(&self.path, bytes).ok())
-                .map(|m| m.functions)
+                .map(|m| Symbols { functions: m.functions, objects: m.objects })
                 .unwrap_or_default()
-        });
-        find_function(functions, addr)
+        })
+    }
+
+    /// The symbol-table function containing `addr` (demangled).
+    fn function_at(&self, addr: u64) -> Option<&Function> {
+        find_function(&self.symbols().functions, addr)
     }
 }
 
+/// Which function a frame of addr2line is: its DIE (inlined instance or subprogram) and name.
+type Scope = (Option<u64>, Option<String>);
+
+fn scope_of<R: addr2line::gimli::Reader>(frame: &addr2line::Frame<'_, R>) -> Scope {
+    use addr2line::gimli::ReaderOffset;
+    let die = frame.dw_die_offset.map(|o| o.0.into_u64());
+    let name = frame.function.as_ref().and_then(|f| f.raw_name().ok()).map(|n| n.into_owned());
+    (die, name)
+}
+
 /// The nearest line-table row with a real line around `addr` (forward first: a hoisted load's line is
-/// usually the use that follows), within a few instructions, in `file` when given.
-fn nearest_line(loader: &addr2line::Loader, addr: u64, file: Option<&str>) -> Option<(String, u32)> {
+/// usually the use that follows), within a few instructions, whose innermost function is `scope`.
+fn nearest_line(loader: &addr2line::Loader, addr: u64, scope: &Scope) -> Option<(String, u32)> {
     const REACH: u64 = 32;
     let at = |a: u64| {
         let loc = loader.find_location(a).ok()??;
         let line = loc.line.filter(|&l| l > 0)?;
-        let near = loc.file?;
-        file.is_none_or(|f| f == near).then(|| (near.to_string(), line))
+        let near = loc.file?.to_string();
+        let mut frames = loader.find_frames(a).ok()?;
+        let first = frames.next().ok()??;
+        (scope_of(&first) == *scope).then_some((near, line))
     };
     (1..=REACH).find_map(|d| at(addr + d).or_else(|| at(addr.checked_sub(d)?)))
 }

@@ -99,12 +99,95 @@ fn text_report_names_both_stacks_and_threads() {
     let reader =
         format!("    #0 report_reporter::reader_side tests/report_reporter.rs:{READER_LINE} (report_reporter-");
     assert!(lines[5].starts_with(&reader), "{text}");
+    // 0x7f0000001000 is no variable of this process.
+    assert_eq!(lines[6], "  Location is heap or unknown memory");
     assert_eq!(
-        lines[6],
-        format!("SUMMARY: racewatch: data race tests/report_reporter.rs:{WRITER_LINE} in report_reporter::writer_side")
+        lines[7],
+        format!(
+            "SUMMARY: racewatch: data race tests/report_reporter.rs:{WRITER_LINE} in report_reporter::writer_side / \
+             tests/report_reporter.rs:{READER_LINE} in report_reporter::reader_side"
+        )
     );
-    assert_eq!(lines[7], report::SEPARATOR);
-    assert_eq!(lines.len(), 8);
+    assert_eq!(lines[8], report::SEPARATOR);
+    assert_eq!(lines.len(), 9);
+}
+
+#[inline(never)]
+fn send_local_and_wait(ready: &std::sync::mpsc::Sender<(i32, u64)>, done: &std::sync::mpsc::Receiver<()>) {
+    let local = 0u64;
+    ready.send((racewatch::sys::thread::gettid(), std::hint::black_box(&local) as *const u64 as u64)).unwrap();
+    done.recv().unwrap();
+}
+
+/// A global of this test binary, raced on in the reports below.
+static SHARED_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The test's own thread (libtest names it after the test), a named thread this test creates with a
+/// recorded creation, and the memory: a global, then a recorded thread's stack. (The same facts in
+/// JSON: `report`'s unit tests.)
+#[test]
+fn reports_name_threads_their_test_their_creation_and_the_memory() {
+    use racewatch::sys::creation::{self, Creation};
+    let pid = std::process::id();
+    let me = racewatch::sys::thread::gettid();
+    SHARED_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let global = &SHARED_COUNTER as *const _ as u64;
+    // A named thread, created "by" this test's thread at writer_side (a return address inside it).
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let creator = Creation { creator: me, len: 1, pcs: [pc_of(writer_side) + 4; creation::FRAMES] };
+    let helper = std::thread::Builder::new()
+        .name("rw-helper".into())
+        .spawn(move || {
+            creation::started(&creator, 256 << 10);
+            // Below the frame that recorded the stack, as the program's frames are below the interposer's.
+            send_local_and_wait(&ready_tx, &done_rx);
+        })
+        .unwrap();
+    let (helper_tid, helper_local) = ready_rx.recv().unwrap();
+
+    let mut race = event(helper_tid, me);
+    race.current.addr = global;
+    race.previous.addr = global;
+    let mut reporter = Reporter::new(config(ReportFormat::Text, &[]), pid);
+    let text = reporter.render(&race).expect("a report");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[2],
+        format!("  Write of size 8 at {global:#x} by thread T1 'rw-helper' (tid {helper_tid}):"),
+        "{text}"
+    );
+    // libtest's thread for this test: its name is the test's (cut to 15 bytes), resolved to the whole
+    // path from the binary's functions.
+    let test = "reports_name_threads_their_test_their_creation_and_the_memory";
+    assert_eq!(
+        lines[4],
+        format!("  Previous read of size 8 at {global:#x} by thread T2 '{}' (tid {me}) in test {test}:", &test[..15]),
+        "{text}"
+    );
+    assert!(
+        lines[6].starts_with(&format!(
+            "  Location is global 'report_reporter::SHARED_COUNTER' of size 8 at {global:#x} (report_reporter-"
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        lines[7],
+        format!("  Thread T1 'rw-helper' (tid {helper_tid}) created by thread T2 '{}' (tid {me}) at:", &test[..15]),
+        "{text}"
+    );
+    assert!(lines[8].starts_with("    #0 report_reporter::writer_side tests/report_reporter.rs:"), "{text}");
+    // No creation known for this test's thread (libtest made it before anything was recorded).
+    assert!(lines[9].starts_with("SUMMARY: "), "{text}");
+
+    // Another pair of lines (the same reporter: its debug info is read once), on the helper's stack.
+    let mut race = event(helper_tid, me);
+    race.previous = record(me, writer_side, false, helper_local);
+    race.current.addr = helper_local;
+    let text = reporter.render(&race).expect("a report");
+    assert!(text.contains(&format!("\n  Location is stack of thread T1 'rw-helper' (tid {helper_tid})\n")), "{text}");
+    done_tx.send(()).unwrap();
+    helper.join().unwrap();
 }
 
 #[test]

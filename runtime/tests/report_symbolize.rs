@@ -273,3 +273,97 @@ fn a_hoisted_load_with_line_zero_gets_the_nearest_line_marked_approximate() {
     assert!(matches!(frame.line, Some(20..=28)), "a line of pick: {frames:?}");
     assert_eq!(frame.function.as_deref(), Some("pick"));
 }
+
+const ARC_PROGRAM: &str = r#"
+use std::sync::{Arc, Weak};
+#[inline(never)]
+fn downgrade(shared: &Arc<u64>) -> Weak<u64> {
+    Arc::downgrade(shared)
+}
+fn main() {
+    let shared = Arc::new(std::env::args().count() as u64);
+    let weak = downgrade(&shared);
+    std::process::exit(weak.upgrade().map_or(1, |v| *v as i32 - 1));
+}
+"#;
+
+/// The innermost function at `addr` by the debug info: its DIE and name (the oracle for
+/// `a_borrowed_line_is_one_of_the_same_inlined_function`).
+fn innermost_scope(loader: &addr2line::Loader, addr: u64) -> Option<(u64, String)> {
+    use addr2line::gimli::ReaderOffset;
+    let mut frames = loader.find_frames(addr).ok()?;
+    let first = frames.next().ok()??;
+    let name = first.function.as_ref()?.raw_name().ok()?.into_owned();
+    Some((first.dw_die_offset?.0.into_u64(), name))
+}
+
+/// A PC the debug info gives line 0 shows the nearest line of the same innermost (inlined) function
+/// with `~`, or no line at all: never a neighbouring instruction's line of other code. In
+/// `Arc::downgrade`, the `mov` of its compare-exchange loop's merged relaxed loads is `atomic_load`'s
+/// (atomic.rs:3890) and the line-0 instruction after it is `downgrade`'s: borrowing the line before
+/// would show `downgrade` at a line of `atomic_load`.
+#[test]
+fn a_borrowed_line_is_one_of_the_same_inlined_function() {
+    let rustc = std::env::var_os("RUSTC").map(PathBuf::from).unwrap_or_else(|| "rustc".into());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report_symbolize").join("arc");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("arc.rs");
+    std::fs::write(&src, ARC_PROGRAM).unwrap();
+    let binary = dir.join("arc");
+    let out = Command::new(rustc)
+        .args(["--edition", "2021", "-O", "-Cforce-frame-pointers=yes", "-Cdebuginfo=line-tables-only"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&binary)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "rustc failed: {}", String::from_utf8_lossy(&out.stderr));
+    let bytes = std::fs::read(&binary).unwrap();
+    let elf = Elf::parse(&bytes).unwrap();
+    let downgrade = elf
+        .syms
+        .iter()
+        .filter_map(|s| Some((elf.strtab.get_at(s.st_name)?, s)))
+        .find(|(name, s)| s.is_function() && racewatch_instrument::symbols::demangle(name).ends_with("arc::downgrade"))
+        .map(|(name, _)| name.to_string())
+        .expect("arc::downgrade in the symbol table");
+    let (start, code) = function_code(&bytes, &downgrade);
+    let loader = addr2line::Loader::new(&binary).unwrap();
+    let mut symbolizer = Symbolizer::new();
+    let (mut line_zero, mut other_code_nearer) = (0, 0);
+    for insn in Decoder::with_ip(64, &code, start, DecoderOptions::NONE) {
+        let pc = insn.ip();
+        let own = loader.find_location(pc).ok().flatten().and_then(|l| l.line).filter(|&l| l > 0);
+        if own.is_some() {
+            continue;
+        }
+        line_zero += 1;
+        let scope = innermost_scope(&loader, pc);
+        // The nearest row with a line (of any function), the old rule's pick, and the nearest of
+        // the same function.
+        let row = |a: u64| loader.find_location(a).ok().flatten().filter(|l| l.line.is_some_and(|n| n > 0));
+        let near = (1..=32u64).flat_map(|d| [pc + d, pc - d]).find(|&a| row(a).is_some());
+        if near.is_some_and(|a| innermost_scope(&loader, a) != scope) {
+            other_code_nearer += 1;
+        }
+        let same = (1..=32u64)
+            .flat_map(|d| [pc + d, pc - d])
+            .find(|&a| row(a).is_some() && innermost_scope(&loader, a) == scope);
+        let frames = symbolizer.symbolize_in_module(&binary, pc, false);
+        let frame = &frames[0];
+        match same.and_then(row) {
+            Some(expected) => {
+                assert!(frame.line_approximate, "{pc:#x}: {frames:?}");
+                assert_eq!(frame.line, expected.line, "{pc:#x}: the line of the same function: {frames:?}");
+                assert_eq!(file_name(frame), expected.file.map(|f| f.rsplit('/').next().unwrap()), "{pc:#x}");
+            }
+            None => assert!(
+                frame.line.is_none() && !frame.line_approximate,
+                "{pc:#x}: no line of its own code near: {frames:?}"
+            ),
+        }
+    }
+    assert!(line_zero > 0, "no line-0 instruction in downgrade: the test sees nothing");
+    assert!(other_code_nearer > 0, "no line-0 instruction whose nearest line is other code's: the test proves little");
+}

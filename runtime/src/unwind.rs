@@ -150,26 +150,32 @@ pub fn capture_here(out: &mut [u64]) -> usize {
 /// Fills in where the calling thread is creating a thread (`creation.creator` is its tid): the return
 /// addresses of racewatch's own frames, out to the program's code that called racewatch, then of the
 /// program's frames. racewatch's own frames (built without frame pointers) are stepped over by their
-/// CFI, the program's by their frame pointers (the Rust standard library and code built with racewatch's flags keep them; a frame
-/// without one ends the walk), reading the thread's own stack in place: no system call when the
-/// thread's stack bounds are recorded ([`creation::OwnStack`]), one 2 KiB copy otherwise. A few
-/// hundred nanoseconds on a stack of ten frames.
+/// CFI, the program's by their frame pointers (the Rust standard library and code built with
+/// racewatch's flags keep them; a frame without one ends the walk), reading the thread's own stack in
+/// place: no system call when the thread's stack bounds are recorded ([`creation::OwnStack`]), one per
+/// word otherwise. The walk runs on a runtime stack with every signal held (the CFI evaluator's rules
+/// take about 4 KiB, which a thread with a small stack may not have to spare); without a free runtime
+/// stack nothing is recorded. About 2.8 µs for a stack of five frames.
 #[inline(never)]
 pub fn capture_creation(creation: &mut Creation) {
-    const MAX_FRAME_SIZE: u64 = 16 << 20;
     let regs = current_regs();
     let own = OwnStack::of_current(creation.creator, regs.rsp());
-    let mut buffer = [0u8; 2048];
-    let stack = match own {
-        Some(own) => StackCopy { base: 0, bytes: &[], own: Some(own) },
-        None => {
-            let copied = mem::read_into(regs.rsp(), &mut buffer);
-            StackCopy { base: regs.rsp(), bytes: &buffer[..copied], own: None }
-        }
-    };
+    let held = crate::sys::raw::sigprocmask(libc::SIG_SETMASK, Some(u64::MAX));
+    crate::sys::stacks::run_on_runtime_stack(crate::sys::stacks::current_sp(), &mut || {
+        walk_creation(&regs, own, creation);
+    });
+    if let Some(old) = held {
+        crate::sys::raw::sigprocmask(libc::SIG_SETMASK, Some(old));
+    }
+}
+
+/// [`capture_creation`]'s walk from the registers of its frame.
+fn walk_creation(regs: &Regs, own: Option<OwnStack>, creation: &mut Creation) {
+    const MAX_FRAME_SIZE: u64 = 16 << 20;
+    let stack = StackCopy { base: 0, bytes: &[], own };
     // racewatch's own frames, by their CFI, out to the program's caller (kept: the reporter leaves
     // them out).
-    let mut frame = Frame::from_regs(&regs);
+    let mut frame = Frame::from_regs(regs);
     let mut lookup = frame.pc;
     let mut len = 0;
     while len < creation::FRAMES {
@@ -347,6 +353,7 @@ mod tests {
     #[test]
     fn creation_stacks_walk_the_creating_thread() {
         unwind_info::refresh();
+        assert!(crate::sys::stacks::init_pool(), "runtime stacks");
         let start = create_deeper as fn(u32, &mut Creation) as usize as u64;
         let _serial = creation::FIRST_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let (with_bounds, without, ns) = std::thread::spawn(move || {

@@ -113,7 +113,9 @@ pub fn record_this_thread() {
         }
         (addr as u64, addr as u64 + size as u64)
     };
-    *FIRST.lock() = Record { tid: raw::gettid(), thread: this_thread(), creation: Creation::NONE, stack };
+    if let Some(mut first) = try_lock(&FIRST) {
+        *first = Record { tid: raw::gettid(), thread: this_thread(), creation: Creation::NONE, stack };
+    }
 }
 
 fn this_thread() -> u64 {
@@ -123,8 +125,22 @@ fn this_thread() -> u64 {
 
 fn record(record: Record) {
     let slot = record.tid as u32 as usize % SLOTS;
-    *TABLE[slot].lock() = record;
-    USED[slot / 64].fetch_or(1 << (slot % 64), Ordering::Release);
+    if let Some(mut entry) = try_lock(&TABLE[slot]) {
+        *entry = record;
+        USED[slot / 64].fetch_or(1 << (slot % 64), Ordering::Release);
+    }
+}
+
+/// The lock of a record, unless another thread holds it for long (a forked child's copy of a lock a
+/// thread of the parent held at the fork stays locked forever): then nothing is recorded or found.
+fn try_lock(record: &spin::Mutex<Record>) -> Option<spin::MutexGuard<'_, Record>> {
+    for _ in 0..10_000 {
+        if let Some(guard) = record.try_lock() {
+            return Some(guard);
+        }
+        std::hint::spin_loop();
+    }
+    None
 }
 
 /// The part of the calling thread's own stack from the stack pointer `sp` (the caller's, in a frame of
@@ -166,24 +182,24 @@ pub fn lookup(tid: i32) -> Option<Record> {
     if tid <= 0 {
         return None;
     }
-    let first = *FIRST.lock();
+    let first = try_lock(&FIRST).map_or(Record::EMPTY, |first| *first);
     if first.tid == tid {
         return Some(first);
     }
-    let record = *TABLE[tid as u32 as usize % SLOTS].lock();
+    let record = *try_lock(&TABLE[tid as u32 as usize % SLOTS])?;
     (record.tid == tid).then_some(record)
 }
 
 /// Every record written so far (in a forked child, the parent's too: check that a tid still lives).
 pub fn records() -> Vec<Record> {
-    let first = *FIRST.lock();
+    let first = try_lock(&FIRST).map_or(Record::EMPTY, |first| *first);
     let mut found: Vec<Record> = Some(first).filter(|r| r.tid != 0).into_iter().collect();
     for (word, bits) in USED.iter().enumerate() {
         let mut bits = bits.load(Ordering::Acquire);
         while bits != 0 {
             let slot = word * 64 + bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            let record = *TABLE[slot].lock();
+            let Some(record) = try_lock(&TABLE[slot]).map(|r| *r) else { continue };
             if record.tid != 0 && record.tid != first.tid {
                 found.push(record);
             }
@@ -245,6 +261,24 @@ mod tests {
         assert!(records().iter().any(|r| r.tid == tid));
         assert_eq!(lookup(tid + SLOTS as i32), None, "another tid of the same slot");
         assert_eq!(lookup(0), None);
+    }
+
+    #[test]
+    fn a_record_locked_for_good_is_skipped_not_waited_for() {
+        let creation = Creation { creator: 9, len: 0, pcs: [0; FRAMES] };
+        let tid = std::thread::spawn(move || {
+            started(&creation, 64 << 10);
+            raw::gettid()
+        })
+        .join()
+        .unwrap();
+        assert!(lookup(tid).is_some());
+        // As in a forked child whose parent's thread held the lock at the fork.
+        let held = TABLE[tid as u32 as usize % SLOTS].lock();
+        assert_eq!(lookup(tid), None);
+        assert!(records().iter().all(|r| r.tid != tid));
+        drop(held);
+        assert!(lookup(tid).is_some());
     }
 
     #[test]

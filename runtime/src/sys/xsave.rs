@@ -25,7 +25,14 @@ pub fn init() {
     #[allow(unused_unsafe)]
     let (max_leaf, component) = unsafe {
         let max = core::arch::x86_64::__cpuid(0).eax;
-        (max, if max >= 0xd { core::arch::x86_64::__cpuid_count(0xd, OPMASK_COMPONENT) } else { core::arch::x86_64::__cpuid(0) })
+        (
+            max,
+            if max >= 0xd {
+                core::arch::x86_64::__cpuid_count(0xd, OPMASK_COMPONENT)
+            } else {
+                core::arch::x86_64::__cpuid(0)
+            },
+        )
     };
     // EAX: the component's size (64 with AVX-512), EBX: its offset.
     if max_leaf >= 0xd && component.eax >= 64 && component.ebx >= 576 {

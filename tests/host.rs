@@ -1088,8 +1088,6 @@ host_cases!(
     own_sigtrap_handler_without_sa_restart,
     own_sigtrap_ignored_sleep_not_interrupted,
     own_sigtrap_handler_without_sa_onstack,
-    // Not promised (README, "Guarantees"): the kernel lets no thread hand a kill()'s signal to another.
-    #[ignore = "not promised: a kill() while every thread blocks SIGTRAP stays pending in the thread the kernel picked"]
     own_sigtrap_blocked_process_directed_sigtimedwait,
     own_sigtrap_handler_int3_on_altstack,
     exec_keeps_sigtrap_blocked,

@@ -88,6 +88,7 @@ fn start(opts: &Options) -> bool {
         check_tracer();
     }
     reporter::on_tick(check_tracer);
+    signal::on_step_aside(sampler::stop);
     reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
         log::warn(format_args!("{err}; race detection disabled"));
@@ -116,6 +117,9 @@ pub fn thread_hook(start: &thread::ThreadStart) {
 /// Pauses sampling while a tracer (a debugger, `strace`, a ptrace supervisor) is attached: every signal
 /// of the runtime's would stop the process for it. Sampling resumes when the tracer detaches.
 fn check_tracer() {
+    if signal::step_aside_requested() {
+        stepped_aside();
+    }
     let tracer = tracer::tracer_pid();
     if sampler::set_paused(tracer.is_some()) && options::get().verbosity >= 1 {
         match tracer {
@@ -123,6 +127,22 @@ fn check_tracer() {
             None => log::line(format_args!("the tracer detached: sampling resumed")),
         }
     }
+}
+
+/// A signal handler stepped aside (a `kill()` of `SIGTRAP` while the program's threads block it):
+/// sampling is stopped already; detection goes off for good. Runs in the reporter thread, which
+/// ends after this round.
+fn stepped_aside() {
+    if STATE.compare_exchange(RUNNING, OFF, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return;
+    }
+    signal::wait_until_quiet(1000);
+    sampler::close();
+    reporter::stop_after_this_round();
+    log::warn(format_args!(
+        "a SIGTRAP sent to the process reached a thread that blocks it: its threads' masks must be real \
+         for it to wait for the thread that takes it; race detection is off from here on"
+    ));
 }
 
 /// Why the detector steps aside when the program ignores `SIGTRAP`.

@@ -572,6 +572,12 @@ pub fn start(options: &Options) {
     }
 }
 
+/// Makes the reporter thread end after the round it is in (call from the reporter thread itself, e.g.
+/// from its tick; [`shutdown`] still joins it).
+pub fn stop_after_this_round() {
+    STOP.store(true, Ordering::Release);
+}
+
 /// Whether `tid` is the reporter thread (never sampled).
 pub fn is_reporter_thread(tid: i32) -> bool {
     tid != 0 && REPORTER_TID.load(Ordering::Acquire) == tid

@@ -450,7 +450,12 @@ pub fn wait_until_quiet(timeout_ms: u64) {
 /// thread-local state may be read).
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, known: bool) {
     if known && trap_blocked() && !info.is_null() && !ctx.is_null() {
-        make_pending(sig, info, ctx);
+        // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
+        if unsafe { (*info).si_code } == libc::SI_USER {
+            pass_on_to_process(ctx);
+        } else {
+            make_pending(sig, info, ctx);
+        }
         return;
     }
     let action = program_action();
@@ -501,6 +506,45 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
             }
         }
     }
+}
+
+/// Called, in a signal handler, when racewatch must step aside at once (see [`pass_on_to_process`]):
+/// stops sampling; must be async-signal-safe.
+static STOP_SAMPLING: AtomicUsize = AtomicUsize::new(0);
+/// Set when racewatch stepped aside in a signal handler: the rest (closing, the warning) is the
+/// lifecycle's, outside handlers ([`step_aside_requested`]).
+static STEP_ASIDE: AtomicBool = AtomicBool::new(false);
+
+/// Sets what stops sampling when racewatch must step aside inside a signal handler.
+pub fn on_step_aside(stop_sampling: fn()) {
+    STOP_SAMPLING.store(stop_sampling as usize, Ordering::Release);
+}
+
+/// Whether racewatch stepped aside in a signal handler since the last call (the lifecycle then
+/// switches detection off for good).
+pub fn step_aside_requested() -> bool {
+    STEP_ASIDE.swap(false, Ordering::AcqRel)
+}
+
+/// A `kill()` of `SIGTRAP` to the process reached a thread that has it blocked (for the program; the
+/// kernel could only pick threads that do not block it for real). The kernel lets a thread hand such
+/// a signal on only to itself, so the program's masks must become real for the signal to wait, shared,
+/// for a thread that unblocks or `sigwaitinfo`s it: racewatch steps aside (sampling stops here; the
+/// lifecycle switches detection off and says so), this thread returns with `SIGTRAP` blocked for
+/// real, and the signal is sent to the process again (`kill`: same code, sender this process), to go
+/// round the threads that block it until one takes it or all block it and it stays pending.
+fn pass_on_to_process(ctx: *mut libc::c_void) {
+    mute();
+    let stop = STOP_SAMPLING.load(Ordering::Acquire);
+    if stop != 0 {
+        // SAFETY: STOP_SAMPLING only ever holds a `fn()` stored by `on_step_aside`.
+        let stop: fn() = unsafe { std::mem::transmute::<usize, fn()>(stop) };
+        stop();
+    }
+    STEP_ASIDE.store(true, Ordering::Release);
+    // SAFETY: `ctx` is the kernel's ucontext for this delivery: the mask in it is restored on return.
+    unsafe { libc::sigaddset(&mut (*(ctx as *mut libc::ucontext_t)).uc_sigmask, libc::SIGTRAP) };
+    raw::syscall6(libc::SYS_kill, [raw::getpid() as u64, libc::SIGTRAP as u64, 0, 0, 0, 0]);
 }
 
 /// The program has `SIGTRAP` blocked: queue this foreign one to the thread again and return with

@@ -98,21 +98,8 @@ pub fn started(creation: &Creation, stack_size: usize) {
 /// the thread that starts the detector (usually the main thread), which no interposer saw start. Not
 /// for signal handlers.
 pub fn record_this_thread() {
-    // SAFETY: pthread_getattr_np fills a live attr for the calling thread, destroyed right after.
-    let stack = unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return;
-        }
-        let mut addr: *mut libc::c_void = std::ptr::null_mut();
-        let mut size = 0usize;
-        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
-        libc::pthread_attr_destroy(&mut attr);
-        if rc != 0 {
-            return;
-        }
-        (addr as u64, addr as u64 + size as u64)
-    };
+    let Some((lo, hi)) = crate::sys::stacks::current_thread_stack() else { return };
+    let stack = (lo as u64, hi as u64);
     if let Some(mut first) = try_lock(&FIRST) {
         *first = Record { tid: raw::gettid(), thread: this_thread(), creation: Creation::NONE, stack };
     }

@@ -22,3 +22,7 @@ pub mod tracer;
 pub mod unwind_info;
 pub mod wake;
 pub mod xsave;
+
+/// Capacity of the table of program threads the runtime knows ([`thread`]); the per-thread tables
+/// of [`stacks`] have one entry per slot of it.
+pub const KNOWN_THREADS: usize = 4096;

@@ -28,7 +28,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use crate::sys::raw;
-use crate::sys::thread::KNOWN_SLOTS;
+use crate::sys::KNOWN_THREADS as KNOWN_SLOTS;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -225,23 +225,26 @@ fn switch_and_call(top: usize, f: &mut dyn FnMut(), catching: bool) {
 /// alternate stack. For the thread that starts the detector; new threads use [`thread_started`],
 /// which allocates nothing (a `malloc` in a new thread would give it a 64 MiB malloc arena of its own).
 pub fn record_current_thread(slot: Option<usize>) {
+    let Some(bounds) = current_thread_stack() else { return };
+    STACK.with(|s| s.set(bounds));
+    give_alt_stack(slot, alt_stack_size_for(bounds.1 - bounds.0));
+}
+
+/// The calling thread's stack `[lo, hi)`, exact (`pthread_getattr_np`; for the main thread it reads
+/// `/proc/self/maps`: not for signal handlers or new threads).
+pub fn current_thread_stack() -> Option<(usize, usize)> {
     // SAFETY: pthread_getattr_np fills a live attr for the calling thread, destroyed right after.
-    let bounds = unsafe {
+    unsafe {
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
         if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return;
+            return None;
         }
         let mut addr: *mut libc::c_void = std::ptr::null_mut();
         let mut size = 0usize;
         let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
         libc::pthread_attr_destroy(&mut attr);
-        if rc != 0 {
-            return;
-        }
-        (addr as usize, addr as usize + size)
-    };
-    STACK.with(|s| s.set(bounds));
-    give_alt_stack(slot, alt_stack_size_for(bounds.1 - bounds.0));
+        (rc == 0).then(|| (addr as usize, addr as usize + size))
+    }
 }
 
 extern "C" {

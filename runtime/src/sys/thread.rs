@@ -128,7 +128,7 @@ extern "C" fn hooked_start(index: *mut libc::c_void) -> *mut libc::c_void {
 // gone, and a tid the kernel gave again replaces its stale entry.
 
 /// Slots of the known-thread table.
-pub const KNOWN_SLOTS: usize = 4096;
+pub const KNOWN_SLOTS: usize = super::KNOWN_THREADS;
 /// How many slots from a tid's home slot it may occupy.
 const PROBES: usize = 32;
 static KNOWN: [AtomicI32; KNOWN_SLOTS] = [const { AtomicI32::new(0) }; KNOWN_SLOTS];

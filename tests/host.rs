@@ -335,7 +335,8 @@ fn cases() -> Vec<Case> {
         case("own_sigtrap_resethand", "trap_default", &["resethand"])
             .expect(&["handled: 1, reset to default: 1", "raising"])
             .status(DIED_OF_SIGTRAP),
-        case("own_sigtrap_blocked_pending", "trap_default", &["blocked"]).expect(&[
+        // Repeated: a sample of racewatch's pending in the handler once stood in the program's place.
+        case("own_sigtrap_blocked_pending", "trap_default", &["blocked"]).repeat(5).expect(&[
             "pending: 1",
             "sigwaitinfo: 5, si_code: 0",
             "still blocked: 1",

@@ -549,6 +549,8 @@ fn pass_on_to_process(ctx: *mut libc::c_void) {
 
 /// The program has `SIGTRAP` blocked: queue this foreign one to the thread again and return with
 /// `SIGTRAP` blocked in the kernel, so it waits as a pending signal, exactly as without racewatch.
+/// A `SIGTRAP` already pending here (a sample of racewatch's that fired while this handler ran) is
+/// taken back first: `SIGTRAP` is not queued twice, so it would stand in the program's place.
 fn make_pending(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: `ctx` is the kernel's ucontext for this delivery: the mask in it is restored on
     // return.
@@ -556,6 +558,13 @@ fn make_pending(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_
         let uc = &mut *(ctx as *mut libc::ucontext_t);
         libc::sigaddset(&mut uc.uc_sigmask, libc::SIGTRAP);
     }
+    let trap: u64 = 1 << (libc::SIGTRAP - 1);
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: zeroed siginfo is a valid out-parameter for the kernel to fill.
+    let mut taken: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let (set, out, timeout) =
+        (&trap as *const u64 as u64, &mut taken as *mut libc::siginfo_t as u64, &zero as *const _ as u64);
+    while raw::syscall6(libc::SYS_rt_sigtimedwait, [set, out, timeout, 8, 0, 0]) == i64::from(libc::SIGTRAP) {}
     // rt_tgsigqueueinfo to our own thread accepts the kernel's siginfo unchanged.
     let (pid, tid) = (raw::getpid(), raw::gettid());
     raw::syscall6(libc::SYS_rt_tgsigqueueinfo, [pid as u64, tid as u64, sig as u64, info as u64, 0, 0]);

@@ -17,7 +17,7 @@
 
 use crate::decode::{MemFn, SYMBOLS};
 use crate::sys::{dl, unwind_info};
-use addr2line::gimli::{self, BaseAddresses, EhFrame, EhFrameHdr, EndianSlice, NativeEndian, UnwindSection};
+use addr2line::gimli;
 use std::sync::OnceLock;
 
 /// One resolved symbol.
@@ -74,19 +74,7 @@ fn resolve() -> Vec<(&'static str, MemFn, u64)> {
 /// the unwind table.
 fn function_bounds(pc: u64) -> Option<(u64, u64)> {
     let found = unwind_info::with_segment(pc, |segment| -> gimli::Result<(u64, u64)> {
-        let section = |addr: u64| -> gimli::Result<EndianSlice<'_, NativeEndian>> {
-            let offset =
-                usize::try_from(addr.wrapping_sub(segment.addr)).map_err(|_| gimli::Error::OffsetOutOfBounds)?;
-            let bytes = segment.bytes.get(offset..).ok_or(gimli::Error::OffsetOutOfBounds)?;
-            Ok(EndianSlice::new(bytes, NativeEndian))
-        };
-        let mut bases = BaseAddresses::default().set_eh_frame_hdr(segment.hdr);
-        let hdr = EhFrameHdr::from(section(segment.hdr)?).parse(&bases, 8)?;
-        let eh_frame_addr = hdr.eh_frame_ptr().direct()?;
-        bases = bases.set_eh_frame(eh_frame_addr);
-        let eh_frame = EhFrame::from(section(eh_frame_addr)?);
-        let table = hdr.table().ok_or(gimli::Error::NoUnwindInfoForAddress)?;
-        let fde = table.fde_for_address(&eh_frame, &bases, pc, EhFrame::cie_from_offset)?;
+        let (_, _, fde) = crate::unwind::fde_for(segment, pc)?;
         Ok((fde.initial_address(), fde.initial_address().saturating_add(fde.len())))
     });
     found?.ok().filter(|(start, end)| (*start..*end).contains(&pc))

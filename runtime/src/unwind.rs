@@ -14,8 +14,8 @@ use crate::sys::mem;
 use crate::sys::signal::Regs;
 use crate::sys::unwind_info::{self, UnwindSegment};
 use addr2line::gimli::{
-    self, BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EndianSlice, NativeEndian, Register, RegisterRule,
-    UnwindContext, UnwindContextStorage, UnwindSection, UnwindTableRow,
+    self, BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EndianSlice, FrameDescriptionEntry, NativeEndian, Register,
+    RegisterRule, UnwindContext, UnwindContextStorage, UnwindSection, UnwindTableRow,
 };
 
 /// DWARF register numbers of x86-64 (the return address is column 16), indexing [`Frame::regs`].
@@ -238,7 +238,22 @@ fn cfi_step(
     frame: &Frame,
     lookup: u64,
 ) -> gimli::Result<Option<Frame>> {
-    let section = |addr: u64| -> gimli::Result<EndianSlice<'_, NativeEndian>> {
+    let (eh_frame, bases, fde) = fde_for(segment, lookup)?;
+    let mut context = UnwindContext::<usize, OnStack>::new_in();
+    let row = fde.unwind_info_for_address(&eh_frame, &bases, &mut context, lookup)?;
+    Ok(caller_of(stack, frame, row))
+}
+
+type Slice<'a> = EndianSlice<'a, NativeEndian>;
+type Fde<'a> = FrameDescriptionEntry<Slice<'a>>;
+
+/// The `.eh_frame` of `segment`'s module, its base addresses, and the FDE (the CFI of one function)
+/// covering `pc`, found through `.eh_frame_hdr`'s binary-search table. Allocates nothing.
+pub fn fde_for<'a>(
+    segment: &UnwindSegment<'a>,
+    pc: u64,
+) -> gimli::Result<(EhFrame<Slice<'a>>, BaseAddresses, Fde<'a>)> {
+    let section = |addr: u64| -> gimli::Result<EndianSlice<'a, NativeEndian>> {
         let offset = usize::try_from(addr.wrapping_sub(segment.addr)).map_err(|_| gimli::Error::OffsetOutOfBounds)?;
         let bytes = segment.bytes.get(offset..).ok_or(gimli::Error::OffsetOutOfBounds)?;
         Ok(EndianSlice::new(bytes, NativeEndian))
@@ -249,10 +264,8 @@ fn cfi_step(
     bases = bases.set_eh_frame(eh_frame_addr);
     let eh_frame = EhFrame::from(section(eh_frame_addr)?);
     let table = hdr.table().ok_or(gimli::Error::NoUnwindInfoForAddress)?;
-    let fde = table.fde_for_address(&eh_frame, &bases, lookup, EhFrame::cie_from_offset)?;
-    let mut context = UnwindContext::<usize, OnStack>::new_in();
-    let row = fde.unwind_info_for_address(&eh_frame, &bases, &mut context, lookup)?;
-    Ok(caller_of(stack, frame, row))
+    let fde = table.fde_for_address(&eh_frame, &bases, pc, EhFrame::cie_from_offset)?;
+    Ok((eh_frame, bases, fde))
 }
 
 /// Applies a CFI row to `frame`: the caller's PC and registers, if the row allows.

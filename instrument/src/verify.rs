@@ -302,6 +302,23 @@ pub fn verify(module: &crate::elf::Module) -> Report {
     report
 }
 
+/// The decoded code of each covered function (once, by start) that overlaps one of the sorted
+/// address `ranges`.
+fn covered_code_in<'m>(
+    module: &'m crate::elf::Module,
+    ranges: &'m [(u64, u64)],
+) -> impl Iterator<Item = (u64, Vec<Instruction>)> + 'm {
+    let mut functions: Vec<(u64, u64)> = module.covered.iter().map(|c| (c.pc, c.size)).collect();
+    functions.sort_unstable();
+    functions.dedup();
+    functions.into_iter().filter_map(move |(pc, size)| {
+        if size == 0 || size > MAX_FUNCTION_SIZE || !in_ranges_overlap(ranges, pc, pc + size) {
+            return None;
+        }
+        Some((pc, decode(module.read_at(pc, size as usize)?, pc)))
+    })
+}
+
 /// Untagged plain loads and stores of covered functions that the debug info places in
 /// `core::sync::atomic`. Only functions with line-table rows in `core/src/sync/atomic.rs` (atomics
 /// inlined into them, or their own code there) are looked at.
@@ -313,15 +330,7 @@ fn lost_atomics(module: &crate::elf::Module) -> Vec<LostAtomic> {
     }
     let mut disasm = Disassembler::new();
     let mut found = Vec::new();
-    let mut functions: Vec<(u64, u64)> = module.covered.iter().map(|c| (c.pc, c.size)).collect();
-    functions.sort_unstable();
-    functions.dedup();
-    for (pc, size) in functions {
-        if size == 0 || size > MAX_FUNCTION_SIZE || !in_ranges_overlap(&ranges, pc, pc + size) {
-            continue;
-        }
-        let Some(bytes) = module.read_at(pc, size as usize) else { continue };
-        let code = decode(bytes, pc);
+    for (pc, code) in covered_code_in(module, &ranges) {
         for (idx, insn) in code.iter().enumerate() {
             let insn = *insn;
             // A load of a constant (a GOT slot holding the atomic's address, a jump table on the
@@ -389,15 +398,8 @@ fn rule_atomics(module: &crate::elf::Module) -> Vec<RuleAtomic> {
     };
     let mut disasm = Disassembler::new();
     let mut found = Vec::new();
-    let mut functions: Vec<(u64, u64)> = module.covered.iter().map(|c| (c.pc, c.size)).collect();
-    functions.sort_unstable();
-    functions.dedup();
-    for (pc, size) in functions {
-        if size == 0 || size > MAX_FUNCTION_SIZE || !in_ranges_overlap(&ranges, pc, pc + size) {
-            continue;
-        }
-        let Some(bytes) = module.read_at(pc, size as usize) else { continue };
-        for insn in decode(bytes, pc) {
+    for (pc, code) in covered_code_in(module, &ranges) {
+        for insn in code {
             if accesses_memory(&insn) && module.atomics.binary_search(&insn.ip()).is_err() && in_ranges(insn.ip()) {
                 found.push(RuleAtomic {
                     pc: insn.ip(),

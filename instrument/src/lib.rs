@@ -14,7 +14,11 @@ pub mod toolchain;
 #[cfg(feature = "tools")]
 pub mod coverage;
 #[cfg(feature = "tools")]
+pub mod dwarf;
+#[cfg(feature = "tools")]
 pub mod elf;
+pub mod frames;
+pub mod keys;
 #[cfg(feature = "tools")]
 pub mod symbols;
 #[cfg(feature = "tools")]

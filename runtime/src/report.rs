@@ -10,6 +10,7 @@
 //! `library/...`); JSON keeps them whole.
 
 use crate::symbolize::{base_name, Frame};
+use racewatch_instrument::frames::{self, is_plumbing, std_lib, StdLib, CXX_STD_HEADERS, STD_SOURCES};
 use racewatch_instrument::symbols::without_generics;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -116,12 +117,6 @@ impl ThreadNames {
     }
 }
 
-/// Where Rust's standard library sources are said to be (remapped by rustc).
-const STD_SOURCES: &str = "/rustc/";
-/// The directory of the C++ standard library's headers, under any prefix (libstdc++'s
-/// `/usr/include/c++/12/…`, reached as `/usr/lib/gcc/x86_64-linux-gnu/12/../../../../include/c++/12/…`;
-/// libc++'s `…/include/c++/v1/…`).
-const CXX_STD_HEADERS: &str = "/include/c++/";
 /// Rust's marker frames: below `__rust_begin_short_backtrace` is thread or
 /// process start-up, above `__rust_end_short_backtrace` panic machinery.
 const BEGIN_SHORT_BACKTRACE: &str = "__rust_begin_short_backtrace";
@@ -156,36 +151,6 @@ pub fn short_backtrace(mut frames: Vec<Frame>) -> Vec<Frame> {
     frames
 }
 
-/// The standard library a frame's source is in.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum StdLib {
-    Rust,
-    Cxx,
-}
-
-fn std_lib(frame: &Frame) -> Option<StdLib> {
-    let file = frame.file.as_deref()?;
-    if file.starts_with(STD_SOURCES) {
-        Some(StdLib::Rust)
-    } else if file.contains(CXX_STD_HEADERS) {
-        Some(StdLib::Cxx)
-    } else {
-        None
-    }
-}
-
-/// Whether the frame's source is Rust's or C++'s standard library.
-fn in_std(frame: &Frame) -> bool {
-    std_lib(frame).is_some()
-}
-
-/// Whether a frame is the Rust runtime's plumbing rather than code anybody wrote: `__rust_try` (the
-/// landing pad of `catch_unwind`), the short-backtrace markers, the allocator shims (`__rust_alloc`).
-/// Folded with the standard library's frames.
-fn is_plumbing(frame: &Frame) -> bool {
-    frame.function.as_deref().is_some_and(|name| base_name(name).starts_with("__rust_"))
-}
-
 /// The library a run of folded frames belongs to: a standard library, or the Rust runtime's plumbing
 /// (folded as Rust's).
 fn folded_lib(frame: &Frame) -> Option<StdLib> {
@@ -195,51 +160,15 @@ fn folded_lib(frame: &Frame) -> Option<StdLib> {
     std_lib(frame).or_else(|| is_plumbing(frame).then_some(StdLib::Rust))
 }
 
-/// Whether a frame may be named by a summary: code somebody wrote, not the standard library, not the
-/// runtime, not a known atomic primitive such as `ck_pr.h`'s, not a libc memory function racewatch
-/// watches (its covered caller is named), not the placeholder of elided frames.
-fn is_summary_candidate(frame: &Frame) -> bool {
-    let in_atomic_primitive = frame.file.as_deref().is_some_and(racewatch_instrument::tags::is_asm_atomic_file);
-    frame.elided == 0
-        && !in_std(frame)
-        && !is_plumbing(frame)
-        && !frame.in_runtime
-        && !in_atomic_primitive
-        && !frame.memory_function
-}
-
-/// The frame a summary names for one access: its first frame in the user's code (see
-/// [`is_summary_candidate`]), else its innermost frame. Races are deduplicated by these frames' lines.
+/// The frame a summary names for one access: its first frame in the user's code, else its innermost
+/// frame. Races are deduplicated by these frames' lines.
 pub fn summary_frame(stack: &[Frame]) -> Option<&Frame> {
-    stack.iter().find(|f| is_summary_candidate(f)).or(stack.iter().find(|f| f.elided == 0))
+    frames::summary_frame(stack)
 }
 
-/// The directory of the crate a source file is in (the part before its last `/src/`), for files
-/// outside the current directory (dependencies: `~/.cargo/registry/…/tokio-1.40.0`); `None` for the
-/// user's own files (relative paths) and files without a `src` directory.
-fn dependency_crate(frame: &Frame) -> Option<&str> {
-    let file = frame.file.as_deref().filter(|f| f.starts_with('/') && !in_std(frame))?;
-    file.rfind("/src/").map(|at| &file[..at])
-}
-
-/// The frames a summary names, one per access (current, previous): each access's [`summary_frame`],
-/// except that an access whose first frame is the user's own code while the other access's is in a
-/// dependency names its own frame in that dependency when its stack has one. The race is in the library
-/// both accesses go through (a tokio `LocalSet`'s), not in the test that drove it.
+/// The frames a summary names, one per access (current, previous); see [`frames::racing_frames`].
 pub fn racing_frames(report: &RaceReport) -> (Option<&Frame>, Option<&Frame>) {
-    let (a, b) = (&report.current.stack, &report.previous.stack);
-    let (first_a, first_b) = (summary_frame(a), summary_frame(b));
-    let prefer = |stack: &'_ [Frame], mine: Option<&Frame>, other: Option<&Frame>| -> Option<usize> {
-        let mine = mine?;
-        if dependency_crate(mine).is_some() || mine.file.is_none() {
-            return None;
-        }
-        let wanted = dependency_crate(other?)?;
-        stack.iter().position(|f| is_summary_candidate(f) && dependency_crate(f) == Some(wanted))
-    };
-    let pick_a = prefer(a, first_a, first_b).map(|i| &a[i]).or(first_a);
-    let pick_b = prefer(b, first_b, first_a).map(|i| &b[i]).or(first_b);
-    (pick_a, pick_b)
+    frames::racing_frames(&report.current.stack, &report.previous.stack)
 }
 
 /// The human report, TSan-like, ending with a newline: Rust names without generic arguments, and runs of
@@ -858,7 +787,7 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
             "{text}"
         );
         // The summary never names the plumbing.
-        assert!(!is_summary_candidate(&report.current.stack[7]));
+        assert!(!racewatch_instrument::frames::is_summary_candidate(&report.current.stack[7]));
     }
 
     #[test]

@@ -1,0 +1,230 @@
+//! Symbolized frames and what a report makes of them: which frames are the standard library's or the
+//! runtime's plumbing, and which frame of each access a summary (and a `source_key`) names.
+//!
+//! Shared by the runtime, which symbolizes in the process, and `racewatch triage`, which symbolizes
+//! offline by build-id: both must pick the same frames, or their keys would differ.
+
+/// One symbolized frame. A PC inside inlined code yields several frames,
+/// innermost first; all but the last of them are `inlined`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Frame {
+    /// Demangled function name (Rust without the hash), if known.
+    pub function: Option<String>,
+    /// Source file, relative to the current directory when under it.
+    pub file: Option<String>,
+    /// 1-based source line.
+    pub line: Option<u32>,
+    /// 1-based source column.
+    pub column: Option<u32>,
+    /// Path of the module (executable or shared library) holding the PC.
+    pub module: Option<String>,
+    /// The module's GNU build-id in hex, when known.
+    pub build_id: Option<String>,
+    /// The PC in the module's own address space (`pc - load bias`), or the raw PC when the module is unknown.
+    pub offset: u64,
+    /// Inlined into the next frame (same PC).
+    pub inlined: bool,
+    /// In racewatch's own shared library (never the user's code).
+    pub in_runtime: bool,
+    /// In one of libc's memory and string functions that racewatch watches (`memcpy`, `strlen`, …): the
+    /// access's own frame, but never the one a summary names (that is its covered caller).
+    pub memory_function: bool,
+    /// The debug info gave this PC line 0 (a load the compiler hoisted or merged from several lines):
+    /// `line` is the nearest real line of the same code (the same innermost inlined function) instead.
+    /// When no such line is near, `line` is `None`: a neighbour's line would be another function's.
+    pub line_approximate: bool,
+    /// Not a frame: the place of the frames left out of a deep stack, and how many; every other field
+    /// is empty.
+    pub elided: usize,
+}
+
+/// Where Rust's standard library sources are (`/rustc/<commit>/library/...`).
+pub const STD_SOURCES: &str = "/rustc/";
+/// The directory of the C++ standard library's headers, under any prefix (libstdc++'s
+/// `/usr/include/c++/12/…`, reached as `/usr/lib/gcc/x86_64-linux-gnu/12/../../../../include/c++/12/…`;
+/// libc++'s `…/include/c++/v1/…`).
+pub const CXX_STD_HEADERS: &str = "/include/c++/";
+
+/// The standard library a frame's source is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StdLib {
+    Rust,
+    Cxx,
+}
+
+/// The standard library a frame's source is in, if any.
+pub fn std_lib(frame: &Frame) -> Option<StdLib> {
+    let file = frame.file.as_deref()?;
+    if file.starts_with(STD_SOURCES) {
+        Some(StdLib::Rust)
+    } else if file.contains(CXX_STD_HEADERS) {
+        Some(StdLib::Cxx)
+    } else {
+        None
+    }
+}
+
+/// Whether the frame's source is Rust's or C++'s standard library.
+pub fn in_std(frame: &Frame) -> bool {
+    std_lib(frame).is_some()
+}
+
+/// Whether a frame is the Rust runtime's plumbing rather than code anybody wrote: `__rust_try` (the
+/// landing pad of `catch_unwind`), the short-backtrace markers, the allocator shims (`__rust_alloc`).
+pub fn is_plumbing(frame: &Frame) -> bool {
+    frame.function.as_deref().is_some_and(|name| base_name(name).starts_with("__rust_"))
+}
+
+/// Whether a frame may be named by a summary: code somebody wrote, not the standard library, not the
+/// runtime, not a known atomic primitive such as `ck_pr.h`'s, not a libc memory function racewatch
+/// watches (its covered caller is named), not the placeholder of elided frames.
+pub fn is_summary_candidate(frame: &Frame) -> bool {
+    let in_atomic_primitive = frame.file.as_deref().is_some_and(crate::tags::is_asm_atomic_file);
+    frame.elided == 0
+        && !in_std(frame)
+        && !is_plumbing(frame)
+        && !frame.in_runtime
+        && !in_atomic_primitive
+        && !frame.memory_function
+}
+
+/// The frame a summary names for one access: its first frame in the user's code (see
+/// [`is_summary_candidate`]), else its innermost frame.
+pub fn summary_frame(stack: &[Frame]) -> Option<&Frame> {
+    stack.iter().find(|f| is_summary_candidate(f)).or(stack.iter().find(|f| f.elided == 0))
+}
+
+/// The frame of the access itself: the first frame that is neither racewatch's own nor a libc memory
+/// function (for a `memcpy`, the covered call site). Its module and offset identify the access exactly.
+pub fn access_frame(stack: &[Frame]) -> Option<&Frame> {
+    stack.iter().find(|f| f.elided == 0 && !f.in_runtime && !f.memory_function)
+}
+
+/// The directory of the crate a source file is in (the part before its last `/src/`), for files
+/// outside the current directory (dependencies: `~/.cargo/registry/…/tokio-1.40.0`); `None` for the
+/// user's own files (relative paths) and files without a `src` directory.
+fn dependency_crate(frame: &Frame) -> Option<&str> {
+    let file = frame.file.as_deref().filter(|f| f.starts_with('/') && !in_std(frame))?;
+    file.rfind("/src/").map(|at| &file[..at])
+}
+
+/// The frames a summary names, one per access: each access's [`summary_frame`], except that an access
+/// whose first frame is the user's own code while the other access's is in a dependency names its own
+/// frame in that dependency when its stack has one. The race is in the library both accesses go through
+/// (a tokio `LocalSet`'s), not in the test that drove it.
+pub fn racing_frames<'a>(a: &'a [Frame], b: &'a [Frame]) -> (Option<&'a Frame>, Option<&'a Frame>) {
+    let (first_a, first_b) = (summary_frame(a), summary_frame(b));
+    let prefer = |stack: &'a [Frame], mine: Option<&Frame>, other: Option<&Frame>| -> Option<&'a Frame> {
+        let mine = mine?;
+        if dependency_crate(mine).is_some() || mine.file.is_none() {
+            return None;
+        }
+        let wanted = dependency_crate(other?)?;
+        stack.iter().find(|f| is_summary_candidate(f) && dependency_crate(f) == Some(wanted))
+    };
+    (prefer(a, first_a, first_b).or(first_a), prefer(b, first_b, first_a).or(first_b))
+}
+
+/// The last path segment of a demangled name without its generic arguments
+/// or parameter list: `__rust_begin_short_backtrace` for
+/// `std::sys::backtrace::__rust_begin_short_backtrace::<F, T>`, `bar` for
+/// `foo::bar(int)`, `baz` for `<S as T>::baz<u8>`.
+pub fn base_name(name: &str) -> &str {
+    /// A segment without its generic arguments or parameters (`<`, `(`) and trailing qualifiers (` const`).
+    fn item(segment: &str) -> &str {
+        &segment[..segment.find(['<', '(', ' ']).unwrap_or(segment.len())]
+    }
+    let bytes = name.as_bytes();
+    let (mut depth, mut start, mut base) = (0usize, 0, "");
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'<' | b'(' | b'[' => depth += 1,
+            // `->` in a fn type closes nothing.
+            b'>' if i > 0 && bytes[i - 1] == b'-' => {}
+            b'>' | b')' | b']' => depth = depth.saturating_sub(1),
+            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
+                let part = item(&name[start..i]);
+                if !part.is_empty() {
+                    base = part;
+                }
+                start = i + 2;
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    match item(&name[start..]) {
+        "" => base,
+        last => last,
+    }
+}
+
+/// `path` relative to `cwd` when it lies under it, else unchanged.
+pub fn display_path(path: &str, cwd: Option<&std::path::Path>) -> String {
+    cwd.and_then(|cwd| std::path::Path::new(path).strip_prefix(cwd).ok())
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .map(|rel| rel.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn at(function: &str, file: &str) -> Frame {
+        Frame { function: Some(function.into()), file: Some(file.into()), line: Some(1), ..Frame::default() }
+    }
+
+    #[test]
+    fn paths_become_relative_only_under_cwd() {
+        let cwd = Path::new("/work/proj");
+        assert_eq!(display_path("/work/proj/src/a.rs", Some(cwd)), "src/a.rs");
+        assert_eq!(display_path("/work/project/a.rs", Some(cwd)), "/work/project/a.rs");
+        assert_eq!(display_path("/rustc/abc/library/std/src/rt.rs", Some(cwd)), "/rustc/abc/library/std/src/rt.rs");
+        assert_eq!(display_path("src/a.rs", None), "src/a.rs");
+    }
+
+    #[test]
+    fn base_names_drop_paths_generics_and_parameters() {
+        assert_eq!(
+            base_name("std::sys::backtrace::__rust_begin_short_backtrace::<racy_flag::main::{closure#0}, u64>"),
+            "__rust_begin_short_backtrace"
+        );
+        assert_eq!(base_name("__rust_begin_short_backtrace<fn(), ()>"), "__rust_begin_short_backtrace");
+        assert_eq!(base_name("call_once<fn() -> u64, ()>"), "call_once");
+        assert_eq!(base_name("<alloc::boxed::Box<dyn Fn() -> u8> as core::ops::FnOnce<()>>::call_once"), "call_once");
+        assert_eq!(base_name("foo::bar(int, std::vector<int>)"), "bar");
+        assert_eq!(base_name("racy_flag::main::{closure#1}"), "{closure#1}");
+        assert_eq!(base_name("write_volatile<u64>"), "write_volatile");
+        assert_eq!(base_name("bump"), "bump");
+        assert_eq!(base_name(""), "");
+    }
+
+    #[test]
+    fn the_summary_frame_skips_std_plumbing_and_memory_functions() {
+        let memcpy = Frame { function: Some("memcpy".into()), memory_function: true, ..Frame::default() };
+        let stack = vec![
+            memcpy.clone(),
+            at("write<u64>", "/rustc/abc/library/core/src/ptr/mod.rs"),
+            at("__rust_try", "src/x.rs"),
+            at("app::bump", "src/main.rs"),
+        ];
+        assert_eq!(summary_frame(&stack).unwrap().function.as_deref(), Some("app::bump"));
+        assert_eq!(access_frame(&stack).unwrap().function.as_deref(), Some("write<u64>"));
+        // Nothing of the user's: the innermost real frame.
+        assert_eq!(summary_frame(&stack[..2]).unwrap().function.as_deref(), Some("memcpy"));
+    }
+
+    #[test]
+    fn a_race_in_a_dependency_is_named_there_on_both_sides() {
+        let dep = "/root/.cargo/registry/src/index.crates.io-1/tokio-1.8.0/src/task/local.rs";
+        let test_side = vec![at("tests::abort", "tests/abort.rs"), at("tokio::LocalSet::run", dep)];
+        let lib_side = vec![at("tokio::LocalSet::drop", dep)];
+        let (a, b) = racing_frames(&test_side, &lib_side);
+        assert_eq!(a.unwrap().function.as_deref(), Some("tokio::LocalSet::run"));
+        assert_eq!(b.unwrap().function.as_deref(), Some("tokio::LocalSet::drop"));
+    }
+}

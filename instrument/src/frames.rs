@@ -125,6 +125,31 @@ pub fn racing_frames<'a>(a: &'a [Frame], b: &'a [Frame]) -> (Option<&'a Frame>, 
     (prefer(a, first_a, first_b).or(first_a), prefer(b, first_b, first_a).or(first_b))
 }
 
+/// Rust's marker frames: below `__rust_begin_short_backtrace` is thread or
+/// process start-up, above `__rust_end_short_backtrace` panic machinery.
+const BEGIN_SHORT_BACKTRACE: &str = "__rust_begin_short_backtrace";
+const END_SHORT_BACKTRACE: &str = "__rust_end_short_backtrace";
+
+/// Cuts a Rust stack the way Rust's short backtraces do: the
+/// `__rust_begin_short_backtrace` frame and everything outside it (thread
+/// and `main` start-up) go, and so do the frames from the access out to a
+/// `__rust_end_short_backtrace` frame (panic machinery). The frames of the
+/// accessing PC itself (the first physical frame with its inlined frames)
+/// are always kept. Stacks without the markers (C, C++) are unchanged.
+pub fn short_backtrace(mut frames: Vec<Frame>) -> Vec<Frame> {
+    let is =
+        |marker: &'static str| move |f: &Frame| f.function.as_deref().is_some_and(|name| base_name(name) == marker);
+    // The accessing PC's frames: up to and including the first physical one.
+    let access = frames.iter().position(|f| !f.inlined).map_or(frames.len(), |i| i + 1);
+    if let Some(begin) = frames.iter().position(is(BEGIN_SHORT_BACKTRACE)) {
+        frames.truncate(begin.max(1));
+    }
+    if let Some(end) = frames.get(access..).and_then(|outer| outer.iter().position(is(END_SHORT_BACKTRACE))) {
+        frames.drain(access..=access + end);
+    }
+    frames
+}
+
 /// The last path segment of a demangled name without its generic arguments
 /// or parameter list: `__rust_begin_short_backtrace` for
 /// `std::sys::backtrace::__rust_begin_short_backtrace::<F, T>`, `bar` for

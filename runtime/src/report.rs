@@ -9,7 +9,8 @@
 //! shortens standard-library paths (`/rustc/<commit>/library/...` to
 //! `library/...`); JSON keeps them whole.
 
-use crate::symbolize::{base_name, Frame};
+use crate::symbolize::Frame;
+pub use racewatch_instrument::frames::short_backtrace;
 use racewatch_instrument::frames::{self, is_plumbing, std_lib, StdLib, CXX_STD_HEADERS, STD_SOURCES};
 use racewatch_instrument::symbols::without_generics;
 use serde_json::{json, Value};
@@ -117,11 +118,6 @@ impl ThreadNames {
     }
 }
 
-/// Rust's marker frames: below `__rust_begin_short_backtrace` is thread or
-/// process start-up, above `__rust_end_short_backtrace` panic machinery.
-const BEGIN_SHORT_BACKTRACE: &str = "__rust_begin_short_backtrace";
-const END_SHORT_BACKTRACE: &str = "__rust_end_short_backtrace";
-
 /// How a report spells file paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Paths {
@@ -129,26 +125,6 @@ enum Paths {
     Full,
     /// Standard-library paths from `library/` on (text).
     Short,
-}
-
-/// Cuts a Rust stack the way Rust's short backtraces do: the
-/// `__rust_begin_short_backtrace` frame and everything outside it (thread
-/// and `main` start-up) go, and so do the frames from the access out to a
-/// `__rust_end_short_backtrace` frame (panic machinery). The frames of the
-/// accessing PC itself (the first physical frame with its inlined frames)
-/// are always kept. Stacks without the markers (C, C++) are unchanged.
-pub fn short_backtrace(mut frames: Vec<Frame>) -> Vec<Frame> {
-    let is =
-        |marker: &'static str| move |f: &Frame| f.function.as_deref().is_some_and(|name| base_name(name) == marker);
-    // The accessing PC's frames: up to and including the first physical one.
-    let access = frames.iter().position(|f| !f.inlined).map_or(frames.len(), |i| i + 1);
-    if let Some(begin) = frames.iter().position(is(BEGIN_SHORT_BACKTRACE)) {
-        frames.truncate(begin.max(1));
-    }
-    if let Some(end) = frames.get(access..).and_then(|outer| outer.iter().position(is(END_SHORT_BACKTRACE))) {
-        frames.drain(access..=access + end);
-    }
-    frames
 }
 
 /// The library a run of folded frames belongs to: a standard library, or the Rust runtime's plumbing
@@ -493,6 +469,7 @@ fn frame_json(frame: &Frame) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::symbolize::base_name;
 
     const STD: &str = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library";
     const EXE: &str = "/work/demos/target/release/racy_flag";

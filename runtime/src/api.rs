@@ -90,7 +90,8 @@ fn init() {
     }
     let opts = options::install(parsed);
     if let Some(path) = &opts.log_path {
-        log::set_log_path(path);
+        let host = opts.host.clone().or_else(sys::identity::node_name).unwrap_or_else(|| "unknown".into());
+        log::set_log_path(path, &host);
     }
     warn_if_preloaded_without_interposers();
     reporter::on_halt(halting);

@@ -31,6 +31,8 @@ pub mod reporter;
 pub mod sampler;
 pub mod stack;
 pub mod stats;
+pub mod suppressed_pcs;
+pub mod suppressions;
 pub mod symbolize;
 pub mod sys;
 pub mod unwind;

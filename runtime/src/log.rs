@@ -1,4 +1,7 @@
-//! Where the runtime's text goes: stderr, or `<log_path>.<pid>`.
+//! Where the runtime's text goes: stderr, or `<log_path>.<pid>`, or — when `log_path` names a directory
+//! (an existing one, or any path ending in `/`) — `<dir>/racewatch.<exe>.<host>.<pid>.<start>.log`, one
+//! file per process that never collides with another's (`<start>`: the process start in seconds since
+//! the epoch; a recycled pid starts later).
 //!
 //! The log file is created only when there is something to write, with
 //! `O_CREAT | O_EXCL | O_NOFOLLOW`: racewatch never appends to a file it did
@@ -29,7 +32,19 @@ use std::sync::OnceLock;
 const WAIT_MS: i32 = 200;
 
 static STDERR_OK: AtomicBool = AtomicBool::new(true);
-static LOG_PATH: OnceLock<String> = OnceLock::new();
+static LOG_PATH: OnceLock<LogPath> = OnceLock::new();
+
+/// Where log files go.
+enum LogPath {
+    /// `<base>.<pid>`.
+    Base(String),
+    /// `<prefix><pid>.<start>.log`, the prefix being `<dir>/racewatch.<exe>.<host>.`.
+    Directory(String),
+}
+
+/// The start time (seconds since the epoch) of process `START_PID`, for directory log names.
+static START: AtomicU64 = AtomicU64::new(0);
+static START_PID: AtomicI32 = AtomicI32::new(0);
 
 const FILE_NONE: u8 = 0;
 const FILE_CREATING: u8 = 1;
@@ -42,9 +57,36 @@ static FILE_PID: AtomicI32 = AtomicI32::new(0);
 static FILE_DEV: AtomicU64 = AtomicU64::new(0);
 static FILE_INO: AtomicU64 = AtomicU64::new(0);
 
-/// Sends all further output to `<path>.<pid>` (created on the first write).
-pub fn set_log_path(path: &str) {
-    let _ = LOG_PATH.set(path.to_string());
+/// Sends all further output to `<path>.<pid>`, or into the directory `path` names (see the module's
+/// documentation); `host` is part of a directory log's name. The file is created on the first write.
+pub fn set_log_path(path: &str, host: &str) {
+    let is_dir = path.ends_with('/') || std::path::Path::new(path).is_dir();
+    let target = if is_dir {
+        let exe = std::env::current_exe().ok();
+        let exe = exe.as_ref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
+        let dir = path.trim_end_matches('/');
+        LogPath::Directory(format!(
+            "{dir}/racewatch.{}.{}.",
+            name_part(exe.as_deref().unwrap_or("unknown")),
+            name_part(host)
+        ))
+    } else {
+        LogPath::Base(path.to_string())
+    };
+    let _ = LOG_PATH.set(target);
+    note_start();
+}
+
+/// A file-name-safe spelling of `text`: path separators, spaces and control characters become `_`.
+fn name_part(text: &str) -> String {
+    text.chars().map(|c| if c == '/' || c.is_whitespace() || c.is_control() { '_' } else { c }).collect()
+}
+
+/// Notes this process's start time for directory log names (call at start-up and in a forked child).
+pub fn note_start() {
+    let start = crate::sys::identity::start_time().unwrap_or_else(crate::sys::identity::now);
+    START.store(start, Ordering::Release);
+    START_PID.store(thread::getpid(), Ordering::Release);
 }
 
 /// Notes whether descriptor 2 is open now (call at start-up).
@@ -64,8 +106,8 @@ pub fn stderr_replaced() {
 
 /// Writes `text` as is; counts it in `stats` when it could not be written.
 pub fn write(text: &str) {
-    if let Some(base) = LOG_PATH.get() {
-        if let Some(file) = log_file(base) {
+    if let Some(target) = LOG_PATH.get() {
+        if let Some(file) = log_file(target) {
             let ok = fd::write_all(file, text.as_bytes(), WAIT_MS);
             fd::close(file);
             if ok {
@@ -96,7 +138,7 @@ pub fn warn(message: fmt::Arguments<'_>) {
 /// Room for `<log_path>.<pid>` and its NUL (a longer log_path falls back to stderr).
 type PathBuf = FixedBuf<4096>;
 
-fn log_file(base: &str) -> Option<i32> {
+fn log_file(target: &LogPath) -> Option<i32> {
     let pid = thread::getpid();
     if FILE_PID.load(Ordering::Acquire) != pid {
         // First write of this process (or of a forked child): create its own file.
@@ -107,7 +149,18 @@ fn log_file(base: &str) -> Option<i32> {
         return None;
     }
     let mut buf = PathBuf::new();
-    if write!(buf, "{base}.{pid}\0").is_err() {
+    let (base, formatted) = match target {
+        LogPath::Base(base) => (base, write!(buf, "{base}.{pid}\0")),
+        LogPath::Directory(prefix) => {
+            // A forked child that has not noted its own start yet: the time of its first write.
+            let start = match START_PID.load(Ordering::Acquire) == pid {
+                true => START.load(Ordering::Acquire),
+                false => crate::sys::identity::now(),
+            };
+            (prefix, write!(buf, "{prefix}{pid}.{start}.log\0"))
+        }
+    };
+    if formatted.is_err() {
         return refuse(base, "path too long");
     }
     let Ok(path) = CStr::from_bytes_until_nul(buf.as_bytes()) else { return refuse(base, "path has a NUL byte") };

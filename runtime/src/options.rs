@@ -61,6 +61,13 @@ pub struct Options {
     pub full_stacks: bool,
     /// Write a run-time coverage profile to `<coverage_path>.<pid>` at exit.
     pub coverage_path: Option<String>,
+    /// Read modules' ELF and debug files to name frames. Off (`symbolize=0`, the production profile):
+    /// frames are module build-id + offset, for `racewatch triage` to symbolize offline.
+    pub symbolize: bool,
+    /// The host name reports carry (default: the kernel's node name).
+    pub host: Option<String>,
+    /// The program's version as the fleet names it (default: the executable's build-id, 12 digits).
+    pub app_version: Option<String>,
 }
 
 impl Options {
@@ -84,6 +91,9 @@ impl Options {
         atomic_code: Vec::new(),
         full_stacks: false,
         coverage_path: None,
+        symbolize: true,
+        host: None,
+        app_version: None,
     };
 }
 
@@ -162,6 +172,9 @@ fn apply(o: &mut Options, key: &str, v: &str, warnings: &mut Vec<String>) -> Opt
         "seed" => parse_u64(v).map(|n| o.seed = Some(n)),
         "cold_bias" => parse_bool(v).map(|b| o.cold_bias = b),
         "full_stacks" => parse_bool(v).map(|b| o.full_stacks = b),
+        "symbolize" => parse_bool(v).map(|b| o.symbolize = b),
+        "host" => non_empty(v).map(|h| o.host = h),
+        "app_version" => non_empty(v).map(|h| o.app_version = h),
         "atomic_code" => {
             o.atomic_code = v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_string).collect();
             Ok(())
@@ -229,7 +242,7 @@ mod tests {
             "sample_period_us=500:delay_us=50:watchpoints=4:report_atomic_races=0:log_path=/tmp/rw:\
              halt_on_error=1:exitcode=3:report_format=json:suppressions=/tmp/s:verbosity=1:stats=true:seed=0x2a:\
              cold_bias=0:atomic_code=vendor/lock.c,my_asm_:full_stacks=1:coverage_path=/tmp/cov:fail_on_race=1:\
-             races_path=/tmp/races",
+             races_path=/tmp/races:symbolize=0:host=web-7:app_version=2.4.1",
         );
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(
@@ -253,6 +266,9 @@ mod tests {
                 atomic_code: vec!["vendor/lock.c".into(), "my_asm_".into()],
                 full_stacks: true,
                 coverage_path: Some("/tmp/cov".into()),
+                symbolize: false,
+                host: Some("web-7".into()),
+                app_version: Some("2.4.1".into()),
             }
         );
     }

@@ -77,11 +77,39 @@ pub enum MemoryLocation {
     Unknown,
 }
 
+/// Who reports: what a fleet's store needs to tell processes, hosts and builds apart.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Process {
+    /// Host name (`host=` option, else the kernel's node name).
+    pub host: String,
+    /// Process start, in seconds since the epoch.
+    pub start_time: u64,
+    /// The executable's path and GNU build-id (hex; empty when it has none).
+    pub exe_path: String,
+    pub exe_build_id: String,
+    /// The program's version as the fleet names it (`app_version=`, else the build-id's first 12 digits).
+    pub app_version: String,
+}
+
+/// A race's identities and how often this process saw it (see DESIGN.md "Keys").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Keys {
+    pub race_key: String,
+    /// `None` when neither side is symbolized (`symbolize=0`).
+    pub source_key: Option<String>,
+    /// Occurrences in this process so far (1 in the first report).
+    pub count: u64,
+}
+
 /// A race ready to print: the access that hit the watchpoint and the watched one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RaceReport {
     /// Process id.
     pub pid: u32,
+    /// Who reports, and when (seconds since the epoch).
+    pub process: Process,
+    pub time: u64,
+    pub keys: Keys,
     /// The access that hit the watchpoint (thread B).
     pub current: AccessReport,
     /// The sampled, watched access (thread A).
@@ -172,6 +200,8 @@ pub fn render_text_with(report: &RaceReport, full_stacks: bool) -> String {
         let _ = writeln!(out, "  {} created by {by} at:", capitalize(&created));
         render_frames(&mut out, &creation.stack, full_stacks, false);
     }
+    let source_key = report.keys.source_key.as_deref().unwrap_or("-");
+    let _ = writeln!(out, "  Keys: race_key={} source_key={source_key}", report.keys.race_key);
     let _ = writeln!(out, "SUMMARY: racewatch: {}", summary_with(report, Paths::Short));
     let _ = writeln!(out, "{SEPARATOR}");
     out
@@ -214,16 +244,48 @@ fn without_llvm_suffix(name: &str) -> &str {
     }
 }
 
-/// The JSON report: one object on one line, ending with a newline.
+/// The version of the JSON report's fields (DESIGN.md "JSON report, schema 1").
+pub const SCHEMA: u32 = 1;
+
+/// The JSON report: one object on one line, ending with a newline (schema [`SCHEMA`]).
 pub fn render_json(report: &RaceReport) -> String {
+    let process = &report.process;
     let value = json!({
         "kind": "data_race",
+        "schema": SCHEMA,
+        "racewatch": env!("CARGO_PKG_VERSION"),
+        "host": process.host,
         "pid": report.pid,
+        "start_time": process.start_time,
+        "time": report.time,
+        "exe": {"path": process.exe_path, "build_id": non_empty(&process.exe_build_id)},
+        "app_version": process.app_version,
+        "race_key": report.keys.race_key,
+        "source_key": report.keys.source_key,
+        "count": report.keys.count,
         "accesses": [access_json(&report.current), access_json(&report.previous)],
         "location": location_json(&report.location),
         "summary": summary(report),
     });
     format!("{value}\n")
+}
+
+/// The line a process writes at exit for a race it saw `count` times (more than once).
+pub fn render_count_json(process: &Process, pid: u32, race_key: &str, count: u64) -> String {
+    let value = json!({
+        "kind": "race_count",
+        "schema": SCHEMA,
+        "host": process.host,
+        "pid": pid,
+        "start_time": process.start_time,
+        "race_key": race_key,
+        "count": count,
+    });
+    format!("{value}\n")
+}
+
+fn non_empty(text: &str) -> Option<&str> {
+    (!text.is_empty()).then_some(text)
 }
 
 /// `data race <file:line:col> in <function>`, after the current access's racing frame, then ` / ` and
@@ -447,8 +509,8 @@ fn stack_json(stack: &[Frame]) -> Vec<Value> {
 
 fn frame_json(frame: &Frame) -> Value {
     if frame.elided > 0 {
-        return json!({"function": null, "file": null, "line": null, "column": null, "module": null, "offset": null,
-                      "inlined": false, "elided_frames": frame.elided});
+        return json!({"function": null, "file": null, "line": null, "column": null, "module": null,
+                      "build_id": null, "offset": null, "inlined": false, "elided_frames": frame.elided});
     }
     let mut value = json!({
         "function": frame.function,
@@ -456,12 +518,16 @@ fn frame_json(frame: &Frame) -> Value {
         "line": frame.line,
         "column": frame.column,
         "module": frame.module,
+        "build_id": frame.build_id,
         "offset": format!("{:#x}", frame.offset),
         "inlined": frame.inlined,
     });
     // Only when set: the line is the nearest real one (the PC's own is line 0).
     if frame.line_approximate {
         value["line_approximate"] = true.into();
+    }
+    if frame.memory_function {
+        value["memory_function"] = true.into();
     }
     value
 }
@@ -555,6 +621,15 @@ mod tests {
                 ..AccessReport::default()
             },
             location: MemoryLocation::Unknown,
+            process: Process {
+                host: "web-7".into(),
+                start_time: 1_764_000_000,
+                exe_path: EXE.into(),
+                exe_build_id: "5f1e0c2a9b3d4e6f".into(),
+                app_version: "2.4.1".into(),
+            },
+            time: 1_764_000_042,
+            keys: Keys { race_key: "0123456789abcdef".into(), source_key: Some("fedcba9876543210".into()), count: 1 },
         }
     }
 
@@ -571,6 +646,7 @@ WARNING: racewatch: data race (pid=1234)
     #0 <unknown> (c_racy+0x11b4)
     #1 start_thread (libc.so.6+0x891f5)
   Location is heap or unknown memory
+  Keys: race_key=0123456789abcdef source_key=fedcba9876543210
 SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publish / (c_racy+0x11b4) in <unknown>
 ==================
 ";
@@ -610,13 +686,14 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
         );
         assert_eq!(lines[6], "  Previous atomic read of size 4 at 0x7f1234567894 by thread T1 'reader' (tid 5677):");
         assert_eq!(
-            &lines[9..15],
+            &lines[9..16],
             [
                 "  Location is global 'racy_flag::READY' of size 8 at 0x7f1234567890 (racy_flag+0x5b1d0)",
                 "  Thread T2 'tests::publish_' (tid 5678) created by main thread at:",
                 "    #0 main demos/c/racy_named.c:40:3 (racy_flag+0x1290)",
                 "  Thread T1 'reader' (tid 5677) created by thread T3 'spawner' (tid 5680) at:",
                 "    #0 main demos/c/racy_named.c:40:3 (racy_flag+0x1290)",
+                "  Keys: race_key=0123456789abcdef source_key=fedcba9876543210",
                 "SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publish / (c_racy+0x11b4) in <unknown>",
             ],
             "{text}"
@@ -934,7 +1011,17 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
         let value: Value = serde_json::from_str(&line).unwrap();
         let expected = json!({
             "kind": "data_race",
+            "schema": 1,
+            "racewatch": env!("CARGO_PKG_VERSION"),
+            "host": "web-7",
             "pid": 1234,
+            "start_time": 1_764_000_000u64,
+            "time": 1_764_000_042u64,
+            "exe": {"path": EXE, "build_id": "5f1e0c2a9b3d4e6f"},
+            "app_version": "2.4.1",
+            "race_key": "0123456789abcdef",
+            "source_key": "fedcba9876543210",
+            "count": 1,
             "summary": "data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publish / (c_racy+0x11b4) in <unknown>",
             "location": {"kind": "unknown"},
             "accesses": [
@@ -943,11 +1030,11 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
                     "address": "0x7f1234567890", "atomic": false,
                     "stack": [
                         {"function": "write_volatile<u64>", "file": format!("{STD}/core/src/ptr/mod.rs"),
-                         "line": 2178, "column": 9, "module": EXE, "offset": "0x1c1cb", "inlined": true},
+                         "line": 2178, "column": 9, "module": EXE, "build_id": null, "offset": "0x1c1cb", "inlined": true},
                         {"function": "racy_flag::publish", "file": "demos/src/bin/racy_flag.rs", "line": 15,
-                         "column": 9, "module": EXE, "offset": "0x1c1cb", "inlined": false},
+                         "column": 9, "module": EXE, "build_id": null, "offset": "0x1c1cb", "inlined": false},
                         {"function": "{closure#0}", "file": "demos/src/bin/racy_flag.rs", "line": 40,
-                         "column": 17, "module": EXE, "offset": "0x1b76b", "inlined": true},
+                         "column": 17, "module": EXE, "build_id": null, "offset": "0x1b76b", "inlined": true},
                     ],
                 },
                 {
@@ -955,9 +1042,9 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
                     "address": "0x7f1234567894", "atomic": true,
                     "stack": [
                         {"function": null, "file": null, "line": null, "column": null,
-                         "module": "/tmp/c_racy", "offset": "0x11b4", "inlined": false},
+                         "module": "/tmp/c_racy", "build_id": null, "offset": "0x11b4", "inlined": false},
                         {"function": "start_thread", "file": null, "line": null, "column": null,
-                         "module": LIBC, "offset": "0x891f5", "inlined": false},
+                         "module": LIBC, "build_id": null, "offset": "0x891f5", "inlined": false},
                     ],
                 },
             ],

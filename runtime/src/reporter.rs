@@ -8,10 +8,12 @@
 
 use crate::event::{AccessRecord, RaceEvent};
 use crate::options::{Options, ReportFormat};
-use crate::report::{self, AccessReport, Creation, MemoryLocation, RaceReport, ThreadNames};
+use crate::report::{self, AccessReport, Creation, Keys, MemoryLocation, Process, RaceReport, ThreadNames};
+use crate::suppressions::{self, Suppressions};
 use crate::symbolize::{Frame, Symbolizer};
-use crate::{log, queue, stats, sys};
-use std::collections::{HashMap, HashSet};
+use crate::{log, modules, queue, stats, sys};
+use racewatch_instrument::keys;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -31,9 +33,9 @@ pub struct Config {
     pub halt_on_error: bool,
     /// Exit status when halting.
     pub exitcode: i32,
-    /// `race:` patterns: a race is not reported when one matches a function,
-    /// file or module of either stack.
-    pub suppressions: Vec<String>,
+    /// Races not reported: `race:` patterns (a function, file or module of either stack contains one),
+    /// keys, and PCs (never watched).
+    pub suppressions: Suppressions,
     /// Print the `stats=1` block before halting.
     pub stats: bool,
     /// Report a plain access racing an atomic one.
@@ -44,6 +46,11 @@ pub struct Config {
     /// is atomic (inline-assembly atomics the compiler pass cannot tag), besides the built-in
     /// `racewatch_instrument::tags::ASM_ATOMIC_CODE`.
     pub atomic_code: Vec<String>,
+    /// Read module files to name frames (`symbolize=1`).
+    pub symbolize: bool,
+    /// `host=` and `app_version=`.
+    pub host: Option<String>,
+    pub app_version: Option<String>,
 }
 
 impl Config {
@@ -51,18 +58,18 @@ impl Config {
     /// missing or unreadable file is warned about and ignored).
     pub fn from_options(options: &Options) -> Config {
         let suppressions = match &options.suppressions {
-            None => Vec::new(),
+            None => Suppressions::default(),
             Some(path) => match std::fs::read_to_string(path) {
                 Ok(text) => {
-                    let (patterns, warnings) = parse_suppressions(&text);
+                    let (suppressions, warnings) = suppressions::parse(&text);
                     for warning in warnings {
                         log::warn(format_args!("suppressions {path}: {warning}"));
                     }
-                    patterns
+                    suppressions
                 }
                 Err(err) => {
                     log::warn(format_args!("cannot read suppressions {path}: {err}; none used"));
-                    Vec::new()
+                    Suppressions::default()
                 }
             },
         };
@@ -75,30 +82,11 @@ impl Config {
             report_atomic_races: options.report_atomic_races,
             full_stacks: options.full_stacks,
             atomic_code: options.atomic_code.clone(),
+            symbolize: options.symbolize,
+            host: options.host.clone(),
+            app_version: options.app_version.clone(),
         }
     }
-}
-
-/// Parses a TSan-style suppressions file: `race:<substring>` lines, `#`
-/// comments and blank lines. Returns the patterns and one warning per line
-/// that was ignored.
-pub fn parse_suppressions(text: &str) -> (Vec<String>, Vec<String>) {
-    let mut patterns = Vec::new();
-    let mut warnings = Vec::new();
-    for (number, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        match line.split_once(':') {
-            Some(("race", pattern)) if !pattern.trim().is_empty() => patterns.push(pattern.trim().to_string()),
-            Some((kind, _)) if kind != "race" => {
-                warnings.push(format!("line {}: unsupported kind `{kind}` (only `race:`)", number + 1))
-            }
-            _ => warnings.push(format!("line {}: expected `race:<pattern>`", number + 1)),
-        }
-    }
-    (patterns, warnings)
 }
 
 /// Whether an access marked atomic only by its tag (not LOCK) is really a plain access carrying the label
@@ -136,7 +124,7 @@ fn location(stack: &[Frame], pc: u64) -> Location {
 /// A race's identity across the processes of one program (`racewatch cargo`'s summary counts distinct
 /// ones): its unordered pair of source locations, as `file:line<TAB>file:line` (a location without line
 /// information is its PC, which differs between processes of a position-independent program).
-fn race_key((here, there): &(Location, Location)) -> String {
+fn race_key_text((here, there): &(Location, Location)) -> String {
     let text = |location: &Location| match location {
         Location::Line(file, line) => format!("{file}:{line}").replace(['\t', '\n'], " "),
         Location::Pc(pc) => format!("{pc:#x}"),
@@ -147,8 +135,9 @@ fn race_key((here, there): &(Location, Location)) -> String {
 /// What became of a pair of PCs the first time it was judged.
 #[derive(Clone, Copy)]
 enum Verdict {
-    /// Printed, or its source locations had been printed already.
-    Reported,
+    /// Printed, or its source locations had been printed already: the index of its race in
+    /// [`Reporter::races`].
+    Reported(usize),
     /// Both accesses atomic on review (or atomic against plain with `report_atomic_races=0`).
     NotARace,
     Suppressed,
@@ -158,9 +147,14 @@ enum Verdict {
 pub struct Reporter {
     config: Config,
     pid: u32,
+    /// Who reports (host, start time, executable).
+    process: Process,
     /// Unordered PC pairs judged so far, with their verdicts.
     seen: HashMap<(u64, u64), Verdict>,
-    seen_locations: HashSet<(Location, Location)>,
+    /// Printed races by their pair of source locations: the index in `races`.
+    seen_locations: HashMap<(Location, Location), usize>,
+    /// Printed races: race_key and occurrences in this process.
+    races: Vec<(String, u64)>,
     threads: ThreadNames,
     symbolizer: Symbolizer,
     /// Whether the executable is a libtest harness (read on the first report).
@@ -170,14 +164,34 @@ pub struct Reporter {
 impl Reporter {
     /// A reporter for process `pid`.
     pub fn new(config: Config, pid: u32) -> Reporter {
+        let symbolizer = if config.symbolize { Symbolizer::new() } else { Symbolizer::without_files() };
         Reporter {
+            process: this_process(&config),
             config,
             pid,
             seen: HashMap::new(),
-            seen_locations: HashSet::new(),
+            seen_locations: HashMap::new(),
+            races: Vec::new(),
             threads: ThreadNames::new(pid),
-            symbolizer: Symbolizer::new(),
+            symbolizer,
             test_harness: None,
+        }
+    }
+
+    /// One `race_count` line per race this process saw more than once (JSON reports only): what a
+    /// fleet's store adds up. Empty for text reports.
+    pub fn counts(&self) -> String {
+        if self.config.format != ReportFormat::Json {
+            return String::new();
+        }
+        let repeated = self.races.iter().filter(|(_, count)| *count > 1);
+        repeated.map(|(key, count)| report::render_count_json(&self.process, self.pid, key, *count)).collect()
+    }
+
+    fn count_repeat(&mut self, race: usize) {
+        stats::bump(stats::Counter::RacesRepeated);
+        if let Some((_, count)) = self.races.get_mut(race) {
+            *count += 1;
         }
     }
 
@@ -194,9 +208,9 @@ impl Reporter {
         let (a, b) = (event.current.pc, event.previous.pc);
         let pair = (a.min(b), a.max(b));
         // A pair is judged once (the verdict depends only on its two PCs); a repeat counts as it did.
-        if let Some(verdict) = self.seen.get(&pair) {
+        if let Some(&verdict) = self.seen.get(&pair) {
             match verdict {
-                Verdict::Reported => stats::bump(stats::Counter::RacesRepeated),
+                Verdict::Reported(race) => self.count_repeat(race),
                 Verdict::NotARace => stats::bump(stats::Counter::ReviewedNotRaces),
                 Verdict::Suppressed => {}
             }
@@ -213,6 +227,7 @@ impl Reporter {
         let current_stack = self.symbolize(&event.current);
         let previous_stack = self.symbolize(&event.previous);
         if self.is_suppressed(&current_stack) || self.is_suppressed(&previous_stack) {
+            stats::bump(stats::Counter::RacesSuppressed);
             return (Verdict::Suppressed, None);
         }
         // Judge again with what the debug info says: a tag that is only a compiler-only fence's label is
@@ -232,25 +247,46 @@ impl Reporter {
             stats::bump(stats::Counter::ReviewedNotRaces);
             return (Verdict::NotARace, None);
         }
+        // The stacks as reported, and the race's keys (computed on them, as `racewatch triage` does).
+        let current_stack = self.report_stack(current_stack);
+        let previous_stack = self.report_stack(previous_stack);
+        let race_key = keys::race_key(&current_stack, &previous_stack);
+        let source_key = keys::source_key(&current_stack, &previous_stack);
+        let known = &self.config.suppressions;
+        if known.race_keys.contains(&race_key) || source_key.as_ref().is_some_and(|k| known.source_keys.contains(k)) {
+            stats::bump(stats::Counter::RacesSuppressed);
+            return (Verdict::Suppressed, None);
+        }
         // One report per unordered pair of source locations: an unrolled or vectorised loop has many
         // PCs on one line.
         let (here, there) = (location(&current_stack, a), location(&previous_stack, b));
         let key = if here <= there { (here, there) } else { (there, here) };
-        let race = race_key(&key);
-        if !self.seen_locations.insert(key) {
-            stats::bump(stats::Counter::RacesRepeated);
-            return (Verdict::Reported, None);
+        if let Some(&race) = self.seen_locations.get(&key) {
+            self.count_repeat(race);
+            return (Verdict::Reported(race), None);
         }
+        let race = race_key_text(&key);
+        let index = self.races.len();
+        self.seen_locations.insert(key, index);
+        self.races.push((race_key.clone(), 1));
         // Threads are numbered only once their race is really reported.
         let current = self.access(&current_record, current_stack);
         let previous = self.access(&previous_record, previous_stack);
         let location = self.memory_location(event.current.addr);
-        let race_report = RaceReport { pid: self.pid, current, previous, location };
+        let race_report = RaceReport {
+            pid: self.pid,
+            process: self.process.clone(),
+            time: sys::identity::now(),
+            keys: Keys { race_key, source_key, count: 1 },
+            current,
+            previous,
+            location,
+        };
         let text = match self.config.format {
             ReportFormat::Text => report::render_text_with(&race_report, self.config.full_stacks),
             ReportFormat::Json => report::render_json(&race_report),
         };
-        (Verdict::Reported, Some((text, race)))
+        (Verdict::Reported(index), Some((text, race)))
     }
 
     /// Renders, prints and counts `event`; halts the process when configured to.
@@ -280,10 +316,15 @@ impl Reporter {
         self.symbolizer.symbolize_stack(&stack)
     }
 
+    /// A symbolized stack as a report shows it: without racewatch's frames past the access, cut like a
+    /// short backtrace.
+    fn report_stack(&self, stack: Vec<Frame>) -> Vec<Frame> {
+        report::short_backtrace(self.without_runtime_frames(stack))
+    }
+
     fn access(&mut self, record: &AccessRecord, stack: Vec<Frame>) -> AccessReport {
         let thread = self.threads.number(record.tid);
         let thread_name = self.thread_name(record.tid);
-        let stack = report::short_backtrace(self.without_runtime_frames(stack));
         let creation = if thread == 0 { None } else { self.creation(record.tid) };
         let test = match &thread_name {
             Some(name) if thread != 0 && self.is_test_harness() => {
@@ -427,8 +468,30 @@ impl Reporter {
         let fields = |f: &Frame| [f.function.clone(), f.file.clone(), f.module.clone()];
         self.config
             .suppressions
+            .patterns
             .iter()
             .any(|pattern| stack.iter().flat_map(fields).flatten().any(|field| field.contains(pattern.as_str())))
+    }
+}
+
+/// Who this process is: host, start time, executable and its build-id, version.
+fn this_process(config: &Config) -> Process {
+    let exe_path = std::env::current_exe().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+    let exe_build_id = modules::all()
+        .into_iter()
+        .find(|m| !exe_path.is_empty() && m.path == exe_path)
+        .map(|m| m.build_id)
+        .unwrap_or_default();
+    let app_version = config.app_version.clone().unwrap_or_else(|| match exe_build_id.get(..12) {
+        Some(short) => short.to_string(),
+        None => "unknown".to_string(),
+    });
+    Process {
+        host: config.host.clone().or_else(sys::identity::node_name).unwrap_or_else(|| "unknown".to_string()),
+        start_time: sys::identity::start_time().unwrap_or(0),
+        exe_path,
+        exe_build_id,
+        app_version,
     }
 }
 
@@ -563,12 +626,31 @@ pub fn start(options: &Options) {
     // Where threads are created, for the reports: this thread's stack bounds, then every creation.
     sys::creation::record_this_thread();
     sys::creation::set_capture(crate::unwind::capture_creation);
-    let reporter = Mutex::new(Some(Reporter::new(Config::from_options(options), std::process::id())));
+    let config = Config::from_options(options);
+    install_suppressed_pcs(&config.suppressions);
+    let reporter = Mutex::new(Some(Reporter::new(config, std::process::id())));
     STATE.store(Box::leak(Box::new(reporter)), Ordering::Release);
     STOP.store(false, Ordering::Release);
     match sys::thread::spawn_runtime_thread(reporter_main) {
         Some(thread) => THREAD.store(thread, Ordering::Release),
         None => log::warn(format_args!("cannot start the reporter thread; reports are printed at exit")),
+    }
+}
+
+/// Resolves the suppressions' `pc:` entries against the loaded modules and hands them to the sampler.
+fn install_suppressed_pcs(suppressions: &Suppressions) {
+    if suppressions.pcs.is_empty() {
+        return;
+    }
+    let loaded: Vec<(String, u64)> = modules::all().into_iter().map(|m| (m.build_id, m.bias)).collect();
+    let pcs = crate::suppressed_pcs::resolve(&suppressions.pcs, &loaded);
+    let resolved = pcs.len();
+    let left_out = crate::suppressed_pcs::install(pcs);
+    if left_out > 0 {
+        log::warn(format_args!(
+            "suppressions: {left_out} pc: entries beyond the first {} are watched anyway",
+            resolved - left_out
+        ));
     }
 }
 
@@ -614,6 +696,25 @@ pub fn shutdown() {
     }
     while queue::pop().is_some() {
         stats::bump(stats::Counter::ReportsDropped);
+    }
+    write_counts();
+}
+
+/// Writes the `race_count` lines of races seen more than once (JSON reports), once per process.
+fn write_counts() {
+    static WRITTEN_BY: AtomicI32 = AtomicI32::new(0);
+    if ABANDONED.load(Ordering::Acquire) {
+        return;
+    }
+    let pid = sys::thread::getpid();
+    if WRITTEN_BY.swap(pid, Ordering::AcqRel) == pid {
+        return;
+    }
+    let Some(guard) = state() else { return };
+    let counts = guard.as_ref().map(Reporter::counts).unwrap_or_default();
+    drop(guard);
+    if !counts.is_empty() {
+        log::write(&counts);
     }
 }
 
@@ -787,20 +888,5 @@ mod tests {
         assert_eq!(test_path("racy::races").as_deref(), Some("races"));
         assert_eq!(test_path("races"), None);
         assert_eq!(test_path("<alloc::sync::Arc<T> as core::clone::Clone>::clone"), None);
-    }
-
-    #[test]
-    fn suppression_files_keep_race_lines_and_warn_about_the_rest() {
-        let text = "# comment\n\nrace:racy_counter::bump\n  race: vendor/lib.c  \nthread:foo\nrace:\nnonsense\n";
-        let (patterns, warnings) = parse_suppressions(text);
-        assert_eq!(patterns, vec!["racy_counter::bump", "vendor/lib.c"]);
-        assert_eq!(
-            warnings,
-            vec![
-                "line 5: unsupported kind `thread` (only `race:`)",
-                "line 6: expected `race:<pattern>`",
-                "line 7: expected `race:<pattern>`",
-            ]
-        );
     }
 }

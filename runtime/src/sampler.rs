@@ -264,6 +264,10 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
             (access, found.pc, found.path)
         }
     };
+    if crate::suppressed_pcs::contains(access.pc) {
+        stats::bump(Counter::SamplesSuppressed);
+        return;
+    }
     if COLD_BIAS.load(Ordering::Relaxed) && !bias::should_watch(access.pc, random >> 2) {
         stats::bump(Counter::SamplesBackedOff);
         return;

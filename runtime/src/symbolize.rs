@@ -21,7 +21,7 @@ use crate::modules;
 use racewatch_instrument::dwarf::ModuleDebug;
 pub use racewatch_instrument::dwarf::Origin;
 pub use racewatch_instrument::frames::{base_name, display_path, Frame};
-use racewatch_instrument::symbols::{find_function, Function};
+use racewatch_instrument::symbols::{demangle, find_function, Function};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -46,6 +46,9 @@ pub struct Symbolizer {
     cwd: Option<PathBuf>,
     /// The runtime's module when it is a library of its own (preloaded), not linked into the executable.
     runtime_module: Option<String>,
+    /// Whether module files are read (`symbolize=1`); without, frames are module, build-id and offset,
+    /// named from the dynamic symbol tables already mapped.
+    read_files: bool,
 }
 
 impl Default for Symbolizer {
@@ -57,7 +60,19 @@ impl Default for Symbolizer {
 impl Symbolizer {
     /// A symbolizer for the current process (module files are read lazily).
     pub fn new() -> Symbolizer {
-        Symbolizer { files: HashMap::new(), cwd: std::env::current_dir().ok(), runtime_module: runtime_library() }
+        Symbolizer {
+            files: HashMap::new(),
+            cwd: std::env::current_dir().ok(),
+            runtime_module: runtime_library(),
+            read_files: true,
+        }
+    }
+
+    /// A symbolizer that never opens a file (`symbolize=0`, the production profile): a frame is its
+    /// module, the module's build-id and the offset, and the name of the dynamic symbol holding the PC
+    /// when there is one; `racewatch triage` names the rest offline, by build-id.
+    pub fn without_files() -> Symbolizer {
+        Symbolizer { read_files: false, ..Symbolizer::new() }
     }
 
     /// Symbolizes every frame of a captured stack: `pcs[0]` is looked up as
@@ -84,6 +99,16 @@ impl Symbolizer {
     pub fn data_symbol(&mut self, addr: u64) -> Option<DataSymbol> {
         let module = modules::module_of(addr).filter(|m| !m.path.is_empty() && m.path.contains('/'))?;
         let offset = addr.wrapping_sub(module.bias);
+        if !self.read_files {
+            let symbol = crate::sys::dl::dynamic_symbol_at(addr)?;
+            return Some(DataSymbol {
+                name: demangle(&symbol.name),
+                size: symbol.size,
+                address: symbol.address,
+                module: module.path,
+                offset,
+            });
+        }
         let path = PathBuf::from(&module.path);
         let file = self.files.entry(path.clone()).or_insert_with(|| open_module(&path));
         let object = find_function(file.objects(), offset)?;
@@ -98,6 +123,9 @@ impl Symbolizer {
 
     /// The executable's functions (from its symbol table), sorted by address.
     pub fn executable_functions(&mut self) -> &[Function] {
+        if !self.read_files {
+            return &[];
+        }
         let Ok(path) = std::env::current_exe() else { return &[] };
         let file = self.files.entry(path.clone()).or_insert_with(|| open_module(&path));
         file.functions()
@@ -109,7 +137,13 @@ impl Symbolizer {
             return vec![Frame { offset: pc, ..Frame::default() }];
         };
         let offset = pc.wrapping_sub(module.bias);
-        let mut frames = self.symbolize_in_module(Path::new(&module.path), offset, is_return_address);
+        let mut frames = if self.read_files {
+            self.symbolize_in_module(Path::new(&module.path), offset, is_return_address)
+        } else {
+            let probe = if is_return_address { pc.wrapping_sub(1) } else { pc };
+            let function = crate::sys::dl::dynamic_symbol_at(probe).map(|s| demangle(&s.name));
+            vec![Frame { function, module: Some(module.path.clone()), offset, ..Frame::default() }]
+        };
         if !module.build_id.is_empty() {
             frames.iter_mut().for_each(|f| f.build_id = Some(module.build_id.clone()));
         }
@@ -149,6 +183,7 @@ fn runtime_library() -> Option<String> {
 /// Opens a module's file for symbolization: its DWARF now, its symbol table on first need, read through a
 /// high descriptor (the program may be closing every descriptor meanwhile).
 fn open_module(path: &Path) -> ModuleDebug {
+    crate::stats::bump(crate::stats::Counter::ModuleFilesRead);
     if !room_to_load(path) {
         // Under a tight RLIMIT_AS, loading debug info could fail an allocation (an abort): show
         // raw module offsets instead.

@@ -7,6 +7,7 @@
 use racewatch::event::{AccessRecord, RaceEvent, Stack};
 use racewatch::options::{Options, ReportFormat};
 use racewatch::reporter::{self, Config, Reporter};
+use racewatch::suppressions::Suppressions;
 use racewatch::symbolize::Symbolizer;
 use racewatch::{queue, report};
 use std::process::Command;
@@ -52,11 +53,17 @@ fn config(format: ReportFormat, suppressions: &[&str]) -> Config {
         format,
         halt_on_error: false,
         exitcode: 66,
-        suppressions: suppressions.iter().map(|s| s.to_string()).collect(),
+        suppressions: Suppressions {
+            patterns: suppressions.iter().map(|s| s.to_string()).collect(),
+            ..Suppressions::default()
+        },
         stats: false,
         report_atomic_races: true,
         full_stacks: false,
         atomic_code: Vec::new(),
+        symbolize: true,
+        host: Some("test-host".into()),
+        app_version: None,
     }
 }
 
@@ -101,15 +108,16 @@ fn text_report_names_both_stacks_and_threads() {
     assert!(lines[5].starts_with(&reader), "{text}");
     // 0x7f0000001000 is no variable of this process.
     assert_eq!(lines[6], "  Location is heap or unknown memory");
+    assert!(lines[7].starts_with("  Keys: race_key="), "{text}");
     assert_eq!(
-        lines[7],
+        lines[8],
         format!(
             "SUMMARY: racewatch: data race tests/report_reporter.rs:{WRITER_LINE} in report_reporter::writer_side / \
              tests/report_reporter.rs:{READER_LINE} in report_reporter::reader_side"
         )
     );
-    assert_eq!(lines[8], report::SEPARATOR);
-    assert_eq!(lines.len(), 9);
+    assert_eq!(lines[9], report::SEPARATOR);
+    assert_eq!(lines.len(), 10);
 }
 
 #[inline(never)]
@@ -178,7 +186,8 @@ fn reports_name_threads_their_test_their_creation_and_the_memory() {
     );
     assert!(lines[8].starts_with("    #0 report_reporter::writer_side tests/report_reporter.rs:"), "{text}");
     // No creation known for this test's thread (libtest made it before anything was recorded).
-    assert!(lines[9].starts_with("SUMMARY: "), "{text}");
+    assert!(lines[9].starts_with("  Keys: race_key="), "{text}");
+    assert!(lines[10].starts_with("SUMMARY: "), "{text}");
 
     // Another pair of lines (the same reporter: its debug info is read once), on the helper's stack.
     let mut race = event(helper_tid, me);

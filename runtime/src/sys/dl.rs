@@ -23,3 +23,43 @@ impl Loaded {
         (addr != 0).then_some(addr)
     }
 }
+
+/// A symbol of a loaded module's dynamic symbol table (already mapped: no file is read).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DynamicSymbol {
+    /// The symbol's name as the table spells it (mangled).
+    pub name: String,
+    /// Its run-time address and size.
+    pub address: u64,
+    pub size: u64,
+}
+
+/// The dynamic symbol whose extent holds `addr` (`dladdr1` finds the nearest one at or below it; a
+/// symbol that ends before `addr` names other code and is not returned).
+pub fn dynamic_symbol_at(addr: u64) -> Option<DynamicSymbol> {
+    let mut info: libc::Dl_info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    let mut sym: *const libc::Elf64_Sym = std::ptr::null();
+    const RTLD_DL_SYMENT: libc::c_int = 1;
+    // SAFETY: `info` and `sym` are valid out-pointers; with RTLD_DL_SYMENT, `sym` receives a pointer into
+    // the module's mapped symbol table, which stays mapped while the module is loaded (read at once here).
+    let found = unsafe {
+        libc::dladdr1(
+            addr as *const libc::c_void,
+            &mut info,
+            (&mut sym as *mut *const libc::Elf64_Sym).cast(),
+            RTLD_DL_SYMENT,
+        )
+    };
+    if found == 0 || info.dli_sname.is_null() || sym.is_null() {
+        return None;
+    }
+    // SAFETY: non-null results of a successful dladdr1: a NUL-terminated name and a symbol table entry.
+    let (name, size) = unsafe { (CStr::from_ptr(info.dli_sname).to_string_lossy().into_owned(), (*sym).st_size) };
+    let address = info.dli_saddr as u64;
+    (addr >= address && addr - address < size.max(1)).then_some(DynamicSymbol { name, address, size })
+}

@@ -8,6 +8,7 @@ pub mod fatal;
 pub mod fd;
 pub mod handlers;
 pub mod hugepage;
+pub mod identity;
 pub mod mem;
 pub mod perf;
 pub mod process;

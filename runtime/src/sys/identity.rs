@@ -1,0 +1,58 @@
+//! Who this process is, for a fleet's reports: the host's name and when the process started.
+
+/// The kernel's node name (`uname -n`), or `None`.
+pub fn node_name() -> Option<String> {
+    // SAFETY: `uname` fills the zeroed struct it is given; its fields are NUL-terminated arrays.
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer to a utsname.
+    if unsafe { libc::uname(&mut uts) } != 0 {
+        return None;
+    }
+    let bytes: Vec<u8> = uts.nodename.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8(bytes).ok().filter(|name| !name.is_empty())
+}
+
+/// When this process started, in seconds since the epoch: `/proc/self/stat`'s start time (clock ticks
+/// since boot) plus the boot time of `/proc/stat`.
+pub fn start_time() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let boot = std::fs::read_to_string("/proc/stat").ok()?;
+    // SAFETY: sysconf takes a plain constant.
+    let ticks_per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok().filter(|&t| t > 0)?;
+    start_time_from(&stat, &boot, ticks_per_second)
+}
+
+/// [`start_time`] from the two files' texts. The command name in `stat` may hold spaces and parentheses:
+/// fields are counted after its last `)`.
+fn start_time_from(stat: &str, boot: &str, ticks_per_second: u64) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // Field 22 of the whole line is the 20th after the name (state is field 3).
+    let ticks: u64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
+    let btime: u64 = boot.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
+    Some(btime + ticks / ticks_per_second)
+}
+
+/// Seconds since the epoch now. Async-signal-safe (`clock_gettime`, no allocation).
+pub fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_counts_fields_after_the_command_name() {
+        let stat = "4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 12345 1000 10";
+        let boot = "cpu  1 2 3\nbtime 1700000000\nprocesses 9\n";
+        assert_eq!(start_time_from(stat, boot, 100), Some(1_700_000_123));
+        assert_eq!(start_time_from("garbage", boot, 100), None);
+    }
+
+    #[test]
+    fn this_process_started_in_the_past_on_a_named_host() {
+        let start = start_time().expect("start time");
+        assert!(start <= now() && start > now() - 24 * 3600 * 365, "{start}");
+        assert!(node_name().is_some());
+    }
+}

@@ -50,6 +50,8 @@ struct Built {
     full: PathBuf,
     stripped: PathBuf,
     debug: PathBuf,
+    /// Stripped of DWARF only: its symbol table names functions.
+    symtab_only: PathBuf,
     build_id: String,
     /// `work`'s first instruction and size.
     work: (u64, u64),
@@ -60,15 +62,20 @@ fn run(command: &mut Command, what: &str) {
 }
 
 fn build(name: &str) -> Option<Built> {
+    build_in(common::scratch(name), "prog")
+}
+
+/// Builds `PROGRAM` as `dir/<stem>` (another stem, another build-id: DWARF names the source file).
+fn build_in(dir: PathBuf, stem: &str) -> Option<Built> {
     let clang = common::clang()?;
-    let dir = common::scratch(name);
-    let source = dir.join("prog.c");
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = dir.join(format!("{stem}.c"));
     std::fs::write(&source, PROGRAM).unwrap();
-    let full = dir.join("prog");
+    let full = dir.join(stem);
     run(Command::new(&clang).args(["-g", "-O1", "-Wl,--build-id"]).arg(&source).arg("-o").arg(&full), "clang");
-    let debug = dir.join("prog.debug");
+    let debug = dir.join(format!("{stem}.debug"));
     run(Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(&debug), "objcopy --only-keep-debug");
-    let stripped = dir.join("prog.stripped");
+    let stripped = dir.join(format!("{stem}.stripped"));
     run(
         Command::new("objcopy")
             .args(["--strip-debug", "--strip-unneeded"])
@@ -77,6 +84,8 @@ fn build(name: &str) -> Option<Built> {
             .arg(&stripped),
         "objcopy --strip-debug --strip-unneeded --add-gnu-debuglink",
     );
+    let symtab_only = dir.join(format!("{stem}.symtab-only"));
+    run(Command::new("objcopy").arg("--strip-debug").arg(&full).arg(&symtab_only), "objcopy --strip-debug");
     let module = Module::open(&full).unwrap();
     let build_id = module.build_id();
     assert_eq!(build_id.len(), 40, "clang -Wl,--build-id gives a SHA-1 build-id");
@@ -84,7 +93,7 @@ fn build(name: &str) -> Option<Built> {
     let work = (work.address, work.size);
     assert!(Module::open(&stripped).unwrap().functions.iter().all(|f| f.name != "work"), "stripped of .symtab");
     assert_eq!(Module::open(&stripped).unwrap().build_id(), build_id);
-    Some(Built { dir, full, stripped, debug, build_id, work })
+    Some(Built { dir, full, stripped, debug, symtab_only, build_id, work })
 }
 
 /// A symbolizer that asks no debuginfod server.
@@ -160,11 +169,14 @@ fn local_files_module_path_debuglink_and_debug_dirs() {
     assert!(messages[0].contains(".gnu_debuglink prog.debug"), "{messages:#?}");
     assert!(messages[0].contains("/usr/lib/debug"), "{messages:#?}");
 
-    // The stripped binary beside its debug file: the .gnu_debuglink leads to it.
-    let mut symbolizer = offline(Vec::new(), &cache);
+    // The stripped binary beside its debug file: the .gnu_debuglink leads to it. (A later report
+    // that names the module at another path gets that path tried, though the build-id was missed.)
     let beside = built.stripped.to_str().unwrap();
     let frames = symbolizer.symbolize(&built.build_id, Some(beside), offset, false).expect("debuglink followed");
     assert_inlined_frames(&frames, Some(beside), offset);
+    let frames = symbolizer.symbolize(&built.build_id, Some(stripped), offset, false).expect("found before");
+    assert_inlined_frames(&frames, Some(stripped), offset);
+    assert!(symbolizer.take_messages().is_empty());
     // ... and in a .debug/ subdirectory.
     let sub = alone.join(".debug");
     std::fs::create_dir_all(&sub).unwrap();
@@ -206,6 +218,58 @@ fn local_files_module_path_debuglink_and_debug_dirs() {
     let messages = symbolizer.take_messages();
     assert_eq!(messages.len(), 1, "{messages:#?}");
     assert!(messages[0].contains(&format!("build-id {}: another build", built.build_id)), "{messages:#?}");
+
+    // A binary stripped of DWARF only, with no debug file anywhere: its symbol table names the
+    // function (no file:line), and a note says so.
+    let symtab_dir = built.dir.join("symtab-only");
+    std::fs::create_dir_all(&symtab_dir).unwrap();
+    let symtab_only = symtab_dir.join("prog");
+    std::fs::copy(&built.symtab_only, &symtab_only).unwrap();
+    let symtab_only = symtab_only.to_str().unwrap();
+    let mut symbolizer = offline(Vec::new(), &cache);
+    let frames = symbolizer.symbolize(&built.build_id, Some(symtab_only), offset, false).expect("symbols");
+    let expected = Frame {
+        function: Some("work".into()),
+        module: Some(symtab_only.into()),
+        build_id: Some(built.build_id.clone()),
+        offset,
+        ..Frame::default()
+    };
+    assert_eq!(frames, [expected]);
+    let messages = symbolizer.take_messages();
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert!(messages[0].starts_with(&format!("only symbols for build-id {}", built.build_id)), "{messages:#?}");
+
+    // Corrupt debug files: a truncated one is passed over (the next directory has a good one); one
+    // whose DWARF is overwritten with garbage is read without a panic.
+    let bytes = std::fs::read(&built.debug).unwrap();
+    let [truncated_dir, good_dir, garbage_dir] = ["truncated", "good", "garbage"].map(|d| built.dir.join(d));
+    for dir in [&truncated_dir, &good_dir, &garbage_dir] {
+        std::fs::create_dir_all(dir.join(".build-id").join(head)).unwrap();
+    }
+    let at = |dir: &Path| dir.join(".build-id").join(head).join(format!("{rest}.debug"));
+    std::fs::write(at(&truncated_dir), &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::copy(&built.debug, at(&good_dir)).unwrap();
+    let mut symbolizer = offline(vec![truncated_dir.clone(), good_dir], &cache);
+    let frames = symbolizer.symbolize(&built.build_id, Some(stripped), offset, false).expect("the good copy");
+    assert_inlined_frames(&frames, Some(stripped), offset);
+    let mut symbolizer = offline(vec![truncated_dir], &cache);
+    assert_eq!(symbolizer.symbolize(&built.build_id, Some(stripped), offset, false), None);
+    let messages = symbolizer.take_messages();
+    eprintln!("truncated: {messages:#?}");
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert!(messages[0].contains("unreadable"), "{messages:#?}");
+    let debug_info = Module::open(&built.debug).unwrap().section_file_offset(".debug_info").unwrap();
+    let mut garbage = bytes.clone();
+    let end = (debug_info + 4096).min(garbage.len());
+    garbage[debug_info..end].iter_mut().enumerate().for_each(|(i, b)| *b = (i * 7 + 0x5a) as u8);
+    std::fs::write(at(&garbage_dir), &garbage).unwrap();
+    let mut symbolizer = offline(vec![garbage_dir], &cache);
+    let start = built.work.0;
+    for offset in start..start + built.work.1 {
+        // Whatever garbage DWARF says, but no panic.
+        let _ = symbolizer.symbolize(&built.build_id, Some(stripped), offset, false);
+    }
 }
 
 /// A debuginfod server, killed when dropped.
@@ -270,6 +334,11 @@ fn debuginfod_downloads_once_then_serves_from_the_cache() {
     std::fs::create_dir_all(&served).unwrap();
     std::fs::copy(&built.stripped, served.join("prog")).unwrap();
     std::fs::copy(&built.debug, served.join("prog.debug")).unwrap();
+    // Another build (another source file name) of which the server has only the executable, with
+    // its symbol table.
+    let variant = build_in(built.dir.join("variant"), "variant").unwrap();
+    assert_ne!(variant.build_id, built.build_id);
+    std::fs::copy(&variant.symtab_only, served.join("variant")).unwrap();
     let server = start_debuginfod(&served, &built.dir, &built.build_id);
     let cache = built.dir.join("cache");
     // The report names the module at a path that does not exist here (the fleet machine's).
@@ -292,6 +361,13 @@ fn debuginfod_downloads_once_then_serves_from_the_cache() {
     eprintln!("with a closed port first: {messages:#?}");
     assert_eq!(messages.len(), 1, "the closed port, once: {messages:#?}");
     assert!(messages[0].contains(&dead) && messages[0].contains("not asked again"), "{messages:#?}");
+    // Only the executable: named by its symbol table.
+    let frames = symbolizer.symbolize(&variant.build_id, module, variant.work.0, false).expect("from /executable");
+    assert_eq!((frames.len(), frames[0].function.as_deref(), frames[0].line), (1, Some("work"), None), "{frames:#?}");
+    assert!(cache.join(&variant.build_id).join("executable").is_file());
+    let messages = symbolizer.take_messages();
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert!(messages[0].starts_with(&format!("only symbols for build-id {}", variant.build_id)), "{messages:#?}");
     let leftovers: Vec<_> =
         std::fs::read_dir(cache.join(&built.build_id)).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(leftovers, ["debuginfo"], "no temporary file left");

@@ -149,7 +149,11 @@ impl OfflineSymbolizer {
         let build_id = build_id.trim().to_ascii_lowercase();
         if !is_build_id(&build_id) {
             let name = module_name(module_path);
-            self.say(format!("not a build-id: {build_id:?} ({name}): its frames are left unsymbolized"));
+            self.say(if build_id.is_empty() {
+                format!("{name} has no build-id: its frames are left unsymbolized (offline symbolization finds files by build-id)")
+            } else {
+                format!("not a build-id: {build_id:?} ({name}): its frames are left unsymbolized")
+            });
             return None;
         }
         let key = (build_id, offset, is_return_address);
@@ -417,6 +421,9 @@ impl Search {
         let (module, crc) = match read {
             Ok(Ok(read)) => read,
             Ok(Err(why)) => {
+                // An ELF error names the file itself.
+                let prefix = format!("{}: ", path.display());
+                let why = why.strip_prefix(&prefix).unwrap_or(&why);
                 self.looked.push(format!("{} (unreadable: {why})", path.display()));
                 return None;
             }

@@ -392,7 +392,7 @@ fn render_frames(out: &mut String, stack: &[Frame], full_stacks: bool, access: b
 }
 
 fn render_frame(out: &mut String, number: usize, frame: &Frame, full_stacks: bool) {
-    let name = if full_stacks { function(frame).to_string() } else { without_generics(function(frame)) };
+    let name = if full_stacks { function(frame).to_string() } else { short_name(function(frame)) };
     let _ = write!(out, "    #{number} {name}");
     if frame.file.is_some() {
         let _ = write!(out, " {}", location(frame, Paths::Short));
@@ -411,6 +411,39 @@ fn access_kind(access: &AccessReport) -> &'static str {
 fn capitalize(word: &str) -> String {
     let mut chars = word.chars();
     chars.next().map(|first| first.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+}
+
+/// A function's name without generic arguments, except `drop_in_place`'s: the type dropped is what a
+/// drop-path race is about (`drop_in_place<Rc<u64>>`), spelled without paths and default allocators.
+fn short_name(function: &str) -> String {
+    const DROP: &str = "drop_in_place";
+    let plain = without_generics(function);
+    let Some(at) = function.rfind(DROP) else { return plain };
+    let rest = function[at + DROP.len()..].trim_start_matches("::");
+    let Some(dropped) = rest.strip_prefix('<').and_then(|r| r.strip_suffix('>')) else { return plain };
+    let name = without_generics(&function[..at + DROP.len()]);
+    format!("{name}<{}>", without_paths(dropped).replace(", Global", ""))
+}
+
+/// A type's spelling without module paths: `Rc<u64>` for `alloc::rc::Rc<u64>`.
+fn without_paths(ty: &str) -> String {
+    let mut out = String::with_capacity(ty.len());
+    let mut word = String::new();
+    let mut chars = ty.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_alphanumeric() || c == '_' {
+            word.push(c);
+        } else if c == ':' && chars.peek() == Some(&':') {
+            chars.next();
+            word.clear();
+        } else {
+            out.push_str(&word);
+            word.clear();
+            out.push(c);
+        }
+    }
+    out.push_str(&word);
+    out
 }
 
 fn function(frame: &Frame) -> &str {
@@ -1053,6 +1086,25 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
         // The text shows exactly the same frames.
         let text = render_text(&report);
         assert_eq!(text.lines().filter(|l| l.starts_with("    #")).count(), 5, "{text}");
+    }
+
+    #[test]
+    fn drop_in_place_keeps_the_type_it_drops() {
+        assert_eq!(
+            short_name("core::ptr::drop_in_place<alloc::rc::Rc<u64, alloc::alloc::Global>>"),
+            "core::ptr::drop_in_place<Rc<u64>>"
+        );
+        assert_eq!(
+            short_name("core::ptr::drop_in_place::<tokio::sync::oneshot::Inner<()>>"),
+            "core::ptr::drop_in_place<Inner<()>>"
+        );
+        assert_eq!(short_name("drop_in_place<(u8, std::string::String)>"), "drop_in_place<(u8, String)>");
+        assert_eq!(
+            short_name("<alloc::rc::Rc<T> as core::ops::drop::Drop>::drop"),
+            "<alloc::rc::Rc as core::ops::drop::Drop>::drop"
+        );
+        assert_eq!(short_name("write_volatile<u64>"), "write_volatile");
+        assert_eq!(short_name("core::ptr::drop_in_place"), "core::ptr::drop_in_place");
     }
 
     #[test]

@@ -31,6 +31,8 @@ enum Command {
     Run(commands::run::Args),
     /// Print the path of the preload runtime (libracewatch.so).
     RuntimePath,
+    /// Ingest report logs of many processes into a store and list the distinct races, most frequent first.
+    Triage(commands::triage::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Some(Command::Cargo(args)) => commands::cargo::run(args),
         Some(Command::Run(args)) => commands::run::run(args),
         Some(Command::RuntimePath) => commands::run::print_runtime_path(),
+        Some(Command::Triage(args)) => commands::triage::run(args),
         None => commands::demo::run(),
     }
 }

@@ -8,6 +8,7 @@ pub mod dump;
 pub mod flags;
 mod races;
 pub mod run;
+pub mod triage;
 pub mod verify;
 
 use racewatch_instrument::elf::Module;

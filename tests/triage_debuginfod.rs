@@ -200,6 +200,13 @@ fn local_files_module_path_debuglink_and_debug_dirs() {
     let frames = symbolizer.symbolize(&built.build_id, Some("/opt/app/bin/prog"), offset, false).unwrap();
     assert_inlined_frames(&frames, Some("/opt/app/bin/prog"), offset);
     assert!(symbolizer.take_messages().is_empty());
+    // ... and with xx/rest.debug (no .build-id level).
+    let flat_dir = built.dir.join("flat-dir");
+    std::fs::create_dir_all(flat_dir.join(head)).unwrap();
+    std::fs::copy(&built.debug, flat_dir.join(head).join(format!("{rest}.debug"))).unwrap();
+    let mut symbolizer = offline(vec![flat_dir], &cache);
+    let frames = symbolizer.symbolize(&built.build_id, Some(stripped), offset, false).expect("found by build-id");
+    assert_inlined_frames(&frames, Some(stripped), offset);
 
     // --debug-dir holding the debug file under any name (and other ELF files, and other files).
     let plain_dir = built.dir.join("plain-dir");
@@ -411,4 +418,33 @@ fn an_unknown_build_id_and_an_unreachable_server_are_one_note_fast() {
     assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
     assert!(!cache.exists(), "nothing cached for a miss");
     eprintln!("51 lookups of 2 unknown build-ids with the server down: {elapsed:?}");
+}
+
+#[test]
+fn a_server_that_never_answers_costs_one_timeout_per_run() {
+    // Connections complete in the kernel's backlog, but nothing is ever read or answered.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let cache = common::scratch("triage_symbolize_silent").join("cache");
+    let timeout = Duration::from_secs(1);
+    let mut symbolizer = OfflineSymbolizer::with_debuginfod(Vec::new(), vec![url.clone()], cache, timeout);
+    let started = Instant::now();
+    assert_eq!(symbolizer.symbolize(&"ab".repeat(20), None, 0x1000, false), None);
+    let first = started.elapsed();
+    assert!(first >= timeout && first < timeout * 3, "{first:?}");
+    for id in ["cd", "ef", "01"] {
+        for offset in 0..10 {
+            assert_eq!(symbolizer.symbolize(&id.repeat(20), None, offset, true), None);
+        }
+    }
+    let all = started.elapsed();
+    assert!(all < first + Duration::from_millis(500), "one timeout only: first {first:?}, all {all:?}");
+    let messages = symbolizer.take_messages();
+    assert_eq!(messages.len(), 4, "one per build-id: {messages:#?}");
+    assert!(messages[0].contains(&url) && messages[0].contains("not asked again"), "{messages:#?}");
+    assert!(messages[1..].iter().all(|m| m.contains("unreachable earlier")), "{messages:#?}");
+    eprintln!(
+        "{messages:#?}\nsilent server: first lookup {first:?}, 31 more lookups of 3 more build-ids {:?}",
+        all - first
+    );
 }

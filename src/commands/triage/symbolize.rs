@@ -278,7 +278,8 @@ impl OfflineSymbolizer {
                 return;
             }
             let indexed = self.dir_index().get(&build_id).cloned().unwrap_or_default();
-            if indexed.iter().any(|file| search.try_file(file, Expect::BuildId)) {
+            let here = indexed.iter().filter(|file| file.parent() == Some(dir.as_path()));
+            if here.into_iter().any(|file| search.try_file(file, Expect::BuildId)) {
                 return;
             }
             search.looked.push(format!("--debug-dir {}", dir.display()));
@@ -492,9 +493,9 @@ impl Debuginfod {
             return false;
         }
         for url in self.urls.clone() {
-            if let Some((_, why)) = self.down.iter().find(|(u, _)| *u == url) {
+            if self.down.iter().any(|(u, _)| *u == url) {
                 if kind == "debuginfo" {
-                    search.looked.push(format!("debuginfod {url} (skipped: unreachable earlier: {why})"));
+                    search.looked.push(format!("debuginfod {url} (skipped: unreachable earlier)"));
                 }
                 continue;
             }
@@ -581,9 +582,12 @@ enum Failure {
 
 /// A transport error in a few words: `Connection Failed: Connection refused (os error 111)`.
 fn transport_reason(t: &ureq::Transport) -> String {
-    match std::error::Error::source(t) {
-        Some(source) => format!("{}: {source}", t.kind()),
-        None => t.message().map_or_else(|| t.kind().to_string(), |m| format!("{}: {m}", t.kind())),
+    let kind = t.kind().to_string();
+    let detail = std::error::Error::source(t).map(|s| s.to_string()).or_else(|| t.message().map(str::to_string));
+    match detail {
+        Some(detail) if detail.starts_with(&kind) => detail,
+        Some(detail) => format!("{kind}: {detail}"),
+        None => kind,
     }
 }
 

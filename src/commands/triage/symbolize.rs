@@ -303,10 +303,8 @@ impl OfflineSymbolizer {
             AtPath::Dwarf => return true,
             AtPath::NotThisBuild => return false,
             AtPath::NoDwarf(Some(link)) => link,
-            AtPath::NoDwarf(None) => {
-                search.looked.push(format!("{path} (no debug info, no .gnu_debuglink)"));
-                return false;
-            }
+            // Already noted: `<path> (no debug info)`.
+            AtPath::NoDwarf(None) => return false,
         };
         let real = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
         let dir = real.parent().unwrap_or(Path::new("/"));

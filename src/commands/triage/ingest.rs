@@ -341,9 +341,9 @@ impl<'a> Ingester<'a> {
     fn json_report(&mut self, line: &str, header: &Header<'_>) {
         let race_key = header.race_key.as_deref().filter(|k| is_key(k)).map(str::to_string);
         let mut source_key = header.source_key.as_deref().filter(|k| is_key(k)).map(str::to_string);
-        let known = race_key.as_ref().is_some_and(|k| self.races.get(k).is_some_and(|r| r.symbolized));
+        // Written in this run already: with both keys given, the stacks need not be read again.
+        let known = race_key.as_ref().is_some_and(|k| self.races.contains_key(k));
         let (race_key, race) = if known && source_key.is_some() {
-            // Seen in this run already, keys given: no stacks to read.
             (race_key.expect("known"), None)
         } else {
             let body: Body = match serde_json::from_str(line) {

@@ -60,7 +60,6 @@ pub enum Action {
 
 /// `racewatch triage [OPTIONS] [INPUT]...`: ingest, then list. `show KEY`, `mark KEY STATUS`.
 #[derive(clap::Args)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
     #[command(subcommand)]
     action: Option<Action>,

@@ -488,7 +488,10 @@ fn text_and_offline_symbolization(db: &Db) {
     assert_eq!(all.len(), 1, "the cached symbols named the report: {all:#?}");
 }
 
-fn scenarios() -> Vec<(&'static str, fn(&Db))> {
+/// A scenario run against one store.
+type Scenario = fn(&Db);
+
+fn scenarios() -> Vec<(&'static str, Scenario)> {
     vec![
         ("idempotent", idempotent_ingest),
         ("parallel", parallel_ingesters),

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// Lines longer than this are skipped (a report is a few KiB; a deep stack a few hundred).
 pub const MAX_LINE: usize = 16 << 20;
 /// Reports per transaction.
-const BATCH: usize = 5000;
+const BATCH: usize = 20_000;
 
 /// Kinds of input that is skipped, each reported once with its count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -170,7 +170,7 @@ fn next_line(reader: &mut dyn BufRead, buf: &mut Vec<u8>, cap: usize) -> std::io
             return Ok(any.then_some(if too_long { Line::TooLong } else { Line::Text }));
         }
         any = true;
-        let (end, found) = match available.iter().position(|&b| b == b'\n') {
+        let (end, found) = match find_newline(available) {
             Some(i) => (i, true),
             None => (available.len(), false),
         };
@@ -188,6 +188,25 @@ fn next_line(reader: &mut dyn BufRead, buf: &mut Vec<u8>, cap: usize) -> std::io
             return Ok(Some(if too_long { Line::TooLong } else { Line::Text }));
         }
     }
+}
+
+/// The first `\n` in `bytes`, eight bytes at a time.
+fn find_newline(bytes: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const NL: u64 = LO * b'\n' as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes")) ^ NL;
+        // The lowest byte that is zero sets the lowest bit here (bits above it may be spurious).
+        let zero = word.wrapping_sub(LO) & !word & HI;
+        if zero != 0 {
+            return Some(at + (zero.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    chunks.remainder().iter().position(|&b| b == b'\n').map(|i| at + i)
 }
 
 /// Opens an input, unwrapping gzip (by its magic bytes, whatever the file is called).
@@ -293,19 +312,15 @@ impl<'a> Ingester<'a> {
 
     fn line(&mut self, bytes: &[u8], text: &mut TextParser) -> Result<(), String> {
         let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
-        let Ok(line) = std::str::from_utf8(bytes) else {
+        let start = bytes.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(bytes.len());
+        if bytes.get(start) == Some(&b'{') && !text.in_report() {
+            self.json(&bytes[start..]);
+            return Ok(());
+        }
+        let Some(line) = printable(bytes) else {
             self.skip(Skip::Binary);
             return Ok(());
         };
-        if line.bytes().any(|b| b == 0 || (b < 0x20 && b != b'\t' && b != 0x1b)) {
-            self.skip(Skip::Binary);
-            return Ok(());
-        }
-        let trimmed = line.trim_start();
-        if trimmed.starts_with('{') && !text.in_report() {
-            self.json(trimmed);
-            return Ok(());
-        }
         match text.line(line) {
             TextEvent::None => {}
             TextEvent::Truncated => self.skip(Skip::TruncatedText),
@@ -314,9 +329,12 @@ impl<'a> Ingester<'a> {
         Ok(())
     }
 
-    fn json(&mut self, line: &str) {
-        let header: Header = match serde_json::from_str(line) {
+    fn json(&mut self, line: &[u8]) {
+        // Parsed straight from the bytes (serde_json checks UTF-8 where it matters); a line that fails
+        // is then told apart: binary data, cut short, or otherwise malformed.
+        let header: Header = match serde_json::from_slice(line) {
             Ok(h) => h,
+            Err(_) if printable(line).is_none() => return self.skip(Skip::Binary),
             Err(e) if e.is_eof() => return self.skip(Skip::TruncatedJson),
             Err(_) => return self.skip(Skip::MalformedJson),
         };
@@ -338,7 +356,7 @@ impl<'a> Ingester<'a> {
         }
     }
 
-    fn json_report(&mut self, line: &str, header: &Header<'_>) {
+    fn json_report(&mut self, line: &[u8], header: &Header<'_>) {
         let race_key = header.race_key.as_deref().filter(|k| is_key(k)).map(str::to_string);
         let mut source_key = header.source_key.as_deref().filter(|k| is_key(k)).map(str::to_string);
         // Written in this run already: with both keys given, the stacks need not be read again.
@@ -346,7 +364,7 @@ impl<'a> Ingester<'a> {
         let (race_key, race) = if known && source_key.is_some() {
             (race_key.expect("known"), None)
         } else {
-            let body: Body = match serde_json::from_str(line) {
+            let body: Body = match serde_json::from_slice(line) {
                 Ok(b) => b,
                 Err(_) => return self.skip(Skip::MalformedJson),
             };
@@ -371,7 +389,7 @@ impl<'a> Ingester<'a> {
         let ident = match (header.host.as_deref(), header.start_time) {
             (Some(host), Some(start)) => process_ident(host, pid, start, &race_key),
             // Today's runtime names neither host nor start: the line itself is the identity.
-            _ => fnv128(fnv128(FNV128_OFFSET, b"line\0"), line.as_bytes()).to_be_bytes().to_vec(),
+            _ => ident(header.time.unwrap_or(0), fnv128(fnv128(FNV128_OFFSET, b"line\0"), line)),
         };
         let exe_build_id = header.exe.as_ref().and_then(|e| e.build_id.as_deref()).map(str::to_string);
         let app_version = header
@@ -405,7 +423,7 @@ impl<'a> Ingester<'a> {
         };
         let summary = report.summary.unwrap_or_else(|| summary(&a, &b));
         let race = race_row(&race_key, &source_key, summary, &a, &b);
-        let ident = fnv128(fnv128(FNV128_OFFSET, b"text\0"), &report.hash.to_be_bytes()).to_be_bytes().to_vec();
+        let ident = ident(0, fnv128(fnv128(FNV128_OFFSET, b"text\0"), &report.hash.to_be_bytes()));
         self.add(
             ReportRow {
                 ident,
@@ -531,10 +549,25 @@ impl IntoParam for i64 {
     }
 }
 
+/// A report's identity in the store: a time (big-endian, so that a fleet's logs, read roughly in time
+/// order, insert near the end of the store's B-tree instead of all over it), then a 128-bit hash.
+fn ident(time: i64, hash: u128) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24);
+    out.extend_from_slice(&time.to_be_bytes());
+    out.extend_from_slice(&hash.to_be_bytes());
+    out
+}
+
 /// The identity of a JSON report: who reported it (host, pid, process start) and which race.
 fn process_ident(host: &str, pid: i64, start: i64, race_key: &str) -> Vec<u8> {
     let text = format!("json\0{host}\0{pid}\0{start}\0{race_key}");
-    fnv128(FNV128_OFFSET, text.as_bytes()).to_be_bytes().to_vec()
+    ident(start, fnv128(FNV128_OFFSET, text.as_bytes()))
+}
+
+/// The line as text when it is text: UTF-8 without NULs or control characters other than tab and escape.
+fn printable(bytes: &[u8]) -> Option<&str> {
+    let line = std::str::from_utf8(bytes).ok()?;
+    (!line.bytes().any(|b| b < 0x20 && b != b'\t' && b != 0x1b)).then_some(line)
 }
 
 /// The summary of a report symbolized here: the runtime's words (`data race FILE:LINE:COL in F / …`).

@@ -63,7 +63,9 @@ impl From<Option<String>> for Param {
 /// One report of one process (a JSON report or a text report), ready to store.
 #[derive(Clone, Debug)]
 pub struct ReportRow {
-    /// 16 bytes: FNV-1a 128 of `(host, pid, start_time, race_key)` or of a text report's lines.
+    /// 24 bytes: a time (the process start, big-endian: logs read in time order insert near the end of
+    /// the B-tree), then FNV-1a 128 of `(host, pid, start_time, race_key)` or of a text report's lines.
+    /// No other index: a per-batch insert touches few pages (the views scan the table anyway).
     pub ident: Vec<u8>,
     pub race_key: String,
     pub source_key: Option<String>,
@@ -226,8 +228,6 @@ pub fn migration(to: i64, dialect: Dialect) -> Vec<String> {
                     occurrences BIGINT NOT NULL
                 ){no_rowid}"
             ),
-            "CREATE INDEX IF NOT EXISTS reports_race_key ON reports (race_key)".to_string(),
-            "CREATE INDEX IF NOT EXISTS reports_source_key ON reports (source_key)".to_string(),
             "CREATE TABLE IF NOT EXISTS races (
                 race_key TEXT PRIMARY KEY,
                 source_key TEXT,

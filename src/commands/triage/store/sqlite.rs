@@ -48,7 +48,7 @@ impl SqliteStore {
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(format!("{what}: cannot switch to WAL (journal mode {mode})"));
         }
-        conn.execute_batch("PRAGMA synchronous=NORMAL").map_err(err(&what))?;
+        conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536").map_err(err(&what))?;
         let mut store = SqliteStore { conn };
         store.migrate().map_err(|e| format!("{what}: {e}"))?;
         Ok(store)

@@ -150,6 +150,66 @@ pub fn short_backtrace(mut frames: Vec<Frame>) -> Vec<Frame> {
     frames
 }
 
+/// How a report spells file paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Paths {
+    /// As symbolized (JSON).
+    Full,
+    /// Standard-library paths from `library/` on (text).
+    Short,
+}
+
+/// `data race <file:line:col> in <function>` after the first access's racing frame, then ` / ` and the
+/// other access's when it is another (see [`racing_frames`]): a report's SUMMARY.
+pub fn summary(a: &[Frame], b: &[Frame], paths: Paths) -> String {
+    let named =
+        |frame: &Frame| format!("{} in {}", location(frame, paths), frame.function.as_deref().unwrap_or("<unknown>"));
+    match racing_frames(a, b) {
+        (Some(x), Some(y)) if named(x) != named(y) => format!("data race {} / {}", named(x), named(y)),
+        (Some(frame), _) | (None, Some(frame)) => format!("data race {}", named(frame)),
+        (None, None) => "data race".to_string(),
+    }
+}
+
+/// `file:line:col` (shorter when parts are unknown), or `(module+0xoff)` without a file.
+pub fn location(frame: &Frame, paths: Paths) -> String {
+    let file = frame.file.as_deref().map(|file| match paths {
+        Paths::Full => file,
+        Paths::Short => short_path(file),
+    });
+    let approx = if frame.line_approximate { "~" } else { "" };
+    match (file, frame.line.filter(|&l| l > 0), frame.column.filter(|&c| c > 0)) {
+        (Some(file), Some(line), Some(column)) => format!("{file}:{approx}{line}:{column}"),
+        (Some(file), Some(line), None) => format!("{file}:{approx}{line}"),
+        (Some(file), None, _) => file.to_string(),
+        (None, _, _) => module_offset(frame),
+    }
+}
+
+/// `library/...` for a standard-library path `/rustc/<commit>/library/...`, `c++/...` for a C++
+/// standard header `.../include/c++/...`; any other path unchanged.
+pub fn short_path(file: &str) -> &str {
+    if let Some(at) = file.find(CXX_STD_HEADERS) {
+        return &file[at + "/include/".len()..];
+    }
+    file.strip_prefix(STD_SOURCES)
+        .and_then(|rest| rest.split_once('/'))
+        .map(|(_commit, rest)| rest)
+        .filter(|rest| rest.starts_with("library/"))
+        .unwrap_or(file)
+}
+
+/// `(module+0xoffset)` with the module's file name, or `(0xpc)` when the module is unknown.
+pub fn module_offset(frame: &Frame) -> String {
+    match &frame.module {
+        Some(path) => {
+            let name = path.rsplit('/').next().unwrap_or(path);
+            format!("({name}+{:#x})", frame.offset)
+        }
+        None => format!("({:#x})", frame.offset),
+    }
+}
+
 /// The last path segment of a demangled name without its generic arguments
 /// or parameter list: `__rust_begin_short_backtrace` for
 /// `std::sys::backtrace::__rust_begin_short_backtrace::<F, T>`, `bar` for

@@ -10,8 +10,8 @@
 //! `library/...`); JSON keeps them whole.
 
 use crate::symbolize::Frame;
-pub use racewatch_instrument::frames::short_backtrace;
-use racewatch_instrument::frames::{self, is_plumbing, std_lib, StdLib, CXX_STD_HEADERS, STD_SOURCES};
+use racewatch_instrument::frames::{self, is_plumbing, location, module_offset, std_lib, Paths, StdLib};
+pub use racewatch_instrument::frames::{short_backtrace, short_path};
 use racewatch_instrument::symbols::without_generics;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -144,15 +144,6 @@ impl ThreadNames {
             *next - 1
         })
     }
-}
-
-/// How a report spells file paths.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Paths {
-    /// As symbolized (JSON).
-    Full,
-    /// Standard-library paths from `library/` on (text).
-    Short,
 }
 
 /// The library a run of folded frames belongs to: a standard library, or the Rust runtime's plumbing
@@ -295,12 +286,7 @@ pub fn summary(report: &RaceReport) -> String {
 }
 
 fn summary_with(report: &RaceReport, paths: Paths) -> String {
-    let named = |frame: &Frame| format!("{} in {}", location(frame, paths), function(frame));
-    match racing_frames(report) {
-        (Some(a), Some(b)) if named(a) != named(b) => format!("data race {} / {}", named(a), named(b)),
-        (Some(frame), _) | (None, Some(frame)) => format!("data race {}", named(frame)),
-        (None, None) => "data race".to_string(),
-    }
+    frames::summary(&report.current.stack, &report.previous.stack, paths)
 }
 
 fn render_access(out: &mut String, access: &AccessReport, previous: bool, full_stacks: bool) {
@@ -448,45 +434,6 @@ fn without_paths(ty: &str) -> String {
 
 fn function(frame: &Frame) -> &str {
     frame.function.as_deref().unwrap_or("<unknown>")
-}
-
-/// `file:line:col` (shorter when parts are unknown), or `(module+0xoff)` without a file.
-fn location(frame: &Frame, paths: Paths) -> String {
-    let file = frame.file.as_deref().map(|file| match paths {
-        Paths::Full => file,
-        Paths::Short => short_path(file),
-    });
-    let approx = if frame.line_approximate { "~" } else { "" };
-    match (file, frame.line.filter(|&l| l > 0), frame.column.filter(|&c| c > 0)) {
-        (Some(file), Some(line), Some(column)) => format!("{file}:{approx}{line}:{column}"),
-        (Some(file), Some(line), None) => format!("{file}:{approx}{line}"),
-        (Some(file), None, _) => file.to_string(),
-        (None, _, _) => module_offset(frame),
-    }
-}
-
-/// `library/...` for a standard-library path `/rustc/<commit>/library/...`, `c++/...` for a C++
-/// standard header `.../include/c++/...`; any other path unchanged.
-pub fn short_path(file: &str) -> &str {
-    if let Some(at) = file.find(CXX_STD_HEADERS) {
-        return &file[at + "/include/".len()..];
-    }
-    file.strip_prefix(STD_SOURCES)
-        .and_then(|rest| rest.split_once('/'))
-        .map(|(_commit, rest)| rest)
-        .filter(|rest| rest.starts_with("library/"))
-        .unwrap_or(file)
-}
-
-/// `(module+0xoffset)` with the module's file name, or `(0xpc)` when the module is unknown.
-fn module_offset(frame: &Frame) -> String {
-    match &frame.module {
-        Some(path) => {
-            let name = path.rsplit('/').next().unwrap_or(path);
-            format!("({name}+{:#x})", frame.offset)
-        }
-        None => format!("({:#x})", frame.offset),
-    }
 }
 
 fn access_json(access: &AccessReport) -> Value {

@@ -7,7 +7,7 @@ use super::report::{
 };
 use super::store::{Batch, RaceRow, ReportRow, Store, SymbolRow};
 use super::symbolize::OfflineSymbolizer;
-use racewatch_instrument::frames::{racing_frames, Frame};
+use racewatch_instrument::frames::{racing_frames, summary, Frame, Paths};
 use racewatch_instrument::keys;
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
@@ -379,7 +379,7 @@ impl<'a> Ingester<'a> {
             }
             let summary = match (&header.summary, symbolized_here) {
                 (Some(summary), false) => summary.to_string(),
-                _ => summary(&a, &b),
+                _ => summary(&a, &b, Paths::Full),
             };
             let race = race_row(&race_key, &source_key, summary, &a, &b);
             (race_key, Some(race))
@@ -421,7 +421,7 @@ impl<'a> Ingester<'a> {
             Some(k) => Some(k),
             None => keys::source_key(&a, &b),
         };
-        let summary = report.summary.unwrap_or_else(|| summary(&a, &b));
+        let summary = report.summary.unwrap_or_else(|| summary(&a, &b, Paths::Full));
         let race = race_row(&race_key, &source_key, summary, &a, &b);
         let ident = ident(0, fnv128(fnv128(FNV128_OFFSET, b"text\0"), &report.hash.to_be_bytes()));
         self.add(
@@ -568,33 +568,6 @@ fn process_ident(host: &str, pid: i64, start: i64, race_key: &str) -> Vec<u8> {
 fn printable(bytes: &[u8]) -> Option<&str> {
     let line = std::str::from_utf8(bytes).ok()?;
     (!line.bytes().any(|b| b < 0x20 && b != b'\t' && b != 0x1b)).then_some(line)
-}
-
-/// The summary of a report symbolized here: the runtime's words (`data race FILE:LINE:COL in F / …`).
-pub fn summary(a: &[Frame], b: &[Frame]) -> String {
-    let named = |frame: &Frame| format!("{} in {}", location(frame), frame.function.as_deref().unwrap_or("<unknown>"));
-    match racing_frames(a, b) {
-        (Some(x), Some(y)) if named(x) != named(y) => format!("data race {} / {}", named(x), named(y)),
-        (Some(frame), _) | (None, Some(frame)) => format!("data race {}", named(frame)),
-        (None, None) => "data race".to_string(),
-    }
-}
-
-/// `file:line:col`, or `(module+0xoff)` without a file.
-pub fn location(frame: &Frame) -> String {
-    let approx = if frame.line_approximate { "~" } else { "" };
-    match (&frame.file, frame.line.filter(|&l| l > 0), frame.column.filter(|&c| c > 0)) {
-        (Some(file), Some(line), Some(column)) => format!("{file}:{approx}{line}:{column}"),
-        (Some(file), Some(line), None) => format!("{file}:{approx}{line}"),
-        (Some(file), None, _) => file.clone(),
-        (None, _, _) => {
-            let module = frame.module.as_deref().map(|m| m.rsplit('/').next().unwrap_or(m));
-            match module {
-                Some(m) => format!("({m}+{:#x})", frame.offset),
-                None => format!("({:#x})", frame.offset),
-            }
-        }
-    }
 }
 
 /// A side as the views show it: `{"file", "line", "column", "function", "module", "offset"}` JSON.

@@ -386,7 +386,14 @@ pub fn show(race: &Race) -> String {
                 let f = frame.to_frame();
                 let function = f.function.as_deref().unwrap_or("<unknown>");
                 let module = f.module.as_deref().map_or("?", |m| m.rsplit('/').next().unwrap_or(m));
-                let place = if f.file.is_some() { format!(" {}", super::ingest::location(&f)) } else { String::new() };
+                let place = if f.file.is_some() {
+                    format!(
+                        " {}",
+                        racewatch_instrument::frames::location(&f, racewatch_instrument::frames::Paths::Full)
+                    )
+                } else {
+                    String::new()
+                };
                 let _ = writeln!(out, "    #{number} {function}{place} ({module}+{:#x})", f.offset);
                 number += 1;
             }

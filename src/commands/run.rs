@@ -134,13 +134,14 @@ fn ld_preload(runtime: &std::path::Path, existing: Option<OsString>) -> Result<O
 /// an override replaces the entry with the same key, or is appended.
 pub fn merge_options(inherited: &str, overrides: &[String]) -> Result<String, String> {
     let mut entries: Vec<String> = inherited.split(':').filter(|e| !e.is_empty()).map(str::to_owned).collect();
-    for opt in overrides {
+    // `-o a=1:b=2` is two options, as in RACEWATCH_OPTIONS.
+    for opt in overrides.iter().flat_map(|o| o.split(':')).filter(|o| !o.is_empty()) {
         let Some((key, value)) = opt.split_once('=') else {
             return Err(format!("--option {opt:?}: expected KEY=VALUE"));
         };
         let key = key.trim();
-        if key.is_empty() || value.contains(':') {
-            return Err(format!("--option {opt:?}: expected KEY=VALUE with a non-empty key and no ':' in the value"));
+        if key.is_empty() {
+            return Err(format!("--option {opt:?}: expected KEY=VALUE with a non-empty key"));
         }
         let entry = format!("{key}={value}");
         let same_key = |e: &String| e.split_once('=').map_or(e.as_str(), |(k, _)| k).trim() == key;
@@ -204,6 +205,9 @@ mod tests {
         assert!(merge_options("", &["novalue".into()]).is_err());
         assert!(merge_options("", &["=1".into()]).is_err());
         assert!(merge_options("", &["log_path=a:b".into()]).is_err());
+        // One -o may hold several options, as RACEWATCH_OPTIONS does.
+        let merged = merge_options("stats=1", &["report_format=json:symbolize=0".into(), "stats=0".into()]).unwrap();
+        assert_eq!(merged, "stats=0:report_format=json:symbolize=0");
     }
 
     #[test]

@@ -488,6 +488,124 @@ fn text_and_offline_symbolization(db: &Db) {
     assert_eq!(all.len(), 1, "the cached symbols named the report: {all:#?}");
 }
 
+// ---- A fleet, end to end ----
+
+/// The racy program of the fleet: two threads bump one counter without a lock, in `bump`. `{pad}`
+/// moves every line (the rebuild).
+const FLEET_SRC: &str = r#"{pad}use std::time::{Duration, Instant};
+static mut COUNTER: u64 = 0;
+#[inline(never)]
+fn bump() {
+    // SAFETY: none: the race is the point.
+    unsafe {
+        let seen = std::ptr::read_volatile(&raw const COUNTER);
+        std::ptr::write_volatile(&raw mut COUNTER, seen + 1);
+    }
+}
+fn main() {
+    let seconds: f64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2.0);
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let spin = move || while Instant::now() < deadline { for _ in 0..1000 { bump(); } };
+    let workers: Vec<_> = (0..2).map(|_| std::thread::spawn(spin)).collect();
+    workers.into_iter().for_each(|w| w.join().unwrap());
+}
+"#;
+
+/// Two builds of the fleet program (the second with every line moved down by 3), each stripped of its
+/// debug info, which goes to a directory of separate debug files: `(builds, debug dir, lines of bump's
+/// body in either build)`.
+fn fleet_builds() -> &'static (Vec<PathBuf>, PathBuf, Vec<u32>) {
+    static BUILDS: OnceLock<(Vec<PathBuf>, PathBuf, Vec<u32>)> = OnceLock::new();
+    BUILDS.get_or_init(|| {
+        let dir = common::scratch("triage-fleet-build");
+        let debug = dir.join("debug");
+        std::fs::create_dir_all(&debug).unwrap();
+        let mut builds = Vec::new();
+        for (version, pad) in [(1, ""), (2, "\n\n\n")] {
+            let src = FLEET_SRC.replace("{pad}", pad);
+            let name = format!("fleet_v{version}");
+            // The source file keeps its path across the rebuild, as a checkout does.
+            let bin = common::build_rust(&dir, "fleet", &src, &["-C", "debuginfo=line-tables-only"]);
+            let debug_file = debug.join(format!("{name}.debug"));
+            let objcopy = |args: &[&std::ffi::OsStr]| {
+                let out = Command::new("objcopy").args(args).output().unwrap();
+                assert!(out.status.success(), "objcopy {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            };
+            objcopy(&["--only-keep-debug".as_ref(), bin.as_os_str(), debug_file.as_os_str()]);
+            let stripped = dir.join(&name);
+            objcopy(&["--strip-debug".as_ref(), bin.as_os_str(), stripped.as_os_str()]);
+            builds.push(stripped);
+        }
+        let body: Vec<u32> = (7..=8).flat_map(|line| [line, line + 3]).collect();
+        (builds, debug, body)
+    })
+}
+
+/// Several processes of two builds on two hosts, in the production profile (`symbolize=0`, one log
+/// file each in a directory), ingested with the debug files: one distinct race with the right counts,
+/// symbolized to bump's lines, one source_key over both builds' race_keys, accepted as SARIF.
+fn fleet(db: &Db) {
+    let (builds, debug, body) = fleet_builds();
+    let logs = db.dir.join("logs");
+    let runs = [("web-1", 0), ("web-1", 0), ("web-2", 0), ("web-2", 1)];
+    let reported = |before: usize| std::fs::read_dir(&logs).map_or(0, |d| d.count()) > before;
+    for (host, build) in runs {
+        let log_path = format!("log_path={}/", logs.display());
+        let (host_option, version) = (format!("host={host}"), format!("app_version={}", build + 1));
+        let options = ["symbolize=0", "report_format=json", "sample_period_us=1000", &log_path, &host_option, &version];
+        let before = std::fs::read_dir(&logs).map_or(0, |d| d.count());
+        common::retry_for(std::time::Duration::from_secs(40), || {
+            run_under(&options, &builds[build], &["2"]);
+            Ok(reported(before).then_some(()))
+        })
+        .unwrap_or_else(|why| panic!("{host} build {build}: {why}"));
+    }
+    // What the logs say: per process and race_key, the largest count.
+    let mut counts = std::collections::HashMap::new();
+    for file in std::fs::read_dir(&logs).unwrap().flatten() {
+        // The runtime's own messages (`racewatch: …`) share the file: only the JSON lines count.
+        for line in std::fs::read_to_string(file.path()).unwrap().lines().filter(|l| l.starts_with('{')) {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let key = (file.file_name(), v["race_key"].as_str().unwrap().to_string());
+            let count = counts.entry(key).or_insert(0);
+            *count = v["count"].as_i64().unwrap().max(*count);
+        }
+    }
+    let occurrences: i64 = counts.values().sum();
+    let debug_dir = debug.display().to_string();
+    ok(&triage(db, &["-q", "--debug-dir", &debug_dir, &logs.display().to_string()]));
+    let all = races(db);
+    assert_eq!(all.len(), 1, "one distinct race: {all:#?}");
+    let race = &all[0];
+    assert_eq!(race["processes"], 4, "{race:#}");
+    assert_eq!((&race["hosts"], &race["binaries"]), (&json!(2), &json!(2)), "{race:#}");
+    assert_eq!(race["app_versions"].as_array().unwrap().len(), 2, "{race:#}");
+    assert_eq!(race["occurrences"], occurrences, "{race:#}");
+    let source_key = race["source_key"].as_str().expect("a source_key from the debug files");
+    // The race_keys of both builds (different PCs) fall under the one source_key.
+    let pcs: std::collections::HashSet<String> = race["race_keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["pcs"][0].as_str().unwrap().split('+').next().unwrap().to_string())
+        .collect();
+    assert_eq!(pcs.len(), 2, "both builds' race_keys: {race:#}");
+    for side in race["sides"].as_array().unwrap() {
+        assert!(side["file"].as_str().unwrap().ends_with("fleet.rs"), "{race:#}");
+        assert!(body.contains(&(side["line"].as_u64().unwrap() as u32)), "bump's body: {race:#}");
+        assert!(side["function"].as_str().unwrap().ends_with("bump"), "{race:#}");
+    }
+    // Its stacks as the runtime would have cut them: from the access to the thread's closure.
+    let shown = ok(&triage(db, &["show", source_key]));
+    assert!(shown.contains(" fleet::bump ") && !shown.contains("thread_start"), "{shown}");
+    let sarif_text = ok(&triage(db, &["--format", "sarif"]));
+    let sarif: serde_sarif::sarif::Sarif = serde_json::from_str(&sarif_text).expect("serde-sarif reads the log");
+    let results = sarif.runs[0].results.as_ref().unwrap();
+    assert_eq!(results.len(), 1);
+    let fingerprint = results[0].partial_fingerprints.as_ref().and_then(|f| f.get("racewatchSourceKey/v1").cloned());
+    assert_eq!(fingerprint.as_deref(), Some(source_key));
+}
+
 /// A scenario run against one store.
 type Scenario = fn(&Db);
 
@@ -498,6 +616,7 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         ("bad_input", bad_input),
         ("views", views),
         ("offline", text_and_offline_symbolization),
+        ("fleet", fleet),
     ]
 }
 
@@ -529,6 +648,11 @@ fn sqlite_views() {
 #[test]
 fn sqlite_text_and_offline_symbolization() {
     sqlite_scenario("offline");
+}
+
+#[test]
+fn sqlite_fleet() {
+    sqlite_scenario("fleet");
 }
 
 /// The same scenarios on one PostgreSQL server (a database each), stopped at the end even when one fails.

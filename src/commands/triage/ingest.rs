@@ -7,7 +7,7 @@ use super::report::{
 };
 use super::store::{Batch, RaceRow, ReportRow, Store, SymbolRow};
 use super::symbolize::OfflineSymbolizer;
-use racewatch_instrument::frames::{racing_frames, summary, Frame, Paths};
+use racewatch_instrument::frames::{racing_frames, short_backtrace, summary, Frame, Paths};
 use racewatch_instrument::keys;
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
@@ -479,7 +479,8 @@ impl<'a> Ingester<'a> {
                 None => out.push(frame),
             }
         }
-        out
+        // Cut as the runtime cuts the stacks it symbolizes itself (thread start-up, panic machinery).
+        short_backtrace(out)
     }
 
     /// One PC's frames: this run's results, else the store's cache, else the debug info.

@@ -487,7 +487,6 @@ pub fn sarif(races: &[Race]) -> String {
             "tool": {"driver": {
                 "name": "racewatch",
                 "version": env!("CARGO_PKG_VERSION"),
-                "informationUri": "https://github.com/racewatch/racewatch",
                 "rules": [{
                     "id": "racewatch/data-race",
                     "name": "DataRace",

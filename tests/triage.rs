@@ -604,6 +604,11 @@ fn fleet(db: &Db) {
     assert_eq!(results.len(), 1);
     let fingerprint = results[0].partial_fingerprints.as_ref().and_then(|f| f.get("racewatchSourceKey/v1").cloned());
     assert_eq!(fingerprint.as_deref(), Some(source_key));
+    // Relative to the checkout the binaries were built from, as code scanning places them.
+    let root = builds[0].parent().unwrap().display().to_string();
+    let sarif: Value = serde_json::from_str(&ok(&triage(db, &["--format", "sarif", "--source-root", &root]))).unwrap();
+    let uri = &sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"];
+    assert_eq!(uri, "fleet.rs", "{sarif:#}");
 }
 
 /// A scenario run against one store.

@@ -73,6 +73,10 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t, global = true)]
     format: Format,
+    /// SARIF file locations are made relative to this directory (the checkout the binaries were
+    /// built from, as their debug info spells it); default: the current directory.
+    #[arg(long = "source-root", value_name = "DIR", global = true)]
+    source_root: Option<PathBuf>,
     /// Only ingest; print no race list.
     #[arg(long, short)]
     quiet: bool,
@@ -127,7 +131,10 @@ pub fn run(args: Args) -> ExitCode {
     let out = match args.format {
         Format::Text => views::text(&races),
         Format::Json => views::json(&races),
-        Format::Sarif => views::sarif(&races),
+        Format::Sarif => {
+            let root = args.source_root.clone().or_else(|| std::env::current_dir().ok());
+            views::sarif(&races, root.as_deref())
+        }
         Format::Suppressions => views::suppressions(&races),
     };
     match super::emit(&out, None) {

@@ -404,14 +404,12 @@ pub fn show(race: &Race) -> String {
 
 /// A SARIF artifact URI for a source path: relative paths as they are, absolute ones under the
 /// current directory relative to it, other absolute ones as `file://` URIs.
-fn uri(file: &str) -> String {
+fn uri(file: &str, root: Option<&std::path::Path>) -> String {
     if !file.starts_with('/') {
         return file.to_string();
     }
-    if let Ok(cwd) = std::env::current_dir() {
-        if let Ok(rel) = std::path::Path::new(file).strip_prefix(&cwd) {
-            return rel.to_string_lossy().into_owned();
-        }
+    if let Some(rel) = root.and_then(|root| std::path::Path::new(file).strip_prefix(root).ok()) {
+        return rel.to_string_lossy().into_owned();
     }
     if let Some(at) = file.find("/library/").filter(|_| file.starts_with("/rustc/")) {
         return file[at + 1..].to_string();
@@ -419,7 +417,7 @@ fn uri(file: &str) -> String {
     format!("file://{file}")
 }
 
-fn sarif_location(side: &Side, id: usize, what: &str) -> Option<serde_json::Value> {
+fn sarif_location(side: &Side, id: usize, what: &str, root: Option<&std::path::Path>) -> Option<serde_json::Value> {
     let file = side.file.as_deref()?;
     let mut region = serde_json::Map::new();
     if let Some(line) = side.line {
@@ -428,7 +426,7 @@ fn sarif_location(side: &Side, id: usize, what: &str) -> Option<serde_json::Valu
             region.insert("startColumn".into(), column.into());
         }
     }
-    let mut physical = serde_json::json!({"artifactLocation": {"uri": uri(file)}});
+    let mut physical = serde_json::json!({"artifactLocation": {"uri": uri(file, root)}});
     if !region.is_empty() {
         physical["region"] = serde_json::Value::Object(region);
     }
@@ -440,7 +438,8 @@ fn sarif_location(side: &Side, id: usize, what: &str) -> Option<serde_json::Valu
 }
 
 /// SARIF 2.1.0: one result per distinct race.
-pub fn sarif(races: &[Race]) -> String {
+/// File paths under `root` become relative to it (what code-scanning services place in a repository).
+pub fn sarif(races: &[Race], root: Option<&std::path::Path>) -> String {
     let results: Vec<serde_json::Value> = races
         .iter()
         .map(|race| {
@@ -448,7 +447,7 @@ pub fn sarif(races: &[Race]) -> String {
                 .sides
                 .iter()
                 .enumerate()
-                .filter_map(|(i, side)| sarif_location(side.as_ref()?, i, ["one access", "the other access"][i]))
+                .filter_map(|(i, side)| sarif_location(side.as_ref()?, i, ["one access", "the other access"][i], root))
                 .collect();
             let mut fingerprints = serde_json::Map::new();
             match &race.source_key {

@@ -143,17 +143,20 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
+/// The store and its distinct races (with their stacks when `with_stacks`), or the failure's exit code.
+fn open_with_races(args: &Args, with_stacks: bool) -> Result<(Box<dyn store::Store>, Vec<views::Race>), ExitCode> {
+    let mut store = store::open(&args.db).map_err(fail)?;
+    let races = views::races(&mut *store, with_stacks).map_err(fail)?;
+    Ok((store, races))
+}
+
 fn show(args: &Args, key: &str) -> ExitCode {
     if !matches!(args.format, Format::Text | Format::Json) {
         return fail("show prints text or json");
     }
-    let mut store = match store::open(&args.db) {
-        Ok(store) => store,
-        Err(why) => return fail(why),
-    };
-    let races = match views::races(&mut *store, true) {
-        Ok(races) => races,
-        Err(why) => return fail(why),
+    let (_, races) = match open_with_races(args, true) {
+        Ok(found) => found,
+        Err(code) => return code,
     };
     let race = match views::resolve(&races, key) {
         Ok(race) => race,
@@ -173,13 +176,9 @@ fn mark(args: &Args, key: &str, status: Status, version: Option<&str>) -> ExitCo
     if version.is_some() && status != Status::Fixed {
         return fail("--in VERSION goes with `fixed`");
     }
-    let mut store = match store::open(&args.db) {
-        Ok(store) => store,
-        Err(why) => return fail(why),
-    };
-    let races = match views::races(&mut *store, false) {
-        Ok(races) => races,
-        Err(why) => return fail(why),
+    let (mut store, races) = match open_with_races(args, false) {
+        Ok(found) => found,
+        Err(code) => return code,
     };
     let race = match views::resolve(&races, key) {
         Ok(race) => race,

@@ -92,6 +92,14 @@ fn check_json_report(report: &Value, pid: u32) -> Result<(), String> {
     if !report["summary"].as_str().is_some_and(|s| s.starts_with("data race")) {
         return Err("summary".into());
     }
+    // Schema 1: who reported, and the race's keys (symbolized here, so source_key too).
+    if report["schema"] != 1 || !report["host"].is_string() || !report["start_time"].is_u64() {
+        return Err("schema/host/start_time".into());
+    }
+    let is_key = |v: &Value| v.as_str().is_some_and(|k| k.len() == 16 && k.bytes().all(|b| b.is_ascii_hexdigit()));
+    if !is_key(&report["race_key"]) || !is_key(&report["source_key"]) || report["count"].as_u64() < Some(1) {
+        return Err("race_key/source_key/count".into());
+    }
     let accesses = report["accesses"].as_array().ok_or("accesses")?;
     if accesses.len() != 2 {
         return Err("two accesses".into());
@@ -115,7 +123,7 @@ fn check_json_report(report: &Value, pid: u32) -> Result<(), String> {
         access["atomic"].as_bool().ok_or("atomic")?;
         let stack = access["stack"].as_array().filter(|s| !s.is_empty()).ok_or("stack")?;
         for frame in stack {
-            for key in ["function", "file", "line", "column", "module", "offset"] {
+            for key in ["function", "file", "line", "column", "module", "build_id", "offset"] {
                 frame.get(key).ok_or(format!("frame.{key}"))?;
             }
         }
@@ -133,6 +141,10 @@ fn json_reports_are_one_object_per_line() {
     for line in &reports {
         let report: Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("stderr line is not JSON ({e}): {line}"));
+        if report["kind"] == "race_count" {
+            assert_eq!(report["pid"], run.pid, "{line}");
+            continue;
+        }
         if let Err(why) = check_json_report(&report, run.pid) {
             panic!("bad field {why}: {line}");
         }

@@ -43,9 +43,11 @@ mod tests {
 
     #[test]
     fn notify_wakes_a_waiter_and_timeouts_expire() {
-        let waiter = std::thread::spawn(|| {
+        // The token is taken before the waiter starts: a notify after it must end the wait, however late
+        // the waiter thread gets to run (on a loaded machine, later than the notify).
+        let token = token();
+        let waiter = std::thread::spawn(move || {
             let start = Instant::now();
-            let token = token();
             wait(token, 10_000);
             start.elapsed()
         });

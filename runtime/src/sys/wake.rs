@@ -45,10 +45,10 @@ mod tests {
     fn notify_wakes_a_waiter_and_timeouts_expire() {
         // The token is taken before the waiter starts: a notify after it must end the wait, however late
         // the waiter thread gets to run (on a loaded machine, later than the notify).
-        let token = token();
+        let taken = token();
         let waiter = std::thread::spawn(move || {
             let start = Instant::now();
-            wait(token, 10_000);
+            wait(taken, 10_000);
             start.elapsed()
         });
         std::thread::sleep(Duration::from_millis(50));

@@ -12,6 +12,8 @@
 //! pub const MAX_STEPS: usize = 32;
 //! pub fn warm_up();
 //! pub fn reach(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds, max_steps: usize) -> Result<Reached, Miss>;
+//! pub fn reach_nth(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds, max_steps: usize, pass: usize)
+//!     -> Result<Reached, Miss>;                 // past the first `pass` accesses of the path
 //! pub fn access_at(code: &dyn CodeReader, regs: &Regs, max_lookahead: usize) -> Option<MemAccess>; // straight-line reach
 //! pub fn access_ending_at(code: &dyn CodeReader, func_start: u64, func_size: u64, rip: u64, regs: &Regs)
 //!     -> Option<MemAccess>;
@@ -40,7 +42,7 @@ mod pool;
 mod stream;
 
 pub use calls::{MemFn, Range, Ranges, StringOp, MAX_STRING, SYMBOLS};
-pub use emulate::{Bounds, Miss};
+pub use emulate::{Bounds, Miss, PASS_MAX};
 
 use classify::{address, classify, string_op, Candidate, Class};
 use core::ops::ControlFlow;
@@ -237,9 +239,20 @@ pub const MAX_STEPS: usize = 32;
 /// from `regs` (branches, calls and returns inside covered code) for at most `max_steps` instructions;
 /// or why there is none to watch. See [`emulate`]. Async-signal-safe after [`warm_up`].
 pub fn reach(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds<'_>, max_steps: usize) -> Result<Reached, Miss> {
+    reach_nth(code, regs, bounds, max_steps, 0)
+}
+
+/// [`reach`], passing the first `pass` accesses of the path (see [`emulate::reach_nth`]).
+pub fn reach_nth(
+    code: &dyn CodeReader,
+    regs: &Regs,
+    bounds: &Bounds<'_>,
+    max_steps: usize,
+    pass: usize,
+) -> Result<Reached, Miss> {
     let mut claimed = pool::claim(pool_hint()).ok_or(Miss::Unemulated)?;
     let factory = claimed.factory().ok_or(Miss::Unemulated)?;
-    emulate::reach(code, factory, regs, bounds, max_steps)
+    emulate::reach_nth(code, factory, regs, bounds, max_steps, pass)
 }
 
 /// Emulates the one register-only instruction at `regs.rip`: the registers after it, the mask of those

@@ -81,15 +81,41 @@ struct Machine {
     stores: [(u64, u8, u64); STORES],
     nstores: usize,
     path: CallPath,
+    /// The accesses passed on the way to the one reported (see [`reach_nth`]): their memory is another
+    /// thread's as much as this one's, so what it holds is unknown here.
+    opaque: [(u64, u8); PASS_MAX],
+    nopaque: usize,
 }
 
-/// Runs from `regs` for at most `max_steps` instructions; returns the first access to watch.
-pub fn reach(
+/// Most accesses [`reach_nth`] passes before the one it reports.
+pub const PASS_MAX: usize = 4;
+
+/// Runs from `regs` for at most `max_steps` instructions and returns an access to watch: with `pass` 0 the
+/// first the thread will make; else it passes the first `pass` accesses (at most [`PASS_MAX`]) and returns
+/// the next one, which the thread will make as surely as the first once it runs on. A passed load's value is unknown (the
+/// memory is shared), so the walk may stop early: then the last access found is returned. Watching
+/// accesses further along than the first matters where the first is one that never races (a payload
+/// read right before the racy flag write, after a slow locked instruction where samples pile up).
+pub fn reach_nth(
     code: &dyn CodeReader,
     factory: &mut InstructionInfoFactory,
     regs: &Regs,
     bounds: &Bounds<'_>,
     max_steps: usize,
+    pass: usize,
+) -> Result<Reached, Miss> {
+    let mut last = None;
+    walk(code, factory, regs, bounds, max_steps, pass.min(PASS_MAX), &mut last).or_else(|miss| last.ok_or(miss))
+}
+
+fn walk(
+    code: &dyn CodeReader,
+    factory: &mut InstructionInfoFactory,
+    regs: &Regs,
+    bounds: &Bounds<'_>,
+    max_steps: usize,
+    pass: usize,
+    last: &mut Option<Reached>,
 ) -> Result<Reached, Miss> {
     let mut m = Machine::new(regs);
     let mut saw_own_stack = false;
@@ -123,9 +149,16 @@ pub fn reach(
                     return Err(Miss::AddressUnknown);
                 }
                 if !bounds.in_own_stack(addr) {
-                    return Ok(Reached::Access(MemAccess { path: m.path, ..access_of(&insn, cand, addr, true) }));
+                    let found = Reached::Access(MemAccess { path: m.path, ..access_of(&insn, cand, addr, true) });
+                    if m.nopaque >= pass {
+                        return Ok(found);
+                    }
+                    *last = Some(found);
+                    m.opaque[m.nopaque] = (addr, cand.size);
+                    m.nopaque += 1;
+                } else {
+                    saw_own_stack = true;
                 }
-                saw_own_stack = true;
                 m.execute(code, &insn, Some((addr, cand)))?;
             }
             Class::Skip if !stack_op => {
@@ -219,6 +252,8 @@ impl Machine {
             stores: [(0, 0, 0); STORES],
             nstores: 0,
             path: CallPath::default(),
+            opaque: [(0, 0); PASS_MAX],
+            nopaque: 0,
         }
     }
 
@@ -265,14 +300,18 @@ impl Machine {
     /// A load of `size` bytes from the own stack: the newest covering store, else memory.
     fn load(&self, code: &dyn CodeReader, addr: u64, size: u8) -> Option<u64> {
         let (lo, hi) = (u128::from(addr), u128::from(addr) + u128::from(size));
+        let overlaps = |&(at, len): &(u64, u8)| lo < u128::from(at) + u128::from(len) && u128::from(at) < hi;
         for &(at, len, value) in self.stores[..self.nstores].iter().rev() {
-            let (at_lo, at_hi) = (u128::from(at), u128::from(at) + u128::from(len));
-            if lo < at_hi && at_lo < hi {
+            if overlaps(&(at, len)) {
+                let (at_lo, at_hi) = (u128::from(at), u128::from(at) + u128::from(len));
                 if at_lo <= lo && hi <= at_hi {
                     return Some((value >> ((addr - at) * 8)) & mask(u32::from(size) * 8));
                 }
                 return None;
             }
+        }
+        if self.opaque[..self.nopaque].iter().any(overlaps) {
+            return None;
         }
         let mut bytes = [0u8; 8];
         let buf = bytes.get_mut(..usize::from(size))?;

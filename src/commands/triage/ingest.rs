@@ -397,11 +397,13 @@ impl<'a> Ingester<'a> {
             .as_deref()
             .map(str::to_string)
             .or_else(|| exe_build_id.as_ref().map(|id| id.chars().take(12).collect()));
+        let source_from_debug_info = race.as_ref().is_some_and(|r| r.symbolized != 0);
         self.add(
             ReportRow {
                 ident,
                 race_key,
                 source_key,
+                source_from_debug_info,
                 host: host.to_string(),
                 pid,
                 start_time: header.start_time.unwrap_or(0),
@@ -424,11 +426,13 @@ impl<'a> Ingester<'a> {
         let summary = report.summary.unwrap_or_else(|| summary(&a, &b, Paths::Full));
         let race = race_row(&race_key, &source_key, summary, &a, &b);
         let ident = ident(0, fnv128(fnv128(FNV128_OFFSET, b"text\0"), &report.hash.to_be_bytes()));
+        let source_from_debug_info = race.symbolized != 0;
         self.add(
             ReportRow {
                 ident,
                 race_key,
                 source_key,
+                source_from_debug_info,
                 host: "unknown".to_string(),
                 pid: report.pid,
                 start_time: 0,
@@ -502,7 +506,9 @@ impl<'a> Ingester<'a> {
         }
         if found.is_none() {
             found = self.symbolizer.symbolize(&key.0, module, key.1, key.2);
-            if let Some(frames) = &found {
+            // Only what the debug info says is kept for good: names from a symbol table alone (no debug
+            // file found this time) are looked up again by the next ingest.
+            if let Some(frames) = found.as_ref().filter(|frames| frames.iter().any(|f| f.file.is_some())) {
                 let json: Vec<JsonFrame> = frames.iter().map(JsonFrame::from_frame).collect();
                 self.batch.symbols.push(SymbolRow {
                     build_id: key.0.clone(),

@@ -69,6 +69,9 @@ pub struct ReportRow {
     pub ident: Vec<u8>,
     pub race_key: String,
     pub source_key: Option<String>,
+    /// The source_key comes from debug info (the racing frames have files): it replaces a stored one
+    /// computed without (see [`FILL_SOURCE_KEY`]).
+    pub source_from_debug_info: bool,
     pub host: String,
     pub pid: i64,
     pub start_time: i64,
@@ -278,6 +281,10 @@ pub const WRITE_VERSION: &str = "INSERT INTO meta (name, value) VALUES ('schema_
 
 pub const INSERT_REPORT_COLUMNS: &str =
     "ident, race_key, source_key, host, pid, start_time, seen, exe_build_id, app_version, occurrences";
+/// A report stored before its debug info was found gets the source_key the debug info gives when it is
+/// ingested again (no debug info at the first ingest: none, or one of module and symbol names).
+pub const FILL_SOURCE_KEY: &str =
+    "UPDATE reports SET source_key = $2 WHERE ident = $1 AND source_key IS DISTINCT FROM $2";
 pub const UPDATE_COUNT: &str = "UPDATE reports SET occurrences = $2 WHERE ident = $1 AND occurrences < $2";
 pub const UPSERT_RACE: &str =
     "INSERT INTO races (race_key, source_key, summary, side_a, side_b, pc_a, pc_b, stacks, symbolized)

@@ -114,6 +114,12 @@ impl PgStore {
                     .map(|r| (&r.ident, r.occurrences))
                     .collect();
                 Self::raise_counts(tx, &raised)?;
+                let keyed: Vec<(&Vec<u8>, &String)> = chunk
+                    .iter()
+                    .filter(|r| r.source_from_debug_info && !new.contains(&r.ident))
+                    .filter_map(|r| Some((&r.ident, r.source_key.as_ref()?)))
+                    .collect();
+                Self::fill_source_keys(tx, &keyed)?;
             }
         }
         let counts: Vec<(&Vec<u8>, i64)> = batch.counts.iter().map(|(ident, count)| (ident, *count)).collect();
@@ -150,6 +156,22 @@ impl PgStore {
             }
         }
         Ok(outcome)
+    }
+
+    /// Source keys from debug info for reports stored before it was found (`FILL_SOURCE_KEY`, batched).
+    fn fill_source_keys(tx: &mut Transaction<'_>, keyed: &[(&Vec<u8>, &String)]) -> Result<(), postgres::Error> {
+        if keyed.is_empty() {
+            return Ok(());
+        }
+        let idents: Vec<&Vec<u8>> = keyed.iter().map(|(ident, _)| *ident).collect();
+        let keys: Vec<&String> = keyed.iter().map(|(_, key)| *key).collect();
+        tx.execute(
+            "UPDATE reports SET source_key = v.k
+             FROM unnest($1::bytea[], $2::text[]) AS v(ident, k)
+             WHERE reports.ident = v.ident AND reports.source_key IS DISTINCT FROM v.k",
+            &[&idents, &keys],
+        )?;
+        Ok(())
     }
 
     fn raise_counts(tx: &mut Transaction<'_>, counts: &[(&Vec<u8>, i64)]) -> Result<(), postgres::Error> {

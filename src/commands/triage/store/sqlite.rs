@@ -2,8 +2,8 @@
 //! `racewatch triage` processes queue), one `BEGIN IMMEDIATE` transaction per batch.
 
 use super::{
-    check_version, migration, Batch, Cell, Dialect, Outcome, Param, Store, CREATE_META, INSERT_REPORT_COLUMNS,
-    INSERT_SYMBOLS, READ_VERSION, SCHEMA_VERSION, UPDATE_COUNT, UPSERT_RACE, WRITE_VERSION,
+    check_version, migration, Batch, Cell, Dialect, Outcome, Param, Store, CREATE_META, FILL_SOURCE_KEY,
+    INSERT_REPORT_COLUMNS, INSERT_SYMBOLS, READ_VERSION, SCHEMA_VERSION, UPDATE_COUNT, UPSERT_RACE, WRITE_VERSION,
 };
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
@@ -111,6 +111,7 @@ impl Store for SqliteStore {
                 )))
                 .map_err(e)?;
             let mut update = tx.prepare_cached(&q(UPDATE_COUNT)).map_err(e)?;
+            let mut fill = tx.prepare_cached(&q(FILL_SOURCE_KEY)).map_err(e)?;
             for r in &batch.reports {
                 let inserted = insert
                     .execute(rusqlite::params![
@@ -128,8 +129,13 @@ impl Store for SqliteStore {
                     .map_err(e)?;
                 if inserted == 1 {
                     outcome.new_reports += 1;
-                } else if r.occurrences > 1 {
+                    continue;
+                }
+                if r.occurrences > 1 {
                     update.execute(rusqlite::params![r.ident, r.occurrences]).map_err(e)?;
+                }
+                if r.source_from_debug_info && r.source_key.is_some() {
+                    fill.execute(rusqlite::params![r.ident, r.source_key]).map_err(e)?;
                 }
             }
             let mut exists = tx.prepare_cached("SELECT 1 FROM reports WHERE ident = ?1").map_err(e)?;

@@ -340,8 +340,12 @@ fn bad_input(db: &Db) {
     let truncated = &good[..good.len() / 2];
     let mut future: Value = serde_json::from_str(&variant("ok", 3, 3, 32, "3.0", 3)).unwrap();
     future["schema"] = 2.into();
+    // Well-formed JSON that reports nothing (no accesses), and a count beyond any real one.
+    let empty = r#"{"kind":"data_race","schema":1}"#.to_string();
+    let mut huge: Value = serde_json::from_str(&variant("ok", 4, 4, 33, "3.0", 4)).unwrap();
+    huge["count"] = 1_000_000_000_000_000u64.into();
     let mut bytes = Vec::new();
-    for line in [truncated.to_string(), future.to_string(), truncated.to_string()] {
+    for line in [truncated.to_string(), future.to_string(), truncated.to_string(), empty, huge.to_string()] {
         bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');
     }
@@ -363,7 +367,8 @@ fn bad_input(db: &Db) {
     one("1 report of a JSON schema newer than 1 skipped");
     one("2 lines of binary data skipped");
     one("1 line longer than 16 MiB skipped");
-    assert!(lines.len() <= 6, "one line per kind:\n{stderr}");
+    one("2 malformed JSON lines skipped");
+    assert!(lines.len() <= 7, "one line per kind:\n{stderr}");
     let all = races(db);
     assert_eq!(all.len(), 2, "{all:#?}");
     assert!(all.iter().any(|r| r["key"] == src(30)) && all.iter().any(|r| r["key"] == src(31)));

@@ -18,6 +18,10 @@ pub const MAX_LINE: usize = 16 << 20;
 /// Reports per transaction.
 const BATCH: usize = 20_000;
 
+/// The largest occurrence count a report line may carry (a process seeing one race a million times a
+/// second for a year stays below it).
+const MAX_COUNT: i64 = 1 << 45;
+
 /// Kinds of input that is skipped, each reported once with its count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Skip {
@@ -357,6 +361,10 @@ impl<'a> Ingester<'a> {
     }
 
     fn json_report(&mut self, line: &[u8], header: &Header<'_>) {
+        // Beyond any real count (a number this large is a corrupt or forged line, and would skew the list).
+        if header.count.is_some_and(|n| !(1..=MAX_COUNT).contains(&n)) || header.pid.is_some_and(|p| p < 0) {
+            return self.skip(Skip::MalformedJson);
+        }
         let race_key = header.race_key.as_deref().filter(|k| is_key(k)).map(str::to_string);
         let mut source_key = header.source_key.as_deref().filter(|k| is_key(k)).map(str::to_string);
         // Written in this run already: with both keys given, the stacks need not be read again.
@@ -364,9 +372,10 @@ impl<'a> Ingester<'a> {
         let (race_key, race) = if known && source_key.is_some() {
             (race_key.expect("known"), None)
         } else {
-            let body: Body = match serde_json::from_slice(line) {
-                Ok(b) => b,
-                Err(_) => return self.skip(Skip::MalformedJson),
+            let body: Body = match serde_json::from_slice::<Body>(line) {
+                // A report is two accesses, each with a stack; anything less reports nothing.
+                Ok(b) if b.accesses.len() == 2 && b.accesses.iter().all(|a| !a.stack.is_empty()) => b,
+                _ => return self.skip(Skip::MalformedJson),
             };
             let mut stacks = body.accesses.into_iter().map(|a| a.stack.iter().map(JsonFrame::to_frame).collect());
             let a: Vec<Frame> = stacks.next().unwrap_or_default();

@@ -198,7 +198,12 @@ fn apply_status(race: &mut Race, status: &str, fixed_in: Option<&str>, marked_at
         },
         None => marked_at,
     };
-    let again = race.app_versions.iter().find(|v| first.get(&v.version).is_some_and(|&t| t >= threshold));
+    // The version it was seen in last, of those that should have had the fix.
+    let again = race
+        .app_versions
+        .iter()
+        .filter(|v| first.get(&v.version).is_some_and(|&t| t >= threshold))
+        .max_by_key(|v| (v.last_seen, v.first_seen));
     if let Some(v) = again {
         race.status = "new".to_string();
         race.regressed = true;

@@ -195,6 +195,9 @@ pub trait Store {
 pub fn open(db: &str) -> Result<Box<dyn Store>, String> {
     if db.starts_with("postgres://") || db.starts_with("postgresql://") {
         Ok(Box::new(PgStore::open(db)?))
+    } else if let Some((scheme, _)) = db.split_once("://").filter(|(s, _)| s.bytes().all(|b| b.is_ascii_alphanumeric()))
+    {
+        Err(format!("{scheme}:// is not a store racewatch knows: give a SQLite file's path or a postgres:// URL"))
     } else {
         Ok(Box::new(SqliteStore::open(std::path::Path::new(db))?))
     }

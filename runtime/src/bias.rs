@@ -57,6 +57,14 @@ pub fn should_watch(pc: u64, random: u64) -> bool {
     true
 }
 
+/// Counts a watch of `pc` without the bias deciding (`cold_bias=0`: the sampler still prefers the least
+/// watched of the accesses ahead). Async-signal-safe.
+pub fn count_watch(pc: u64) {
+    if let Some(slot) = slot_of(pc) {
+        COUNTS[slot].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Forgets every count (a forked child starts afresh).
 pub fn reset() {
     for (key, count) in KEYS.iter().zip(&COUNTS) {

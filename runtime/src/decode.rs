@@ -12,8 +12,8 @@
 //! pub const MAX_STEPS: usize = 32;
 //! pub fn warm_up();
 //! pub fn reach(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds, max_steps: usize) -> Result<Reached, Miss>;
-//! pub fn reach_nth(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds, max_steps: usize, pass: usize)
-//!     -> Result<Reached, Miss>;                 // past the first `pass` accesses of the path
+//! pub fn reach_ahead(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds, max_steps: usize, want: usize)
+//!     -> Result<Ahead, Miss>;                   // the first access and up to `want - 1` after it
 //! pub fn access_at(code: &dyn CodeReader, regs: &Regs, max_lookahead: usize) -> Option<MemAccess>; // straight-line reach
 //! pub fn access_ending_at(code: &dyn CodeReader, func_start: u64, func_size: u64, rip: u64, regs: &Regs)
 //!     -> Option<MemAccess>;
@@ -42,7 +42,7 @@ mod pool;
 mod stream;
 
 pub use calls::{MemFn, Range, Ranges, StringOp, MAX_STRING, SYMBOLS};
-pub use emulate::{Bounds, Miss, PASS_MAX};
+pub use emulate::{Ahead, Bounds, Miss, AHEAD};
 
 use classify::{address, classify, string_op, Candidate, Class};
 use core::ops::ControlFlow;
@@ -239,20 +239,20 @@ pub const MAX_STEPS: usize = 32;
 /// from `regs` (branches, calls and returns inside covered code) for at most `max_steps` instructions;
 /// or why there is none to watch. See [`emulate`]. Async-signal-safe after [`warm_up`].
 pub fn reach(code: &dyn CodeReader, regs: &Regs, bounds: &Bounds<'_>, max_steps: usize) -> Result<Reached, Miss> {
-    reach_nth(code, regs, bounds, max_steps, 0)
+    reach_ahead(code, regs, bounds, max_steps, 1).and_then(|ahead| ahead.get(0).ok_or(Miss::NoAccess))
 }
 
-/// [`reach`], passing the first `pass` accesses of the path (see [`emulate::reach_nth`]).
-pub fn reach_nth(
+/// The first access [`reach`] finds and up to `want - 1` more after it (see [`emulate::reach_ahead`]).
+pub fn reach_ahead(
     code: &dyn CodeReader,
     regs: &Regs,
     bounds: &Bounds<'_>,
     max_steps: usize,
-    pass: usize,
-) -> Result<Reached, Miss> {
+    want: usize,
+) -> Result<Ahead, Miss> {
     let mut claimed = pool::claim(pool_hint()).ok_or(Miss::Unemulated)?;
     let factory = claimed.factory().ok_or(Miss::Unemulated)?;
-    emulate::reach_nth(code, factory, regs, bounds, max_steps, pass)
+    emulate::reach_ahead(code, factory, regs, bounds, max_steps, want)
 }
 
 /// Emulates the one register-only instruction at `regs.rip`: the registers after it, the mask of those

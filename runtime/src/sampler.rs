@@ -203,13 +203,8 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
     let own_stack = own_stack(regs, walk.top);
     let covered = |pc: u64| registry::with_index(|idx| idx.function_containing(pc).is_some());
     let bounds = decode::Bounds { own_stack, covered: &covered, library: &libcalls::function_at };
-    // Half the samples watch the first access ahead, the others one of the next few (when the path is
-    // certain that far): the first is not always one that can race.
-    let pass = match (random >> 56) & 7 {
-        n @ 4..=7 => (n - 3) as usize,
-        _ => 0,
-    };
-    let found = match decode::reach_nth(&OwnMemory, &watch::decoder_regs(regs), &bounds, decode::MAX_STEPS, pass) {
+    let ahead = decode::reach_ahead(&OwnMemory, &watch::decoder_regs(regs), &bounds, decode::MAX_STEPS, decode::AHEAD);
+    let found = match ahead.and_then(|ahead| least_watched(&ahead).ok_or(decode::Miss::NoAccess)) {
         Ok(found) => found,
         Err(miss) => {
             stats::bump(match miss {
@@ -274,9 +269,13 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
         stats::bump(Counter::SamplesSuppressed);
         return;
     }
-    if COLD_BIAS.load(Ordering::Relaxed) && !bias::should_watch(access.pc, random >> 2) {
-        stats::bump(Counter::SamplesBackedOff);
-        return;
+    if COLD_BIAS.load(Ordering::Relaxed) {
+        if !bias::should_watch(access.pc, random >> 2) {
+            stats::bump(Counter::SamplesBackedOff);
+            return;
+        }
+    } else {
+        bias::count_watch(access.pc);
     }
     // Jitter the window too: uniform in [delay/2, 3*delay/2].
     let delay = DELAY_US.load(Ordering::Relaxed);
@@ -292,6 +291,25 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
     if watch::watch(&request) == watch::Outcome::Busy {
         stats::bump(Counter::SamplesBusy);
     }
+}
+
+/// Of the accesses a thread is about to make, the one watched least so far (the first on a tie). The first
+/// access ahead is not always one that can race: where samples pile up (after a slow locked instruction)
+/// it would take every watch, though the racy access is the next but one (tokio 1.13.0's oneshot `send`
+/// reads the value's payload, which no other thread writes, right before it writes the channel's state).
+fn least_watched(ahead: &decode::Ahead) -> Option<Reached> {
+    let pc = |r: &Reached| match r {
+        Reached::Access(access) => access.pc,
+        Reached::Ranges(ranges) => ranges.site,
+    };
+    let mut best: Option<(u32, Reached)> = None;
+    for reached in ahead.iter() {
+        let watches = bias::watches(pc(&reached));
+        if best.is_none_or(|(fewest, _)| watches < fewest) {
+            best = Some((watches, reached));
+        }
+    }
+    best.map(|(_, reached)| reached)
 }
 
 /// One aligned 8-byte word of one of `ranges` (at least one, none empty), chosen by `random`, clipped to

@@ -81,31 +81,61 @@ struct Machine {
     stores: [(u64, u8, u64); STORES],
     nstores: usize,
     path: CallPath,
-    /// The accesses passed on the way to the one reported (see [`reach_nth`]): their memory is another
+    /// The accesses passed on the way to the next one (see [`reach_ahead`]): their memory is another
     /// thread's as much as this one's, so what it holds is unknown here.
-    opaque: [(u64, u8); PASS_MAX],
+    opaque: [(u64, u8); AHEAD],
     nopaque: usize,
 }
 
-/// Most accesses [`reach_nth`] passes before the one it reports.
-pub const PASS_MAX: usize = 4;
+/// Most accesses [`reach_ahead`] collects.
+pub const AHEAD: usize = 4;
 
-/// Runs from `regs` for at most `max_steps` instructions and returns an access to watch: with `pass` 0 the
-/// first the thread will make; else it passes the first `pass` accesses (at most [`PASS_MAX`]) and returns
-/// the next one, which the thread will make as surely as the first once it runs on. A passed load's value is unknown (the
-/// memory is shared), so the walk may stop early: then the last access found is returned. Watching
-/// accesses further along than the first matters where the first is one that never races (a payload
-/// read right before the racy flag write, after a slow locked instruction where samples pile up).
-pub fn reach_nth(
+/// The accesses ahead, in the order the thread will make them: up to [`AHEAD`] of them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ahead {
+    found: [Option<Reached>; AHEAD],
+    len: usize,
+}
+
+impl Ahead {
+    /// The accesses found, first first.
+    pub fn iter(&self) -> impl Iterator<Item = Reached> + '_ {
+        self.found[..self.len].iter().flatten().copied()
+    }
+
+    /// The `i`-th access ahead.
+    pub fn get(&self, i: usize) -> Option<Reached> {
+        self.found[..self.len].get(i).copied().flatten()
+    }
+
+    fn push(&mut self, reached: Reached) -> bool {
+        if let Some(slot) = self.found.get_mut(self.len) {
+            *slot = Some(reached);
+            self.len += 1;
+        }
+        self.len == AHEAD
+    }
+}
+
+/// Runs from `regs` for at most `max_steps` instructions and collects the accesses the thread will make
+/// outside its own stack, up to `want` (at most [`AHEAD`]): the first, then those after it that it makes
+/// as surely, once it runs on. A passed access's memory is shared, so what it holds is unknown here: a
+/// branch or an address that depends on it ends the walk. A call to a libc memory or string function or
+/// a REP string instruction (a range access) ends it too. An error only when nothing was found.
+pub fn reach_ahead(
     code: &dyn CodeReader,
     factory: &mut InstructionInfoFactory,
     regs: &Regs,
     bounds: &Bounds<'_>,
     max_steps: usize,
-    pass: usize,
-) -> Result<Reached, Miss> {
-    let mut last = None;
-    walk(code, factory, regs, bounds, max_steps, pass.min(PASS_MAX), &mut last).or_else(|miss| last.ok_or(miss))
+    want: usize,
+) -> Result<Ahead, Miss> {
+    let mut ahead = Ahead::default();
+    match walk(code, factory, regs, bounds, max_steps, want.clamp(1, AHEAD), &mut ahead) {
+        Ok(()) => Ok(ahead),
+        Err(_) if ahead.len > 0 => Ok(ahead),
+        Err(miss) => Err(miss),
+    }
 }
 
 fn walk(
@@ -114,9 +144,9 @@ fn walk(
     regs: &Regs,
     bounds: &Bounds<'_>,
     max_steps: usize,
-    pass: usize,
-    last: &mut Option<Reached>,
-) -> Result<Reached, Miss> {
+    want: usize,
+    ahead: &mut Ahead,
+) -> Result<(), Miss> {
     let mut m = Machine::new(regs);
     let mut saw_own_stack = false;
     for _ in 0..max_steps {
@@ -130,7 +160,8 @@ fn walk(
             | FlowControl::IndirectBranch
             | FlowControl::IndirectCall => {
                 if let Some((function, entry)) = m.branch(code, &insn, bounds)? {
-                    return m.library_call(code, &insn, function, entry, bounds).map(Reached::Ranges);
+                    ahead.push(Reached::Ranges(m.library_call(code, &insn, function, entry, bounds)?));
+                    return Ok(());
                 }
                 continue;
             }
@@ -150,12 +181,13 @@ fn walk(
                 }
                 if !bounds.in_own_stack(addr) {
                     let found = Reached::Access(MemAccess { path: m.path, ..access_of(&insn, cand, addr, true) });
-                    if m.nopaque >= pass {
-                        return Ok(found);
+                    if ahead.push(found) || ahead.len >= want {
+                        return Ok(());
                     }
-                    *last = Some(found);
-                    m.opaque[m.nopaque] = (addr, cand.size);
-                    m.nopaque += 1;
+                    if let Some(slot) = m.opaque.get_mut(m.nopaque) {
+                        *slot = (addr, cand.size);
+                        m.nopaque += 1;
+                    }
                 } else {
                     saw_own_stack = true;
                 }
@@ -164,7 +196,8 @@ fn walk(
             Class::Skip if !stack_op => {
                 // A REP string instruction with rcx = 0 touches nothing and changes nothing: step on.
                 if let Some(ranges) = m.string_access(&insn, bounds)? {
-                    return Ok(Reached::Ranges(ranges));
+                    ahead.push(Reached::Ranges(ranges));
+                    return Ok(());
                 }
             }
             _ => m.execute(code, &insn, None)?,
@@ -252,7 +285,7 @@ impl Machine {
             stores: [(0, 0, 0); STORES],
             nstores: 0,
             path: CallPath::default(),
-            opaque: [(0, 0); PASS_MAX],
+            opaque: [(0, 0); AHEAD],
             nopaque: 0,
         }
     }

@@ -589,17 +589,18 @@ fn printable(bytes: &[u8]) -> Option<&str> {
 /// A side as the views show it: `{"file", "line", "column", "function", "module", "offset"}` JSON.
 fn side_json(frame: Option<&Frame>) -> Option<String> {
     let frame = frame?;
-    Some(
-        serde_json::json!({
-            "file": frame.file,
-            "line": frame.line.filter(|&l| l > 0),
-            "column": frame.column.filter(|&c| c > 0),
-            "function": frame.function,
-            "module": frame.module,
-            "offset": format!("{:#x}", frame.offset),
-        })
-        .to_string(),
-    )
+    let mut side = serde_json::json!({
+        "file": frame.file,
+        "line": frame.line.filter(|&l| l > 0),
+        "column": frame.column.filter(|&c| c > 0),
+        "function": frame.function,
+        "module": frame.module,
+        "offset": format!("{:#x}", frame.offset),
+    });
+    if frame.line_approximate {
+        side["line_approximate"] = true.into();
+    }
+    Some(side.to_string())
 }
 
 fn race_row(race_key: &str, source_key: &Option<String>, summary: String, a: &[Frame], b: &[Frame]) -> RaceRow {

@@ -19,13 +19,16 @@ pub struct Side {
     pub function: Option<String>,
     pub module: Option<String>,
     pub offset: Option<String>,
+    /// The line is the nearest real one of the same code (the PC's own is line 0): shown with `~`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub line_approximate: bool,
 }
 
 impl Side {
     /// `file:line function` (`(module+0xoff) function` without a file).
     pub fn display(&self) -> String {
         let place = match (&self.file, self.line) {
-            (Some(file), Some(line)) => format!("{file}:{line}"),
+            (Some(file), Some(line)) => format!("{file}:{}{line}", if self.line_approximate { "~" } else { "" }),
             (Some(file), None) => file.clone(),
             (None, _) => {
                 let module = self.module.as_deref().map_or("?", |m| m.rsplit('/').next().unwrap_or(m));
@@ -548,5 +551,22 @@ mod tests {
     fn dates_are_utc() {
         assert_eq!(super::date(0), "1970-01-01 00:00");
         assert_eq!(super::date(1_700_000_000), "2023-11-14 22:13");
+    }
+
+    #[test]
+    fn a_borrowed_line_keeps_its_tilde_and_a_side_without_a_file_names_its_module() {
+        let side: super::Side = serde_json::from_str(
+            r#"{"file":"racy.c","line":26,"column":5,"function":"worker","module":"/srv/racyd","offset":"0x1300",
+                "line_approximate":true}"#,
+        )
+        .unwrap();
+        assert_eq!(side.display(), "racy.c:~26 worker");
+        let exact = super::Side { line_approximate: false, ..side.clone() };
+        assert_eq!(exact.display(), "racy.c:26 worker");
+        // Stored before the field existed: exact.
+        let old: super::Side = serde_json::from_str(r#"{"file":"racy.c","line":26}"#).unwrap();
+        assert!(!old.line_approximate);
+        let raw = super::Side { file: None, line: None, ..side };
+        assert_eq!(raw.display(), "(racyd+0x1300) worker");
     }
 }

@@ -73,6 +73,13 @@ fn the_production_profile_writes_schema_1_reports_into_a_directory_without_readi
     assert!(is_key(&report["race_key"]), "{report}");
     assert_eq!(report["source_key"], Value::Null, "nothing symbolized: {report}");
     assert_eq!(report["count"], 1);
+    // The static the demo races on: the module and the offset, named offline by racewatch triage.
+    let location = &report["location"];
+    assert_eq!(
+        (&location["kind"], &location["build_id"]),
+        (&Value::from("module"), &Value::from(exe_build_id.as_str()))
+    );
+    assert!(location["offset"].as_str().unwrap().starts_with("0x"), "{location}");
     for access in report["accesses"].as_array().unwrap() {
         let frames = access["stack"].as_array().unwrap();
         let first = &frames[0];

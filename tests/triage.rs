@@ -603,9 +603,12 @@ fn fleet(db: &Db) {
         assert!(body.contains(&(side["line"].as_u64().unwrap() as u32)), "bump's body: {race:#}");
         assert!(side["function"].as_str().unwrap().ends_with("bump"), "{race:#}");
     }
-    // Its stacks as the runtime would have cut them: from the access to the thread's closure.
+    // Its stacks as the runtime would have cut them: from the access to the thread's closure; the memory
+    // named from the debug file's symbol table (the process only knew the module and the offset).
     let shown = ok(&triage(db, &["show", source_key]));
     assert!(shown.contains(" fleet::bump ") && !shown.contains("thread_start"), "{shown}");
+    assert!(shown.contains("  location: global 'fleet::COUNTER' of size 8 (fleet_v"), "{shown}");
+    assert_eq!(race["location"]["kind"], "global", "{race:#}");
     let sarif_text = ok(&triage(db, &["--format", "sarif"]));
     let sarif: serde_sarif::sarif::Sarif = serde_json::from_str(&sarif_text).expect("serde-sarif reads the log");
     let results = sarif.runs[0].results.as_ref().unwrap();
@@ -705,9 +708,12 @@ fn sqlite_schema_migrates_forward_and_refuses_newer() {
     let conn = rusqlite::Connection::open(&db.url).unwrap();
     let version: String =
         conn.query_row("SELECT value FROM meta WHERE name = 'schema_version'", [], |r| r.get(0)).unwrap();
-    assert_eq!(version, "1");
+    assert_eq!(version, "2");
     let n: i64 = conn.query_row("SELECT count(*) FROM reports", [], |r| r.get(0)).unwrap();
     assert_eq!(n, 1);
+    // Version 2 added what the memory is to each race.
+    let located: i64 = conn.query_row("SELECT count(location) FROM races", [], |r| r.get(0)).unwrap();
+    assert_eq!(located, 1);
     conn.execute("UPDATE meta SET value = '99' WHERE name = 'schema_version'", []).unwrap();
     drop(conn);
     let out = triage(&db, &[]);

@@ -72,6 +72,9 @@ pub enum MemoryLocation {
     },
     /// The stack of a thread.
     Stack { thread: u32, tid: i32, thread_name: Option<String> },
+    /// An address in a module's data whose variable was not looked up (`symbolize=0`): `racewatch triage`
+    /// names it offline from the module's build-id and the offset.
+    InModule { module: String, build_id: String, address: u64, offset: u64 },
     /// Anything else: the heap, anonymous mappings, a stack racewatch does not know.
     #[default]
     Unknown,
@@ -217,6 +220,10 @@ fn location_line(location: &MemoryLocation) -> String {
         MemoryLocation::Stack { thread: 0, tid, .. } => format!("Location is stack of main thread (tid {tid})"),
         MemoryLocation::Stack { thread, tid, thread_name } => {
             format!("Location is stack of {}", thread_label(*thread, *tid, thread_name.as_deref()))
+        }
+        MemoryLocation::InModule { module, address, offset, .. } => {
+            let module = module.rsplit('/').next().unwrap_or(module);
+            format!("Location is {address:#x} in the data of {module} ({module}+{offset:#x})")
         }
         MemoryLocation::Unknown => "Location is heap or unknown memory".to_string(),
     }
@@ -477,6 +484,13 @@ fn location_json(location: &MemoryLocation) -> Value {
             "tid": tid,
             "thread_name": thread_name,
         }),
+        MemoryLocation::InModule { module, build_id, address, offset } => json!({
+            "kind": "module",
+            "module": module,
+            "build_id": non_empty(build_id),
+            "address": format!("{address:#x}"),
+            "offset": format!("{offset:#x}"),
+        }),
         MemoryLocation::Unknown => json!({"kind": "unknown"}),
     }
 }
@@ -716,6 +730,19 @@ SUMMARY: racewatch: data race demos/src/bin/racy_flag.rs:15:9 in racy_flag::publ
                 "created by main thread at:\n    #0..#1 (2 frames of the Rust standard library)\n    #2 spawn library/std/src/thread/functions.rs:131:20 (racy_flag+0x50)\n    #3 racy_flag::main "
             ),
             "{text}"
+        );
+        report.location = MemoryLocation::InModule {
+            module: EXE.into(),
+            build_id: "ab12".into(),
+            address: 0x7f12_3456_7890,
+            offset: 0x5b1d0,
+        };
+        assert!(render_text(&report)
+            .contains("  Location is 0x7f1234567890 in the data of racy_flag (racy_flag+0x5b1d0)\n"));
+        let json: Value = serde_json::from_str(&render_json(&report)).unwrap();
+        assert_eq!(
+            json["location"],
+            json!({"kind": "module", "module": EXE, "build_id": "ab12", "address": "0x7f1234567890", "offset": "0x5b1d0"})
         );
         report.location = MemoryLocation::Stack { thread: 0, tid: 1234, thread_name: Some("racy_flag".into()) };
         assert!(render_text(&report).contains("\n  Location is stack of main thread (tid 1234)\n"));

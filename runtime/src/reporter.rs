@@ -441,6 +441,18 @@ impl Reporter {
                 offset,
             };
         }
+        if !self.config.symbolize {
+            // The variable is named offline, from the module's symbol table (its file is not read here).
+            if let Some(module) = modules::module_of(addr).filter(|m| m.path.contains('/')) {
+                let offset = addr.wrapping_sub(module.bias);
+                return MemoryLocation::InModule {
+                    module: module.path,
+                    build_id: module.build_id,
+                    address: addr,
+                    offset,
+                };
+            }
+        }
         let alive = |tid: i32| std::path::Path::new(&format!("/proc/self/task/{tid}")).exists();
         let on_stack = sys::creation::records()
             .into_iter()

@@ -377,6 +377,7 @@ impl<'a> Ingester<'a> {
                 Ok(b) if b.accesses.len() == 2 && b.accesses.iter().all(|a| !a.stack.is_empty()) => b,
                 _ => return self.skip(Skip::MalformedJson),
             };
+            let location = body.location;
             let mut stacks = body.accesses.into_iter().map(|a| a.stack.iter().map(JsonFrame::to_frame).collect());
             let a: Vec<Frame> = stacks.next().unwrap_or_default();
             let b: Vec<Frame> = stacks.next().unwrap_or_default();
@@ -390,7 +391,8 @@ impl<'a> Ingester<'a> {
                 (Some(summary), false) => summary.to_string(),
                 _ => summary(&a, &b, Paths::Full),
             };
-            let race = race_row(&race_key, &source_key, summary, &a, &b);
+            let mut race = race_row(&race_key, &source_key, summary, &a, &b);
+            race.location = location.map(|l| self.located(l).to_string());
             (race_key, Some(race))
         };
         let host = header.host.as_deref().unwrap_or("unknown");
@@ -468,6 +470,27 @@ impl<'a> Ingester<'a> {
         }
         self.totals.reports += 1;
         self.batch.reports.push(row);
+    }
+
+    /// The report's `location`, with an address in a module's data (a `symbolize=0` report) named by the
+    /// module's symbol table: `{"kind": "global", "name", "size", "module", "offset"}`.
+    fn located(&mut self, location: serde_json::Value) -> serde_json::Value {
+        if location["kind"] != "module" {
+            return location;
+        }
+        let offset = location["offset"].as_str().and_then(|o| u64::from_str_radix(o.trim_start_matches("0x"), 16).ok());
+        let (Some(build_id), Some(offset)) = (location["build_id"].as_str(), offset) else { return location };
+        let module = location["module"].as_str();
+        match self.symbolizer.data_symbol(build_id, module, offset) {
+            Some((name, size, start)) => serde_json::json!({
+                "kind": "global",
+                "name": name,
+                "size": size,
+                "module": module,
+                "offset": format!("{start:#x}"),
+            }),
+            None => location,
+        }
     }
 
     /// Frames named by offline symbolization where the report has only build-id and offset.
@@ -618,5 +641,6 @@ fn race_row(race_key: &str, source_key: &Option<String>, summary: String, a: &[F
         pc_b: keys::race_side(b),
         stacks: serde_json::to_string(&stacks).unwrap_or_default(),
         symbolized: i64::from(symbolized),
+        location: None,
     }
 }

@@ -50,6 +50,9 @@ pub struct Exe<'a> {
 pub struct Body {
     #[serde(default)]
     pub accesses: Vec<JsonAccess>,
+    /// What the memory is, as the runtime wrote it.
+    #[serde(default)]
+    pub location: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]

@@ -11,7 +11,7 @@ pub use self::postgres::PgStore;
 pub use self::sqlite::SqliteStore;
 
 /// The schema version this racewatch writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// One value read from the store.
 #[derive(Clone, Debug, PartialEq)]
@@ -98,6 +98,8 @@ pub struct RaceRow {
     pub stacks: String,
     /// 1 when the stacks have source lines.
     pub symbolized: i64,
+    /// JSON: what the memory is (the report's `location`, a module offset resolved to its variable).
+    pub location: Option<String>,
 }
 
 /// A symbolization result: the frames of `build_id+offset`, JSON.
@@ -263,6 +265,8 @@ pub fn migration(to: i64, dialect: Dialect) -> Vec<String> {
                 ){no_rowid}"
             ),
         ],
+        // What the raced-on memory is (JSON: a global named offline, a thread's stack, unknown).
+        2 => vec!["ALTER TABLE races ADD COLUMN location TEXT".to_string()],
         _ => Vec::new(),
     }
 }
@@ -290,10 +294,11 @@ pub const FILL_SOURCE_KEY: &str =
     "UPDATE reports SET source_key = $2 WHERE ident = $1 AND source_key IS DISTINCT FROM $2";
 pub const UPDATE_COUNT: &str = "UPDATE reports SET occurrences = $2 WHERE ident = $1 AND occurrences < $2";
 pub const UPSERT_RACE: &str =
-    "INSERT INTO races (race_key, source_key, summary, side_a, side_b, pc_a, pc_b, stacks, symbolized)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    "INSERT INTO races (race_key, source_key, summary, side_a, side_b, pc_a, pc_b, stacks, symbolized, location)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
      ON CONFLICT (race_key) DO UPDATE SET source_key = excluded.source_key, summary = excluded.summary,
-         side_a = excluded.side_a, side_b = excluded.side_b, stacks = excluded.stacks, symbolized = excluded.symbolized
+         side_a = excluded.side_a, side_b = excluded.side_b, stacks = excluded.stacks, symbolized = excluded.symbolized,
+         location = excluded.location
      WHERE excluded.symbolized > races.symbolized";
 pub const INSERT_SYMBOLS: &str = "INSERT INTO symbols (build_id, pc_offset, is_return, frames) VALUES ($1, $2, $3, $4)
      ON CONFLICT (build_id, pc_offset, is_return) DO NOTHING";

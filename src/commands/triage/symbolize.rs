@@ -182,6 +182,27 @@ impl OfflineSymbolizer {
         frames.map(|f| with_module(f, module_path))
     }
 
+    /// The global or static variable of the module's symbol table that holds `offset` (an address in
+    /// the module's own address space): its name, size and start offset. `None` when no file of the
+    /// build-id is found, or no variable holds the address.
+    pub fn data_symbol(
+        &mut self,
+        build_id: &str,
+        module_path: Option<&str>,
+        offset: u64,
+    ) -> Option<(String, u64, u64)> {
+        let build_id = build_id.trim().to_ascii_lowercase();
+        if !is_build_id(&build_id) || !self.locate(&build_id, module_path) {
+            return None;
+        }
+        let Some(Entry::Found(debug)) = self.modules.get(&build_id) else { return None };
+        let found = catch_unwind(AssertUnwindSafe(|| {
+            racewatch_instrument::symbols::find_function(debug.objects(), offset)
+                .map(|object| (object.name.clone(), object.size, object.address))
+        }));
+        found.ok().flatten()
+    }
+
     /// One-line notes gathered since the last call, each said once in the symbolizer's lifetime.
     pub fn take_messages(&mut self) -> Vec<String> {
         std::mem::take(&mut self.messages)

@@ -81,6 +81,9 @@ pub struct Race {
     pub fixed_in: Option<String>,
     pub regressed: bool,
     pub note: Option<String>,
+    /// What the raced-on memory is (the report's `location`; a `symbolize=0` report's module offset named
+    /// from the module's symbol table): `kind` global (name, size, module, offset), stack, module or unknown.
+    pub location: Option<serde_json::Value>,
     /// The two accesses' stacks of the race_key seen most (only for `show`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stacks: Option<[Vec<JsonFrame>; 2]>,
@@ -114,7 +117,9 @@ pub fn races(store: &mut dyn Store, with_stacks: bool) -> Result<Vec<Race>, Stri
         .collect();
     let stacks_column = if with_stacks { "stacks" } else { "''" };
     let race_rows = store.query(
-        &format!("SELECT race_key, summary, side_a, side_b, pc_a, pc_b, symbolized, {stacks_column} FROM races"),
+        &format!(
+            "SELECT race_key, summary, side_a, side_b, pc_a, pc_b, symbolized, {stacks_column}, location FROM races"
+        ),
         &[],
     )?;
     let statuses: HashMap<String, (String, Option<String>, i64)> = store
@@ -172,6 +177,7 @@ pub fn races(store: &mut dyn Store, with_stacks: bool) -> Result<Vec<Race>, Stri
             regressed: false,
             note: None,
             stacks: best.filter(|_| with_stacks).and_then(|b| serde_json::from_str(b[7].text()?).ok()),
+            location: best.and_then(|b| serde_json::from_str(b[8].text()?).ok()),
             app_versions,
             race_keys,
             key,
@@ -342,6 +348,24 @@ pub fn json(races: &[Race]) -> String {
 }
 
 /// `racewatch triage show`: one race, its keys, versions and the stacks of its most frequent race_key.
+/// A report's `location` in words, as the runtime's text report puts it.
+fn location_text(location: &serde_json::Value) -> String {
+    let text = |key: &str| location[key].as_str().unwrap_or("?");
+    let module = |key: &str| text(key).rsplit('/').next().unwrap_or("?").to_string();
+    match text("kind") {
+        "global" => format!(
+            "global '{}' of size {} ({}+{})",
+            text("name"),
+            location["size"].as_u64().unwrap_or(0),
+            module("module"),
+            text("offset")
+        ),
+        "stack" => format!("stack of thread {} (tid {})", text("thread"), location["tid"]),
+        "module" => format!("in the data of {} ({}+{})", module("module"), module("module"), text("offset")),
+        _ => "heap or unknown memory".to_string(),
+    }
+}
+
 pub fn show(race: &Race) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "race {}", race.key);
@@ -356,6 +380,9 @@ pub fn show(race: &Race) -> String {
         if let Some(side) = side {
             let _ = writeln!(out, "  side {}: {}", ["A", "B"][i], side.display());
         }
+    }
+    if let Some(location) = race.location.as_ref().map(location_text) {
+        let _ = writeln!(out, "  location: {location}");
     }
     let _ = writeln!(
         out,

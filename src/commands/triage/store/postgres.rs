@@ -145,6 +145,7 @@ impl PgStore {
                         &r.pc_b,
                         &r.stacks,
                         &r.symbolized,
+                        &r.location,
                     ],
                 )?;
             }

@@ -157,7 +157,8 @@ impl Store for SqliteStore {
                     r.pc_a,
                     r.pc_b,
                     r.stacks,
-                    r.symbolized
+                    r.symbolized,
+                    r.location
                 ])
                 .map_err(e)?;
             }

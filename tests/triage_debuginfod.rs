@@ -448,3 +448,54 @@ fn a_server_that_never_answers_costs_one_timeout_per_run() {
         all - first
     );
 }
+
+/// Debug files that dwz made share a supplementary file (`.gnu_debugaltlink`: Debian's and Fedora's
+/// debug packages are built this way): function names and files live there. Here the link names a path
+/// that does not exist, so the supplementary file is found by its build-id in the `--debug-dir`.
+#[test]
+fn dwz_supplementary_files_are_found_by_build_id() {
+    let Some(clang) = common::clang() else { return };
+    let dwz = Command::new("dwz").arg("--version").output();
+    assert!(dwz.is_ok(), "dwz is not installed: apt-get install dwz (CI installs it)");
+    let dir = common::scratch("triage_dwz");
+    let debug_dir = dir.join("debug");
+    std::fs::create_dir_all(&debug_dir).unwrap();
+    let mut built = Vec::new();
+    for stem in ["one", "two"] {
+        // dwz reads DWARF 4 (it stops at DWARF 5's .debug_addr).
+        let source = dir.join(format!("{stem}.c"));
+        std::fs::write(&source, PROGRAM.replace("work", &format!("work_{stem}"))).unwrap();
+        let full = dir.join(stem);
+        run(
+            Command::new(&clang).args(["-gdwarf-4", "-O1", "-Wl,--build-id"]).arg(&source).arg("-o").arg(&full),
+            "clang",
+        );
+        let debug = debug_dir.join(format!("{stem}.debug"));
+        run(Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(&debug), "objcopy --only-keep-debug");
+        built.push((stem, full, debug));
+    }
+    let common_file = debug_dir.join("common.debug");
+    run(
+        Command::new("dwz")
+            .arg("-m")
+            .arg(&common_file)
+            .args(["-M", "/nonexistent/.dwz/common.debug"])
+            .arg(&built[0].2)
+            .arg(&built[1].2),
+        "dwz -m",
+    );
+    let (stem, full, _) = &built[0];
+    let module = Module::open(full).unwrap();
+    let function = format!("work_{stem}");
+    let work = module.functions.iter().find(|f| f.name == function).expect("work in the symbol table");
+    let mut symbolizer = offline(vec![debug_dir.clone()], &dir.join("cache"));
+    // The module path names nothing readable: only the debug dir has this build's DWARF.
+    let found = (work.address..work.address + work.size).find_map(|offset| {
+        let frames = symbolizer.symbolize(&module.build_id(), Some("/srv/gone/one"), offset, false)?;
+        (frames.len() == 2 && frames[0].function.as_deref() == Some("bump")).then_some(frames)
+    });
+    let frames = found.unwrap_or_else(|| panic!("bump inlined into {function}: {:?}", symbolizer.take_messages()));
+    assert_eq!(frames[1].function.as_deref(), Some(function.as_str()), "{frames:#?}");
+    assert!(frames[0].file.as_deref().is_some_and(|f| f.ends_with("/one.c")), "{frames:#?}");
+    assert_eq!(frames[0].line, Some(line_of("/* BUMP */")), "{frames:#?}");
+}

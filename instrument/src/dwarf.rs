@@ -50,12 +50,14 @@ impl ModuleDebug {
     /// Loads the DWARF of `path` (none when it has none or cannot be read); its symbol table is read
     /// with `read` on first need.
     pub fn open(path: &Path, read: ReadFile) -> ModuleDebug {
-        ModuleDebug {
-            path: path.to_path_buf(),
-            loader: addr2line::Loader::new(path).ok(),
-            read,
-            symbols: OnceCell::new(),
-        }
+        ModuleDebug::open_with_sup(path, None, read)
+    }
+
+    /// [`ModuleDebug::open`] for a debug file whose DWARF refers to a supplementary file (dwz's
+    /// multifile, named by `.gnu_debugaltlink`): names and types shared by several packages live there.
+    pub fn open_with_sup(path: &Path, sup: Option<&Path>, read: ReadFile) -> ModuleDebug {
+        let loader = addr2line::Loader::new_with_sup(path, sup).ok();
+        ModuleDebug { path: path.to_path_buf(), loader, read, symbols: OnceCell::new() }
     }
 
     /// A module whose file is not read at all: every address yields a bare frame.
@@ -204,6 +206,15 @@ fn nearest_line(loader: &addr2line::Loader, addr: u64, scope: &Scope) -> Option<
     (1..=REACH).find_map(|d| at(addr + d).or_else(|| at(addr.checked_sub(d)?)))
 }
 
+/// The supplementary file a debug file's `.gnu_debugaltlink` section names: its path as written (absolute,
+/// or relative to the debug file) and its build-id in hex.
+pub fn debug_altlink(section: &[u8]) -> Option<(String, String)> {
+    let end = section.iter().position(|&b| b == 0)?;
+    let path = std::str::from_utf8(&section[..end]).ok().filter(|p| !p.is_empty())?;
+    let id = &section[end + 1..];
+    (!id.is_empty()).then(|| (path.to_string(), id.iter().map(|b| format!("{b:02x}")).collect()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,6 +235,19 @@ mod tests {
         assert_eq!(physical_name(Some("consume"), qualified).as_deref(), Some("consume"));
         assert_eq!(physical_name(None, qualified).as_deref(), Some("racy_counter::bump"));
         assert_eq!(physical_name(None, None), None);
+    }
+
+    #[test]
+    fn altlinks_name_a_path_and_a_build_id() {
+        let mut section = b"/usr/lib/debug/.dwz/x86_64-linux-gnu/libc6.debug\0".to_vec();
+        section.extend_from_slice(&[0xab, 0x01, 0xff]);
+        assert_eq!(
+            debug_altlink(&section),
+            Some(("/usr/lib/debug/.dwz/x86_64-linux-gnu/libc6.debug".to_string(), "ab01ff".to_string()))
+        );
+        assert_eq!(debug_altlink(b"no-terminator"), None);
+        assert_eq!(debug_altlink(b"\0\x01"), None);
+        assert_eq!(debug_altlink(b"path\0"), None);
     }
 
     #[test]

@@ -145,14 +145,11 @@ impl Module {
                 goblin::elf::header::machine_to_str(hdr.e_machine)
             )));
         }
-        match hdr.e_type {
-            ET_EXEC | ET_DYN => {}
-            ET_REL => return Err(unsupported(
-                "relocatable object (.o): its PCs need relocation; link it into an executable or shared library first"
-                    .into(),
-            )),
+        let relocatable = match hdr.e_type {
+            ET_EXEC | ET_DYN => false,
+            ET_REL => true,
             other => return Err(unsupported(format!("ELF type {} ({other})", header::et_to_str(other)))),
-        }
+        };
         let ctx = Ctx::new(Container::Big, Endian::Little);
         let len = bytes.len();
         let clip = |offset: u64, size: u64| {
@@ -197,6 +194,17 @@ impl Module {
             })
             .collect();
 
+        // A relocatable file with code is an object file whose PCs need relocation; one without (dwz's
+        // multifile, DWARF that several debug files share) is read for its debug info and build-id.
+        let has_code = sections
+            .iter()
+            .any(|s| s.flags & u64::from(goblin::elf::section_header::SHF_EXECINSTR) != 0 && !s.data.is_empty());
+        if relocatable && has_code {
+            return Err(unsupported(
+                "relocatable object (.o): its PCs need relocation; link it into an executable or shared library first"
+                    .into(),
+            ));
+        }
         let functions = read_symbols(&bytes, &shdrs, ctx, &[STT_FUNC, STT_GNU_IFUNC]);
         let objects = read_symbols(&bytes, &shdrs, ctx, &[STT_OBJECT]);
         let mut module = Module {

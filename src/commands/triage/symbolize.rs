@@ -27,7 +27,7 @@
 //! This file uses nothing else of the `racewatch` crate (only `racewatch_instrument`, `ureq` and
 //! `flate2`): `tests/triage_debuginfod.rs` compiles it on its own.
 
-use racewatch_instrument::dwarf::{ModuleDebug, Origin};
+use racewatch_instrument::dwarf::{debug_altlink, ModuleDebug, Origin};
 use racewatch_instrument::elf::Module;
 use racewatch_instrument::frames::Frame;
 use std::collections::{HashMap, HashSet};
@@ -255,7 +255,8 @@ impl OfflineSymbolizer {
                 None
             }
         };
-        let opened = chosen.and_then(|file| match open_debug(&file) {
+        let sup = chosen.as_deref().and_then(|file| self.supplementary(file, build_id, name));
+        let opened = chosen.and_then(|file| match open_debug(&file, sup.as_deref()) {
             Ok(debug) => Some(debug),
             Err(why) => {
                 self.say(format!("build-id {build_id} ({name}): {why}; its frames stay build-id+offset"));
@@ -279,6 +280,35 @@ impl OfflineSymbolizer {
                 false
             }
         }
+    }
+
+    /// The supplementary file the debug file `file` refers to (`.gnu_debugaltlink`, written by dwz: the
+    /// DWARF that several packages' debug files share), when it names one: at the path it gives
+    /// (absolute, or next to `file`), else found by its build-id like any debug file (debug dirs,
+    /// /usr/lib/debug/.build-id, debuginfod). Without it, names and files kept there are missing: said once.
+    fn supplementary(&mut self, file: &Path, build_id: &str, name: &str) -> Option<PathBuf> {
+        let module = catch_unwind(|| Module::from_bytes(file, std::fs::read(file).ok()?).ok()).ok().flatten()?;
+        let (written, sup_id) = module.section_data(".gnu_debugaltlink").and_then(|(_, data)| debug_altlink(data))?;
+        if !is_build_id(&sup_id) {
+            return None;
+        }
+        let mut search = Search::new(&sup_id);
+        let next_to = file.parent().map(|dir| dir.join(&written));
+        for candidate in [Some(PathBuf::from(&written)), next_to].into_iter().flatten() {
+            if candidate.is_file() && search.read(&candidate, Expect::BuildId).is_some() {
+                return Some(candidate);
+            }
+        }
+        self.search(&mut search, None);
+        let found = search.dwarf.take().or(search.matched.take());
+        if found.is_none() {
+            self.say(format!(
+                "build-id {build_id} ({name}): its debug info refers to a supplementary file (dwz) {written} with \
+                 build-id {sup_id}, not found: looked in {}; names kept there are missing",
+                search.looked.join(", ")
+            ));
+        }
+        found
     }
 
     /// Every place in order, until a file with DWARF is found.
@@ -394,13 +424,16 @@ struct Search {
     dwarf: Option<PathBuf>,
     /// The first file found with only a symbol table.
     symbols_only: Option<PathBuf>,
+    /// The first file of this build-id, whatever it holds (a dwz supplementary file may hold only the
+    /// strings its debug files share).
+    matched: Option<PathBuf>,
     /// Where it looked (and why a place did not do), for the note when nothing is found.
     looked: Vec<String>,
 }
 
 impl Search {
     fn new(build_id: &str) -> Search {
-        Search { build_id: build_id.to_string(), dwarf: None, symbols_only: None, looked: Vec::new() }
+        Search { build_id: build_id.to_string(), dwarf: None, symbols_only: None, matched: None, looked: Vec::new() }
     }
 
     /// Reads `path`; when it is this build's, keeps it as the DWARF file (true) or as the symbols
@@ -463,6 +496,7 @@ impl Search {
             self.looked.push(format!("{} ({other}: another build)", path.display()));
             return None;
         }
+        self.matched.get_or_insert_with(|| path.to_path_buf());
         Some(module)
     }
 
@@ -610,10 +644,11 @@ fn transport_reason(t: &ureq::Transport) -> String {
     }
 }
 
-/// Opens a file for symbolizing; an error when it names nothing after all.
-fn open_debug(path: &Path) -> Result<ModuleDebug, String> {
+/// Opens a file for symbolizing (with its dwz supplementary file, when it has one); an error when it
+/// names nothing after all.
+fn open_debug(path: &Path, sup: Option<&Path>) -> Result<ModuleDebug, String> {
     let debug = catch_unwind(|| {
-        let debug = ModuleDebug::open(path, |p| std::fs::read(p));
+        let debug = ModuleDebug::open_with_sup(path, sup, |p| std::fs::read(p));
         let can_name = debug.can_name();
         (debug, can_name)
     });

@@ -38,9 +38,10 @@ pub fn race_key(a: &[Frame], b: &[Frame]) -> String {
     pair_key(&race_side(a), &race_side(b))
 }
 
-/// A source file's name as it is spelled on every machine that builds it: Rust's standard library from
-/// `library/`, a cargo dependency from its crate directory (`tokio-1.13.0/src/…`), anything else by
-/// its last two components (`src/main.rs`).
+/// A source file's name as it is spelled on every machine that builds it, and by the runtime (which names
+/// files under its working directory relative to it) as by triage (which sees the absolute paths of
+/// the debug info): Rust's standard library from `library/`, a cargo dependency from its crate directory
+/// (`tokio-1.13.0/src/…`), anything else by its file name (`main.rs`).
 pub fn normalized_file(path: &str) -> String {
     let after = |marker: &str, skip: usize| -> Option<String> {
         let rest = &path[path.find(marker)? + marker.len()..];
@@ -54,8 +55,7 @@ pub fn normalized_file(path: &str) -> String {
     if let Some(dep) = after("/registry/src/", 1).or_else(|| after("/git/checkouts/", 2)) {
         return dep;
     }
-    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
-    parts[parts.len().saturating_sub(2)..].join("/")
+    file_name(path).to_string()
 }
 
 /// One side of a `source_key`: `<normalized file>:<function's last segment>` of the frame a summary
@@ -144,7 +144,11 @@ mod tests {
             normalized_file("/home/u/.cargo/git/checkouts/futures-rs-1a2b/3c4d5e6/futures-util/src/lib.rs"),
             "futures-util/src/lib.rs"
         );
-        assert_eq!(normalized_file("/work/proj/src/main.rs"), "src/main.rs");
+        // The runtime shows files under its working directory relative to it; the debug info has them
+        // absolute: the same key either way.
+        assert_eq!(normalized_file("/work/proj/src/main.rs"), "main.rs");
+        assert_eq!(normalized_file("src/main.rs"), "main.rs");
+        assert_eq!(normalized_file("/tmp/build-7/racy.c"), "racy.c");
         assert_eq!(normalized_file("./racy.c"), "racy.c");
         assert_eq!(normalized_file("racy.c"), "racy.c");
     }

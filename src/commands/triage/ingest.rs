@@ -231,6 +231,8 @@ fn open(input: &Input) -> std::io::Result<Box<dyn BufRead>> {
 /// A report of a race the run has not written yet, or one better than what it wrote.
 struct RaceSeen {
     symbolized: bool,
+    /// The key this run gave the race: a later report of the same race_key (the same PCs) gets it too.
+    source_key: Option<String>,
 }
 
 /// Reads inputs into a store.
@@ -368,9 +370,16 @@ impl<'a> Ingester<'a> {
         let race_key = header.race_key.as_deref().filter(|k| is_key(k)).map(str::to_string);
         let mut source_key = header.source_key.as_deref().filter(|k| is_key(k)).map(str::to_string);
         // Written in this run already: with both keys given, the stacks need not be read again.
-        let known = race_key.as_ref().is_some_and(|k| self.races.contains_key(k));
-        let (race_key, race) = if known && source_key.is_some() {
-            (race_key.expect("known"), None)
+        let seen = race_key.as_ref().and_then(|k| self.races.get(k));
+        let mut seen_with_files = false;
+        let (race_key, race) = if let (Some(seen), Some(_)) = (seen, &source_key) {
+            // The same PCs symbolize the same way: the key this run made for them, not one the process
+            // made without files.
+            if seen.source_key.is_some() {
+                source_key = seen.source_key.clone();
+                seen_with_files = seen.symbolized;
+            }
+            (race_key.expect("seen"), None)
         } else {
             let body: Body = match serde_json::from_slice::<Body>(line) {
                 // A report is two accesses, each with a stack; anything less reports nothing.
@@ -384,7 +393,11 @@ impl<'a> Ingester<'a> {
             let race_key = race_key.unwrap_or_else(|| keys::race_key(&a, &b));
             let symbolized_here = needs_symbols(&a) || needs_symbols(&b);
             let (a, b) = if symbolized_here { (self.symbolize(a), self.symbolize(b)) } else { (a, b) };
-            if source_key.is_none() {
+            // The report's own key was made without files (a process with symbolize=1 on a stripped
+            // binary names functions only): the debug info found here makes the key every build shares.
+            let (side_a, side_b) = racing_frames(&a, &b);
+            let files_here = symbolized_here && [side_a, side_b].iter().flatten().any(|f| f.file.is_some());
+            if source_key.is_none() || files_here {
                 source_key = keys::source_key(&a, &b);
             }
             let summary = match (&header.summary, symbolized_here) {
@@ -408,7 +421,7 @@ impl<'a> Ingester<'a> {
             .as_deref()
             .map(str::to_string)
             .or_else(|| exe_build_id.as_ref().map(|id| id.chars().take(12).collect()));
-        let source_from_debug_info = race.as_ref().is_some_and(|r| r.symbolized != 0);
+        let source_from_debug_info = seen_with_files || race.as_ref().is_some_and(|r| r.symbolized != 0);
         self.add(
             ReportRow {
                 ident,
@@ -464,7 +477,8 @@ impl<'a> Ingester<'a> {
                 Some(old) => symbolized && !old.symbolized,
             };
             if better {
-                self.races.insert(race.race_key.clone(), RaceSeen { symbolized });
+                let source_key = race.source_key.clone();
+                self.races.insert(race.race_key.clone(), RaceSeen { symbolized, source_key });
                 self.batch.races.push(race);
             }
         }

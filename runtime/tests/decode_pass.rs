@@ -6,7 +6,9 @@ use racewatch::decode::{reach_ahead, warm_up, Bounds, CodeSlice, MemAccess, Reac
 
 const BASE: u64 = 0x50_0000;
 const STACK: (u64, u64) = (0x7000_0000, 0x7010_0000);
-const SHARED: u64 = 0x1000_0000;
+/// The shared memory, inside the image the walk can read (filled with 0xcc): a passed load that were
+/// taken at its value would give a known register, a known address, a known branch.
+const SHARED: u64 = BASE + 0x80;
 
 fn regs() -> Regs {
     let mut gpr = [0u64; 16];

@@ -146,20 +146,8 @@ fn assert_rule_notes(bin: &std::path::Path, file: &str, at_least: usize) {
     assert!(notes.iter().all(|l| l.contains(file)), "{stdout}");
 }
 
-/// `Arc::downgrade`'s compare-exchange loop: release builds merge its two relaxed loads into one `mov`
-/// that carries no `sanmd_atomics2` entry (LLVM drops the metadata of merged instructions).
-const ARC_DOWNGRADE: &str = r#"
-use std::sync::{Arc, Weak};
-#[inline(never)]
-fn downgrade(shared: &Arc<u64>) -> Weak<u64> {
-    Arc::downgrade(shared)
-}
-fn main() {
-    let shared = Arc::new(std::env::args().count() as u64);
-    let weak = downgrade(&shared);
-    std::process::exit(weak.upgrade().map_or(1, |v| *v as i32 - 1));
-}
-"#;
+/// `Arc::downgrade`'s compare-exchange loop, whose merged relaxed load carries no `sanmd_atomics2` entry.
+const ARC_DOWNGRADE: &str = include_str!("fixtures/arc_downgrade.rs");
 
 /// The merged load is listed as a note (with a count and in JSON), not a failure: the debug info places
 /// it in `core::sync::atomic`, and the runtime judges it atomic from the same debug info.

@@ -274,18 +274,7 @@ fn a_hoisted_load_with_line_zero_gets_the_nearest_line_marked_approximate() {
     assert_eq!(frame.function.as_deref(), Some("pick"));
 }
 
-const ARC_PROGRAM: &str = r#"
-use std::sync::{Arc, Weak};
-#[inline(never)]
-fn downgrade(shared: &Arc<u64>) -> Weak<u64> {
-    Arc::downgrade(shared)
-}
-fn main() {
-    let shared = Arc::new(std::env::args().count() as u64);
-    let weak = downgrade(&shared);
-    std::process::exit(weak.upgrade().map_or(1, |v| *v as i32 - 1));
-}
-"#;
+const ARC_PROGRAM: &str = include_str!("../../tests/fixtures/arc_downgrade.rs");
 
 /// The innermost function at `addr` by the debug info: its DIE and name (the oracle for
 /// `a_borrowed_line_is_one_of_the_same_inlined_function`).

@@ -16,9 +16,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RUNS=${RUNS:-5}
 cd "$ROOT"
 echo "== building racewatch (release)" >&2
-cargo build --release --quiet --bin racewatch
-RACEWATCH="${CARGO_TARGET_DIR:-$ROOT/target}/release/racewatch"
-case $RACEWATCH in /*) ;; *) RACEWATCH="$ROOT/$RACEWATCH" ;; esac
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+build_racewatch
 
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

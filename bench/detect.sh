@@ -21,11 +21,10 @@ OPTS=${OPTS:-}
 
 cd "$ROOT"
 echo "== building racewatch and the demos (release)" >&2
-cargo build --release --quiet --bin racewatch
-RACEWATCH="${CARGO_TARGET_DIR:-$ROOT/target}/release/racewatch"
-case $RACEWATCH in /*) ;; *) RACEWATCH="$ROOT/$RACEWATCH" ;; esac
-(cd demos && env -u CARGO_TARGET_DIR -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_RUSTFLAGS \
-    cargo build --release --quiet --bins)
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+build_racewatch
+build_demos --bins
 DEMOS=${DEMOS:-$(ls demos/src/bin | sed -n 's/^\(racy_.*\)\.rs$/\1/p')}
 
 TMP=$(mktemp -d)

@@ -22,9 +22,9 @@ PERIOD=${4:-100000}
 OUT=${OUT:-$(mktemp -d /tmp/racewatch-fleet.XXXXXX)}
 DB=${DB:-$OUT/racewatch.db}
 cd "$ROOT"
-cargo build --release --quiet --bin racewatch
-RACEWATCH="${CARGO_TARGET_DIR:-$ROOT/target}/release/racewatch"
-case $RACEWATCH in /*) ;; *) RACEWATCH="$ROOT/$RACEWATCH" ;; esac
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+build_racewatch
 RUNTIME=$("$RACEWATCH" runtime-path)
 mkdir -p "$OUT/logs"
 # memcached started as root runs as `nobody`: the log directory must be writable for it.

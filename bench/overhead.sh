@@ -29,15 +29,12 @@ DEBUG_PERIOD_US=1000
 
 cd "$ROOT"
 echo "== building racewatch (release)" >&2
-cargo build --release --quiet --bin racewatch
-RACEWATCH="${CARGO_TARGET_DIR:-$ROOT/target}/release/racewatch"
-case $RACEWATCH in /*) ;; *) RACEWATCH="$ROOT/$RACEWATCH" ;; esac
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+build_racewatch
 
 echo "== building the demos (release, metadata flags from demos/.cargo/config.toml)" >&2
-# The demos are their own workspace with their own target dir and flags: drop
-# anything inherited that would override them.
-(cd demos && env -u CARGO_TARGET_DIR -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_RUSTFLAGS \
-    cargo build --release --quiet --bin workload)
+build_demos --bin workload
 WORKLOAD="$ROOT/demos/target/release/workload"
 
 TMP=$(mktemp -d)

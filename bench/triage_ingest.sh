@@ -17,11 +17,10 @@ LINES=${1:-1000000}
 RACES=${2:-2000}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-cargo build --release --quiet --bin racewatch
-RACEWATCH="${CARGO_TARGET_DIR:-$ROOT/target}/release/racewatch"
-case $RACEWATCH in /*) ;; *) RACEWATCH="$ROOT/$RACEWATCH" ;; esac
-(cd demos && env -u CARGO_TARGET_DIR -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_RUSTFLAGS \
-    cargo build --release --quiet --bin racy_counter)
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+build_racewatch
+build_demos --bin racy_counter
 
 WORK=$(mktemp -d /tmp/racewatch-triage-bench.XXXXXX)
 PG_DATA=""

@@ -15,14 +15,13 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OPTS=${OPTS:-}
 cd "$ROOT"
-cargo build --release --quiet --bin racewatch
-RACEWATCH="${CARGO_TARGET_DIR:-$ROOT/target}/release/racewatch"
-case $RACEWATCH in /*) ;; *) RACEWATCH="$ROOT/$RACEWATCH" ;; esac
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+build_racewatch
 
 programs=("$@")
 if [ ${#programs[@]} -eq 0 ]; then
-    (cd demos && env -u CARGO_TARGET_DIR -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_RUSTFLAGS \
-        cargo build --release --quiet --bins)
+    build_demos --bins
     for src in demos/src/bin/*.rs; do
         name=$(basename "$src" .rs)
         [ "$name" = workload ] || programs+=("demos/target/release/$name 2")

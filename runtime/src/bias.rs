@@ -27,22 +27,26 @@ const MAX_HALVINGS: u32 = 8;
 static KEYS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 static COUNTS: [AtomicU32; SLOTS] = [const { AtomicU32::new(0) }; SLOTS];
 
-fn slot_of(pc: u64) -> Option<usize> {
+/// The slots `pc` may occupy, in probe order.
+fn probes(pc: u64) -> impl Iterator<Item = usize> {
     let start = (pc.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 51) as usize;
-    for i in 0..PROBES {
-        let slot = (start + i) & (SLOTS - 1);
-        match KEYS[slot].compare_exchange(0, pc, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(slot),
-            Err(key) if key == pc => return Some(slot),
-            Err(_) => {}
-        }
-    }
-    None
+    (0..PROBES).map(move |i| (start + i) & (SLOTS - 1))
 }
 
-/// How many times `pc` was watched (as far as the table remembers).
+/// `pc`'s slot, taken for it when it has none yet.
+fn slot_of(pc: u64) -> Option<usize> {
+    probes(pc).find(|&slot| match KEYS[slot].compare_exchange(0, pc, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => true,
+        Err(key) => key == pc,
+    })
+}
+
+/// How many times `pc` was watched (as far as the table remembers). Only looks: a PC asked about is not
+/// given a slot (the sampler asks about every access ahead, and watches one).
 pub fn watches(pc: u64) -> u32 {
-    slot_of(pc).map_or(0, |slot| COUNTS[slot].load(Ordering::Relaxed))
+    probes(pc)
+        .find(|&slot| KEYS[slot].load(Ordering::Acquire) == pc)
+        .map_or(0, |slot| COUNTS[slot].load(Ordering::Relaxed))
 }
 
 /// Whether to watch an access at `pc` now, given a uniform random `random`; counts the watch when yes.
@@ -89,5 +93,15 @@ mod tests {
         // A cold PC next to it is still new.
         assert_eq!(watches(pc + 1), 0);
         assert!(should_watch(pc + 1, rng.u64(..)));
+    }
+
+    #[test]
+    fn asking_takes_no_slot_and_counted_watches_count() {
+        let pc = 0x7777_0040;
+        assert_eq!(watches(pc), 0);
+        assert!(probes(pc).all(|slot| KEYS[slot].load(Ordering::Acquire) != pc), "a look took a slot");
+        count_watch(pc);
+        count_watch(pc);
+        assert_eq!(watches(pc), 2);
     }
 }

@@ -61,12 +61,10 @@ static FILE_INO: AtomicU64 = AtomicU64::new(0);
 /// documentation); `host` is part of a directory log's name. The file is created on the first write.
 pub fn set_log_path(path: &str, host: &str) {
     let is_dir = path.ends_with('/') || std::path::Path::new(path).is_dir();
-    if is_dir {
+    let target = if is_dir {
         // A fleet's directory may not exist yet on a fresh host; when it cannot be made, the first
         // write says so and falls back to stderr.
         let _ = std::fs::create_dir_all(path);
-    }
-    let target = if is_dir {
         let exe = std::env::current_exe().ok();
         let exe = exe.as_ref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
         let dir = path.trim_end_matches('/');
@@ -87,8 +85,9 @@ fn name_part(text: &str) -> String {
     text.chars().map(|c| if c == '/' || c.is_whitespace() || c.is_control() { '_' } else { c }).collect()
 }
 
-/// Notes this process's start time for directory log names (call at start-up and in a forked child).
-pub fn note_start() {
+/// Notes this process's start time for directory log names (a forked child names its file by the time
+/// of its first write instead).
+fn note_start() {
     let start = crate::sys::identity::start_time().unwrap_or_else(crate::sys::identity::now);
     START.store(start, Ordering::Release);
     START_PID.store(thread::getpid(), Ordering::Release);

@@ -326,12 +326,13 @@ impl Reporter {
         let thread = self.threads.number(record.tid);
         let thread_name = self.thread_name(record.tid);
         let creation = if thread == 0 { None } else { self.creation(record.tid) };
-        let test = match &thread_name {
+        // A thread a test spawned runs under the test's name without it being its own.
+        let test = match comm(record.tid).filter(|_| self.pid == std::process::id()) {
             Some(name) if thread != 0 && self.is_test_harness() => {
                 // The test's frames are in the thread's stack, or in its creator's (a thread the test
                 // spawned, which inherits the test's name).
                 let created = creation.as_ref().map_or(&[][..], |c| &c.stack[..]);
-                self.test_of(name, &[&stack, created])
+                self.test_of(&name, &[&stack, created])
             }
             _ => None,
         };
@@ -349,19 +350,24 @@ impl Reporter {
         }
     }
 
-    /// The name of thread `tid` of this process, while it runs (`comm`: at most 15 bytes). A thread
-    /// other than the main one named like the main thread has no name of its own (a new thread inherits
-    /// its creator's): none.
+    /// The name of thread `tid` of this process, while it runs (`comm`: at most 15 bytes), when it is its
+    /// own: a new thread starts with a copy of its creator's name, so a thread named as its creator was
+    /// when it created it (or, with no creation known, as the main thread) has none.
     fn thread_name(&self, tid: i32) -> Option<String> {
         if self.pid != std::process::id() || tid <= 0 {
             return None;
         }
-        let comm = |tid: i32| {
-            let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
-            Some(comm.trim_end_matches('\n').to_string()).filter(|name| !name.is_empty())
-        };
         let name = comm(tid)?;
-        (tid == self.pid as i32 || comm(self.pid as i32).as_ref() != Some(&name)).then_some(name)
+        if tid == self.pid as i32 {
+            return Some(name);
+        }
+        let inherited = match sys::creation::lookup(tid) {
+            Some(record) if !record.creation.creator_name().is_empty() => {
+                record.creation.creator_name() == name.as_bytes()
+            }
+            _ => comm(self.pid as i32).as_ref() == Some(&name),
+        };
+        (!inherited).then_some(name)
     }
 
     /// Whether the executable is a libtest harness (`racewatch cargo test`'s test binaries).
@@ -765,6 +771,15 @@ pub fn forget_after_fork() {
     REPORTER_TID.store(0, Ordering::Release);
     STOP.store(false, Ordering::Release);
     sys::fd::forget_private_table();
+}
+
+/// The name (`comm`) of thread `tid` of this process, while it runs.
+fn comm(tid: i32) -> Option<String> {
+    if tid <= 0 {
+        return None;
+    }
+    let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
+    Some(comm.trim_end_matches('\n').to_string()).filter(|name| !name.is_empty())
 }
 
 /// The path of a test's function in a libtest harness, from a frame's function name:

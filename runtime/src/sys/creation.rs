@@ -32,6 +32,7 @@ pub fn capture() -> Creation {
     let capture = CAPTURE.load(Ordering::Acquire);
     if !capture.is_null() {
         creation.creator = raw::gettid();
+        creation.creator_name = raw::thread_name();
         // SAFETY: only `set_capture` stores here, always a `fn(&mut Creation)`.
         let capture: fn(&mut Creation) = unsafe { std::mem::transmute(capture) };
         capture(&mut creation);
@@ -44,6 +45,8 @@ pub fn capture() -> Creation {
 pub struct Creation {
     /// The creating thread's kernel tid.
     pub creator: i32,
+    /// The creating thread's name at the time (the new thread starts with a copy of it).
+    pub creator_name: [u8; 16],
     /// Valid entries of `pcs`.
     pub len: usize,
     /// Return addresses, innermost first (symbolize `pc - 1`).
@@ -52,7 +55,13 @@ pub struct Creation {
 
 impl Creation {
     /// No creation known.
-    pub const NONE: Creation = Creation { creator: 0, len: 0, pcs: [0; FRAMES] };
+    pub const NONE: Creation = Creation { creator: 0, creator_name: [0; 16], len: 0, pcs: [0; FRAMES] };
+
+    /// The creating thread's name when it created the thread (empty when not known).
+    pub fn creator_name(&self) -> &[u8] {
+        let len = self.creator_name.iter().position(|&b| b == 0).unwrap_or(self.creator_name.len());
+        &self.creator_name[..len]
+    }
 
     /// The valid return addresses, innermost first.
     pub fn frames(&self) -> &[u64] {
@@ -232,7 +241,7 @@ mod tests {
 
     #[test]
     fn records_are_found_by_tid_and_listed() {
-        let creation = Creation { creator: 7, len: 1, pcs: [0x1234; FRAMES] };
+        let creation = Creation { creator: 7, len: 1, pcs: [0x1234; FRAMES], ..Creation::NONE };
         let (tid, record, read) = std::thread::spawn(move || {
             started(&creation, 64 << 10);
             let tid = raw::gettid();
@@ -252,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_record_locked_for_good_is_skipped_not_waited_for() {
-        let creation = Creation { creator: 9, len: 0, pcs: [0; FRAMES] };
+        let creation = Creation { creator: 9, ..Creation::NONE };
         let tid = std::thread::spawn(move || {
             started(&creation, 64 << 10);
             raw::gettid()

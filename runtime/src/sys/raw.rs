@@ -36,6 +36,13 @@ pub fn gettid() -> i32 {
     syscall6(libc::SYS_gettid, [0; 6]) as i32
 }
 
+/// The calling thread's name (`comm`, NUL-padded; at most 15 bytes). Async-signal-safe.
+pub fn thread_name() -> [u8; 16] {
+    let mut name = [0u8; 16];
+    syscall6(libc::SYS_prctl, [libc::PR_GET_NAME as u64, name.as_mut_ptr() as u64, 0, 0, 0, 0]);
+    name
+}
+
 /// The caller's process id.
 pub fn getpid() -> i32 {
     syscall6(libc::SYS_getpid, [0; 6]) as i32

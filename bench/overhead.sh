@@ -4,9 +4,11 @@
 #
 # Builds racewatch and the demos (release), then runs the workload without the
 # runtime, with it but sampling off (a control for the noise floor), at the
-# default sampling rate and at the debug rate (sample_period_us=1000), and at
-# the debug rate with run-time coverage counting (coverage_path=…),
-# interleaved: every round runs all five, in a
+# default sampling rate, at the debug rate (sample_period_us=1000), with the
+# profile `racewatch cargo` gives test programs (sample_period_us=250,
+# watchpoints=4, cold_bias=0), and at the debug rate with run-time coverage
+# counting (coverage_path=…),
+# interleaved: every round runs all six, in a
 # rotating order, so drifting machine load hits every configuration alike.
 # Prints the median wall time per configuration, its ratio to the baseline and
 # min/max, and the cost of one sample and one armed watch measured by the
@@ -26,6 +28,8 @@ ROUNDS=${ROUNDS:-10}
 WORK=${WORK:-}
 EXTRA_OPTS=${EXTRA_OPTS:-}
 DEBUG_PERIOD_US=1000
+# What `racewatch cargo` sets for the programs it runs (src/commands/cargo.rs, TEST_PROFILE).
+TEST_PROFILE="sample_period_us=250 watchpoints=4 cold_bias=0"
 
 cd "$ROOT"
 echo "== building racewatch (release)" >&2
@@ -40,7 +44,7 @@ WORKLOAD="$ROOT/demos/target/release/workload"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-CONFIGS=(baseline control default debug coverage)
+CONFIGS=(baseline control default debug tests coverage)
 # The control preloads racewatch with sampling effectively off: what it costs
 # over the baseline is the noise floor of this machine, not sampling.
 CONTROL_PERIOD_US=60000000
@@ -48,6 +52,7 @@ CONTROL_PERIOD_US=60000000
 opts_for() {
     local opts="stats=1"
     [ "$1" = debug ] && opts="$opts sample_period_us=$DEBUG_PERIOD_US"
+    [ "$1" = tests ] && opts="$opts $TEST_PROFILE"
     [ "$1" = coverage ] && opts="$opts sample_period_us=$DEBUG_PERIOD_US coverage_path=$TMP/profile"
     [ "$1" = control ] && opts="$opts sample_period_us=$CONTROL_PERIOD_US"
     echo "$opts ${EXTRA_OPTS//:/ }"
@@ -112,6 +117,7 @@ for config in "${CONFIGS[@]}"; do
         control) label="racewatch, sampling off (control)" ;;
         default) label="racewatch, default options" ;;
         debug) label="racewatch, sample_period_us=$DEBUG_PERIOD_US" ;;
+        tests) label="racewatch cargo's test profile" ;;
         coverage) label="the same + coverage_path" ;;
     esac
     [ -n "$EXTRA_OPTS" ] && [ "$config" != baseline ] && label="$label:$EXTRA_OPTS"
@@ -123,7 +129,7 @@ for config in "${CONFIGS[@]}"; do
 done
 echo
 echo "cost measured inside the runtime (stats=1, summed over each configuration's runs):"
-for config in default debug coverage; do
+for config in default debug tests coverage; do
     samples=$(stat "$config" samples)
     watches=$(stat "$config" "watches armed")
     sample_ns=$(stat "$config" "ns in sample handlers (with windows)")

@@ -158,7 +158,7 @@ fn cargo_options_reach_the_program_and_release_builds_keep_line_tables() {
     let out = racewatch_cargo(&dir, &["-o", "stats=1", "run", "--release", "--quiet"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     check(out, "racewatch cargo -o stats=1 run --release");
-    assert!(stderr.contains("racewatch: programs run at the test rate sample_period_us=1000"), "{stderr}");
+    assert!(stderr.contains("racewatch: programs run at the test rate sample_period_us=250"), "{stderr}");
     assert!(stderr.contains("racewatch: stats: covered functions: "), "-o stats=1 did not reach the program: {stderr}");
     let exe = dir.join("target/racewatch/release/rw_cargo_options");
     assert!(
@@ -340,7 +340,7 @@ fn cargo_nextest_runs_tests_under_the_runtime() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("programs run at the test rate sample_period_us=1000"), "{stderr}");
+    assert!(stderr.contains("programs run at the test rate sample_period_us=250"), "{stderr}");
     let samples: u64 = stderr
         .lines()
         .filter_map(|l| l.strip_prefix("racewatch: stats: samples: "))

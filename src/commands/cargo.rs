@@ -4,10 +4,11 @@
 //! (see [`cargo_profiles`]; cargo would strip release builds'). For `test`, `run`, `bench` and
 //! `nextest` the built programs
 //! run with the runtime preloaded (`racewatch run -o … --` as the cargo
-//! runner), at the test rate `sample_period_us=1000` unless the user set a
-//! rate, and with the cold-code bias off (`cold_bias=0`) unless the user set it: tests want
-//! detection, not 0.1% overhead, and a test hammers its racing line, which the bias would stop
-//! watching (tokio 1.13's oneshot race: 1 run in 13 found with the bias, 3 in 4 without). Doctests are compiled with
+//! runner), with the test profile ([`TEST_PROFILE`]: the test rate `sample_period_us=250`, all four
+//! watchpoints, the cold-code bias off), each option unless the user set it: tests want detection,
+//! not 0.1% overhead, and a test hammers its racing line, which the bias would stop watching (tokio
+//! 1.13's oneshot race: 1 run in 13 found with the bias, 3 in 4 without; with the test rate and four
+//! watchpoints, 10 in 10 2-second runs). Doctests are compiled with
 //! the metadata flags too (RUSTDOCFLAGS) and run through the same runner.
 //!
 //! The programs run with `fail_on_race=1` (`racewatch run`'s default): a test binary that reported a
@@ -50,11 +51,17 @@ pub struct Args {
 /// Subcommands (and their aliases) whose programs are run by cargo.
 const RUNNING_SUBCOMMANDS: &[&str] = &["test", "t", "run", "r", "bench", "nextest"];
 
-/// The sampling rate of programs run by `racewatch cargo test|run|bench` unless the user chose one.
-pub const TEST_RATE: &str = "sample_period_us=1000";
-/// Under `racewatch cargo`, the cold-code bias is off unless the user sets it: a test's racing line is
-/// hot by design, and the bias (meant for production sampling) would stop watching it.
-pub const TEST_BIAS: &str = "cold_bias=0";
+/// The sampling rate of programs run by `racewatch cargo test|run|bench` unless the user chose one:
+/// 4000 samples per CPU-second of each thread, 400 times the production default. A test runs its
+/// racing code for a second or less, and the rarer interleavings (tokio 1.13.0's oneshot race) need
+/// thousands of watches to be caught once.
+pub const TEST_RATE: &str = "sample_period_us=250";
+/// What `racewatch cargo` sets for the programs it runs, each unless the user set that option: the test
+/// rate; every debug register, so that the threads of a test can watch at once (with one, a second
+/// thread's samples find it busy); and the cold-code bias off, since a test's racing line is hot by
+/// design and the bias (meant for production sampling) would stop watching it.
+const TEST_PROFILE: [(&str, &str); 3] =
+    [("sample_period_us", TEST_RATE), ("watchpoints", "watchpoints=4"), ("cold_bias", "cold_bias=0")];
 
 /// cargo's global options that take a separate value.
 const GLOBAL_OPTIONS_WITH_VALUE: &[&str] = &["--config", "-Z", "-C", "--color"];
@@ -284,10 +291,10 @@ fn take_option(args: &mut Vec<OsString>, name: &str) -> Option<String> {
     }
 }
 
-/// The `-o` options of the runner: the test rate and the bias off first, each unless the user's `-o`
-/// options or `RACEWATCH_OPTIONS` set it, then the user's `-o` options (later wins in `racewatch run`).
+/// The `-o` options of the runner: the test profile first, each option unless the user's `-o` options or
+/// `RACEWATCH_OPTIONS` set it, then the user's `-o` options (later wins in `racewatch run`).
 fn runner_options(user: &[String], env: Option<&str>) -> Vec<String> {
-    [("sample_period_us", TEST_RATE), ("cold_bias", TEST_BIAS)]
+    TEST_PROFILE
         .into_iter()
         .filter(|(key, _)| !sets_option(key, user, env))
         .map(|(_, option)| option.to_string())
@@ -416,12 +423,14 @@ mod tests {
     }
 
     #[test]
-    fn the_test_rate_applies_unless_the_user_chose_a_rate() {
-        assert_eq!(runner_options(&[], None), [TEST_RATE, TEST_BIAS]);
-        assert_eq!(runner_options(&["stats=1".into()], Some("verbosity=1")), [TEST_RATE, TEST_BIAS, "stats=1"]);
-        assert_eq!(runner_options(&["sample_period_us=5".into()], None), [TEST_BIAS, "sample_period_us=5"]);
-        assert_eq!(runner_options(&["cold_bias=1".into()], None), [TEST_RATE, "cold_bias=1"]);
-        assert_eq!(runner_options(&[], Some("stats=1:sample_period_us=100000")), [TEST_BIAS]);
+    fn the_test_profile_applies_unless_the_user_chose_each_option() {
+        let [rate, watchpoints, bias] = TEST_PROFILE.map(|(_, option)| option);
+        assert_eq!(runner_options(&[], None), [rate, watchpoints, bias]);
+        assert_eq!(runner_options(&["stats=1".into()], Some("verbosity=1")), [rate, watchpoints, bias, "stats=1"]);
+        assert_eq!(runner_options(&["sample_period_us=5".into()], None), [watchpoints, bias, "sample_period_us=5"]);
+        assert_eq!(runner_options(&["cold_bias=1".into()], None), [rate, watchpoints, "cold_bias=1"]);
+        assert_eq!(runner_options(&["watchpoints=1".into()], None), [rate, bias, "watchpoints=1"]);
+        assert_eq!(runner_options(&[], Some("stats=1:sample_period_us=100000")), [watchpoints, bias]);
     }
 
     #[test]

@@ -512,6 +512,28 @@ fn arc_downgrade_clone_and_upgrade_on_one_arc_are_never_reported() {
     eprintln!("clean_arc_downgrade: 20 s, no report; {}", stats_summary(&run.stderr));
 }
 
+/// Two volatile accesses of a dependency racing (crossbeam-deque's `Buffer::read`/`write`: a steal reads
+/// a slot the owner may be overwriting, and throws the value away when its compare-exchange fails) are a
+/// race made on purpose: `clean_work_stealing` gives no report by default (the clean demos' test),
+/// though the detector sees the race: with `report_volatile_races=1` it is reported, both stacks at
+/// crossbeam's volatile accesses. Without this, the clean demo's silence could mean it is never watched.
+#[test]
+fn volatile_races_of_a_dependency_are_reported_only_on_request() {
+    let demo = demo("rust", "clean_work_stealing");
+    let (run, runs) = retry_for(Duration::from_secs(60), || {
+        let run = run_under(&[SAMPLE_PERIOD, "report_volatile_races=1"], &demo.bin, &[RACY_RUN_SECONDS]);
+        if run.stdout != "clean_work_stealing: tasks taken twice 0, lost 0\n" {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+        }
+        Ok(has_report(&run.stderr).then_some(run))
+    })
+    .unwrap_or_else(|why| panic!("crossbeam-deque's volatile race was not reported on request: {why}"));
+    let block = first_text_report(&run.stderr).expect("a text report").join("\n");
+    assert!(block.contains(" read_volatile ") && block.contains(" write_volatile "), "{block}");
+    assert!(block.contains("/crossbeam-deque-0.8.") && block.contains("/src/deque.rs:"), "{block}");
+    eprintln!("crossbeam-deque's volatile race reported on request after {runs} run(s)");
+}
+
 const DEEP_STACK: &str = r#"
 #include <pthread.h>
 #include <stdio.h>

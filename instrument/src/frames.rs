@@ -103,7 +103,7 @@ pub fn access_frame(stack: &[Frame]) -> Option<&Frame> {
 /// The directory of the crate a source file is in (the part before its last `/src/`), for files
 /// outside the current directory (dependencies: `~/.cargo/registry/…/tokio-1.40.0`); `None` for the
 /// user's own files (relative paths) and files without a `src` directory.
-fn dependency_crate(frame: &Frame) -> Option<&str> {
+pub fn dependency_crate(frame: &Frame) -> Option<&str> {
     let file = frame.file.as_deref().filter(|f| f.starts_with('/') && !in_std(frame))?;
     file.rfind("/src/").map(|at| &file[..at])
 }

@@ -38,6 +38,9 @@ pub struct Options {
     /// 1..=4.
     pub watchpoints: u32,
     pub report_atomic_races: bool,
+    /// Report a race between two volatile accesses (`ptr::read_volatile`/`write_volatile`) made by
+    /// dependencies, which mark races they make on purpose this way.
+    pub report_volatile_races: bool,
     pub log_path: Option<String>,
     pub halt_on_error: bool,
     /// Exit status of `halt_on_error`, and of `fail_on_race`.
@@ -77,6 +80,7 @@ impl Options {
         delay_us: DEFAULT_DELAY_US,
         watchpoints: DEFAULT_WATCHPOINTS,
         report_atomic_races: true,
+        report_volatile_races: false,
         log_path: None,
         halt_on_error: false,
         exitcode: DEFAULT_EXITCODE,
@@ -148,6 +152,7 @@ fn apply(o: &mut Options, key: &str, v: &str, warnings: &mut Vec<String>) -> Opt
         "watchpoints" => parse_clamped(key, v, WATCHPOINTS_RANGE, warnings).map(|n| o.watchpoints = n),
         "verbosity" => parse_clamped(key, v, VERBOSITY_RANGE, warnings).map(|n| o.verbosity = n),
         "report_atomic_races" => parse_bool(v).map(|b| o.report_atomic_races = b),
+        "report_volatile_races" => parse_bool(v).map(|b| o.report_volatile_races = b),
         "halt_on_error" => parse_bool(v).map(|b| o.halt_on_error = b),
         "fail_on_race" => parse_bool(v).map(|b| o.fail_on_race = b),
         "races_path" => non_empty(v).map(|p| o.races_path = p),
@@ -242,7 +247,7 @@ mod tests {
             "sample_period_us=500:delay_us=50:watchpoints=4:report_atomic_races=0:log_path=/tmp/rw:\
              halt_on_error=1:exitcode=3:report_format=json:suppressions=/tmp/s:verbosity=1:stats=true:seed=0x2a:\
              cold_bias=0:atomic_code=vendor/lock.c,my_asm_:full_stacks=1:coverage_path=/tmp/cov:fail_on_race=1:\
-             races_path=/tmp/races:symbolize=0:host=web-7:app_version=2.4.1",
+             races_path=/tmp/races:symbolize=0:host=web-7:app_version=2.4.1:report_volatile_races=1",
         );
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(
@@ -252,6 +257,7 @@ mod tests {
                 delay_us: 50,
                 watchpoints: 4,
                 report_atomic_races: false,
+                report_volatile_races: true,
                 log_path: Some("/tmp/rw".into()),
                 halt_on_error: true,
                 exitcode: 3,

@@ -40,6 +40,7 @@ pub struct Config {
     pub stats: bool,
     /// Report a plain access racing an atomic one.
     pub report_atomic_races: bool,
+    pub report_volatile_races: bool,
     /// Text reports print every frame with its full name.
     pub full_stacks: bool,
     /// The user's `atomic_code` patterns: an access whose own source file or function contains one
@@ -80,6 +81,7 @@ impl Config {
             suppressions,
             stats: options.stats,
             report_atomic_races: options.report_atomic_races,
+            report_volatile_races: options.report_volatile_races,
             full_stacks: options.full_stacks,
             atomic_code: options.atomic_code.clone(),
             symbolize: options.symbolize,
@@ -140,6 +142,8 @@ enum Verdict {
     Reported(usize),
     /// Both accesses atomic on review (or atomic against plain with `report_atomic_races=0`).
     NotARace,
+    /// Both accesses volatile in dependencies: a race by design (see [`is_dependency_volatile`]).
+    Volatile,
     Suppressed,
 }
 
@@ -212,6 +216,7 @@ impl Reporter {
             match verdict {
                 Verdict::Reported(race) => self.count_repeat(race),
                 Verdict::NotARace => stats::bump(stats::Counter::ReviewedNotRaces),
+                Verdict::Volatile => stats::bump(stats::Counter::VolatilePairs),
                 Verdict::Suppressed => {}
             }
             return None;
@@ -240,6 +245,13 @@ impl Reporter {
                 stats::bump(stats::Counter::FenceLabelsPlain);
             }
             record.is_atomic |= is_atomic_code(stack, &self.config.atomic_code) || is_core_atomic(stack);
+        }
+        if !self.config.report_volatile_races
+            && is_dependency_volatile(&current_stack)
+            && is_dependency_volatile(&previous_stack)
+        {
+            stats::bump(stats::Counter::VolatilePairs);
+            return (Verdict::Volatile, None);
         }
         let both_atomic = current_record.is_atomic && previous_record.is_atomic;
         let mixed = current_record.is_atomic != previous_record.is_atomic;
@@ -837,6 +849,30 @@ fn is_core_atomic(stack: &[Frame]) -> bool {
     })
 }
 
+/// The standard library's volatile accesses, by the innermost frame's function.
+const VOLATILE_FUNCTIONS: [&str; 7] = [
+    "read_volatile",
+    "write_volatile",
+    "volatile_load",
+    "volatile_store",
+    "volatile_copy_memory",
+    "volatile_copy_nonoverlapping_memory",
+    "volatile_set_memory",
+];
+
+/// Whether the access is a volatile one (`ptr::read_volatile`, `write_volatile` and the intrinsics
+/// under them, by its innermost frame at its own line) that a dependency makes (the first frame past the
+/// standard library is in a crate outside the workspace). A race between two such accesses is one the
+/// dependency's authors made on purpose and marked (crossbeam-deque's `Buffer::read` and `write`: a task
+/// read while the owner overwrites its slot is thrown away when the steal's compare-exchange fails).
+fn is_dependency_volatile(stack: &[Frame]) -> bool {
+    let Some(first) = stack.first().filter(|f| f.elided == 0 && !f.line_approximate) else { return false };
+    let name = first.function.as_deref().map(racewatch_instrument::frames::base_name).unwrap_or("");
+    racewatch_instrument::frames::in_std(first)
+        && VOLATILE_FUNCTIONS.contains(&name)
+        && report::summary_frame(stack).is_some_and(|f| racewatch_instrument::frames::dependency_crate(f).is_some())
+}
+
 /// Whether the access's own frame (innermost, inlined included) is in atomic inline-assembly code: a
 /// built-in rule (`racewatch_instrument::tags::ASM_ATOMIC_CODE`) or one of the user's `atomic_code`
 /// `patterns`. Not for an approximate line: that is a neighbouring instruction's (a plain load next to
@@ -869,6 +905,36 @@ mod tests {
         assert!(!is_atomic_code(&[at("include/ck_stack.h", false)], &[]));
         assert!(is_atomic_code(&[at("include/ck_stack.h", false)], &["pop_mpmc".to_string()]));
         assert!(!is_atomic_code(&[], &[]));
+    }
+
+    #[test]
+    fn volatile_accesses_of_dependencies_are_known_by_their_frames() {
+        let ptr = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src/ptr/mod.rs";
+        let frame = |function: &str, file: &str, approximate: bool| Frame {
+            function: Some(function.into()),
+            file: Some(file.into()),
+            line: Some(2091),
+            line_approximate: approximate,
+            inlined: true,
+            ..Frame::default()
+        };
+        let deque = "/root/.cargo/registry/src/index.crates.io-1/crossbeam-deque-0.8.1/src/deque.rs";
+        let read = [
+            frame("core::ptr::read_volatile<core::mem::maybe_uninit::MaybeUninit<u64>>", ptr, false),
+            frame("crossbeam_deque::deque::Buffer<T>::read", deque, false),
+        ];
+        assert!(is_dependency_volatile(&read));
+        let write = [frame("core::ptr::write_volatile<u64>", ptr, false), read[1].clone()];
+        assert!(is_dependency_volatile(&write));
+        // The program's own volatile accesses, a neighbour's line, the crate's plain access, a function
+        // named alike, a plain library access: not.
+        let own = [read[0].clone(), frame("app::bump", "src/main.rs", false)];
+        assert!(!is_dependency_volatile(&own));
+        assert!(!is_dependency_volatile(&[frame("core::ptr::read_volatile<u64>", ptr, true), read[1].clone()]));
+        assert!(!is_dependency_volatile(&read[1..]));
+        assert!(!is_dependency_volatile(&[frame("dep::read_volatile", deque, false)]));
+        assert!(!is_dependency_volatile(&[frame("core::ptr::read<u64>", ptr, false), read[1].clone()]));
+        assert!(!is_dependency_volatile(&[]));
     }
 
     #[test]

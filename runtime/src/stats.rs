@@ -40,6 +40,7 @@ counters! {
     ModuleFilesRead: "module files read for symbols or debug info",
     ReviewedNotRaces: "pairs found atomic on review (inline-assembly rules, both tagged)",
     FenceLabelsPlain: "tagged accesses judged plain (a compiler-only fence's label)",
+    VolatilePairs: "pairs of volatile accesses in dependencies (racing by design: not reported)",
     ReportsDropped: "reports dropped",
     OutputDropped: "output not written",
     SkippedForStack: "signals skipped for lack of stack",

@@ -426,6 +426,32 @@ fn until_a_race_is_reported(dir: &Path, args: &[&str]) -> (std::process::ExitSta
     found.unwrap_or_else(|why| panic!("racewatch cargo {args:?}: the race was not reported: {why}")).0
 }
 
+/// A test binary that reported a race and then dies (an abort: a corrupted structure's destructor,
+/// say) is still counted in the summary: its record of races is written when each race is printed, not
+/// only at a normal exit.
+#[test]
+fn a_binary_that_aborts_after_its_race_report_is_counted_in_the_summary() {
+    let dir = tiny_crate("rw_cargo_race_abort", BUSY_TESTS);
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    let aborting = RACY_TEST.replace(
+        "        t.join().unwrap();\n    }\n",
+        "        t.join().unwrap();\n    }\n    std::process::abort();\n",
+    );
+    assert_ne!(aborting, RACY_TEST);
+    std::fs::write(dir.join("tests/racy.rs"), aborting).unwrap();
+    let found = retry_for(std::time::Duration::from_secs(60), || {
+        let out = racewatch_cargo(&dir, &["test"]).output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if out.status.success() || !text.contains("SIGABRT") {
+            return Err(format!("the test binary did not abort: {}\n{text}", out.status));
+        }
+        Ok(text.contains(REPORT_HEADER).then_some(text))
+    });
+    let (text, _) = found.unwrap_or_else(|why| panic!("the race was not reported: {why}"));
+    let line = text.lines().rfind(|l| l.starts_with("racewatch: ")).unwrap_or_default();
+    assert!(line.starts_with("racewatch: found ") && line.contains(" in 1 test binary: racy-"), "{line}\n{text}");
+}
+
 /// Races fail the test binary that raced: it exits 66 at its end (its tests pass), cargo counts it
 /// failed, `racewatch cargo test` fails, and its last line names the binary and counts its races; the
 /// clean binary of the same package is not named. Under nextest too (each test its own process), when

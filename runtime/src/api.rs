@@ -143,7 +143,7 @@ fn init() {
 /// What `halt_on_error` leaves before it ends the process: what the process leaves at exit.
 fn halting() {
     detector::write_profile();
-    crate::exit_status::write_races_file();
+    crate::reporter::write_races_file();
     if options::get().stats {
         detector::print_stats();
     }

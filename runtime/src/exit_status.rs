@@ -20,11 +20,7 @@ use crate::sys::real::{self, MainFn};
 use crate::sys::{process, signal, thread};
 use crate::{detector, log, options, reporter, sampler};
 use std::ffi::{c_char, c_int, c_void};
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI32, Ordering};
-
-/// First line of a `races_path` file.
-pub const MAGIC: &str = "racewatch-races 1";
 
 /// How long the watch windows under way get to close once sampling stopped.
 const QUIET_MS: u64 = 1000;
@@ -64,7 +60,7 @@ pub fn exit_status(status: c_int) -> c_int {
         let first = SETTLED.swap(pid, Ordering::AcqRel) != pid;
         if first {
             settle();
-            write_races_file();
+            reporter::write_races_file();
         }
         let races = reporter::races_reported();
         let decided = decide(status, races, options.fail_on_race, options.exitcode);
@@ -102,33 +98,8 @@ pub fn decide(status: c_int, races: usize, fail_on_race: bool, exitcode: i32) ->
 /// program's end was not seen.
 pub fn at_fini() {
     if options::get().races_path.is_some() && !detector::is_sandboxed() {
-        write_races_file();
+        reporter::write_races_file();
     }
-}
-
-/// With `races_path`, writes `<races_path>.<pid>` when this process printed races (at exit and at
-/// `halt_on_error`; again at the fini destructor, with every race printed by then).
-pub fn write_races_file() {
-    let Some(prefix) = options::get().races_path.as_deref() else { return };
-    let races = reporter::reported_races();
-    if races.is_empty() {
-        return;
-    }
-    let exe = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
-    let path = format!("{prefix}.{}", thread::getpid());
-    if let Err(err) = std::fs::write(&path, render(&exe, &races)) {
-        log::warn(format_args!("races_path: cannot write {path}: {err}"));
-    }
-}
-
-/// The text of a `races_path` file: the magic line, `exe <path>`, then one `race <key>` line per race
-/// (the key is the unordered pair of source locations, `file:line<TAB>file:line`).
-pub fn render(exe: &str, races: &[String]) -> String {
-    let mut out = format!("{MAGIC}\nexe {}\n", exe.replace('\n', " "));
-    for race in races {
-        let _ = writeln!(out, "race {race}");
-    }
-    out
 }
 
 #[cfg(test)]
@@ -144,14 +115,5 @@ mod tests {
         assert_eq!(decide(0, 0, true, 66), 0);
         // A bare LD_PRELOAD (option off) never changes the status.
         assert_eq!(decide(0, 5, false, 66), 0);
-    }
-
-    #[test]
-    fn the_record_names_the_executable_and_each_race() {
-        let races = ["src/a.rs:3\tsrc/a.rs:3".to_string(), "src/a.rs:3\tsrc/b.rs:9".to_string()];
-        assert_eq!(
-            render("/t/deps/app-1f2e", &races),
-            "racewatch-races 1\nexe /t/deps/app-1f2e\nrace src/a.rs:3\tsrc/a.rs:3\nrace src/a.rs:3\tsrc/b.rs:9\n"
-        );
     }
 }

@@ -25,6 +25,7 @@ pub mod modules;
 pub mod options;
 pub mod profile;
 pub mod queue;
+pub mod races_file;
 pub mod registry;
 pub mod report;
 pub mod reporter;

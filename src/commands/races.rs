@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// File name prefix of the records in the directory (`races_path=<dir>/races`).
 pub const PREFIX: &str = "races";
-/// First line of a record (the runtime's `exit_status::MAGIC`).
+/// First line of a record (the runtime's `races_file::MAGIC`).
 const MAGIC: &str = "racewatch-races 1";
 
 /// Distinct races (their keys) per binary, by the name the summary gives the binary.

@@ -108,12 +108,52 @@ pub fn dependency_crate(frame: &Frame) -> Option<&str> {
     file.rfind("/src/").map(|at| &file[..at])
 }
 
-/// The frames a summary names, one per access: each access's [`summary_frame`], except that an access
-/// whose first frame is the user's own code while the other access's is in a dependency names its own
+/// The trait methods a library calls on its users' values without being asked to run them
+/// concurrently: `clone`, `drop`, comparisons, hashing, formatting, `default`.
+const CALLBACKS: [&str; 10] = [
+    " as core::clone::Clone>::clone",
+    " as core::ops::drop::Drop>::drop",
+    " as core::cmp::PartialEq>::eq",
+    " as core::cmp::PartialEq>::ne",
+    " as core::cmp::PartialOrd>::partial_cmp",
+    " as core::cmp::Ord>::cmp",
+    " as core::hash::Hash>::hash",
+    " as core::fmt::Debug>::fmt",
+    " as core::fmt::Display>::fmt",
+    " as core::default::Default>::default",
+];
+
+/// The frame that stands for one access in a summary before the two sides are compared: its
+/// [`summary_frame`], or, when that is the user's implementation of a trait method a dependency calls
+/// (`<Msg as Clone>::clone` called by tokio's broadcast receiver, a `Drop` run by tokio's task harness),
+/// the dependency's frame that called it: the race is in the library that made the calls concurrent.
+fn own_frame(stack: &[Frame]) -> Option<&Frame> {
+    let first = stack.iter().position(is_summary_candidate);
+    let Some(at) = first else { return summary_frame(stack) };
+    let frame = &stack[at];
+    if is_callback_frame(frame) {
+        let caller = stack[at + 1..].iter().find(|f| is_summary_candidate(f) && !is_callback_frame(f));
+        if let Some(caller) = caller.filter(|f| dependency_crate(f).is_some()) {
+            return Some(caller);
+        }
+    }
+    Some(frame)
+}
+
+/// Whether a frame is a trait callback (see [`CALLBACKS`]) of the user's, which a dependency's frame
+/// further out may have called.
+fn is_callback_frame(frame: &Frame) -> bool {
+    dependency_crate(frame).is_none()
+        && frame.function.as_deref().is_some_and(|f| CALLBACKS.iter().any(|c| f.contains(c)))
+}
+
+/// The frames a summary names, one per access: each access's own frame (its [`summary_frame`], or the
+/// dependency's frame that called the user's trait callback it is in: see [`own_frame`]), except that an
+/// access whose own frame is the user's code while the other access's is in a dependency names its own
 /// frame in that dependency when its stack has one. The race is in the library both accesses go through
 /// (a tokio `LocalSet`'s), not in the test that drove it.
 pub fn racing_frames<'a>(a: &'a [Frame], b: &'a [Frame]) -> (Option<&'a Frame>, Option<&'a Frame>) {
-    let (first_a, first_b) = (summary_frame(a), summary_frame(b));
+    let (first_a, first_b) = (own_frame(a), own_frame(b));
     let prefer = |stack: &'a [Frame], mine: Option<&Frame>, other: Option<&Frame>| -> Option<&'a Frame> {
         let mine = mine?;
         if dependency_crate(mine).is_some() || mine.file.is_none() {
@@ -301,6 +341,34 @@ mod tests {
         assert_eq!(access_frame(&stack).unwrap().function.as_deref(), Some("write<u64>"));
         // Nothing of the user's: the innermost real frame.
         assert_eq!(summary_frame(&stack[..2]).unwrap().function.as_deref(), Some("memcpy"));
+    }
+
+    #[test]
+    fn a_callback_a_dependency_calls_is_named_at_the_dependency_call() {
+        let dep = "/root/.cargo/registry/src/index.crates.io-1/tokio-1.44.1/src/sync/broadcast.rs";
+        let clone =
+            |line| Frame { line: Some(line), ..at("<race::Msg as core::clone::Clone>::clone", "tests/race.rs") };
+        let side = |line| {
+            vec![
+                at("core::cell::Cell<T>::set", "/rustc/abc/library/core/src/cell.rs"),
+                clone(line),
+                at("tokio::sync::broadcast::RecvGuard<T>::clone_value", dep),
+                at("race::receiver", "tests/race.rs"),
+            ]
+        };
+        let (a, b) = (side(21), side(22));
+        let (fa, fb) = racing_frames(&a, &b);
+        assert_eq!(fa.unwrap().function.as_deref(), Some("tokio::sync::broadcast::RecvGuard<T>::clone_value"));
+        assert_eq!(fb.unwrap().function.as_deref(), Some("tokio::sync::broadcast::RecvGuard<T>::clone_value"));
+        // A Drop the program runs itself, and a closure a library runs (rayon's), stay the program's.
+        let own_drop =
+            vec![at("<app::Guard as core::ops::drop::Drop>::drop", "src/lib.rs"), at("app::work", "src/lib.rs")];
+        let rayon = "/root/.cargo/registry/src/index.crates.io-1/rayon-1.10.0/src/iter/mod.rs";
+        let closure =
+            vec![at("app::work::{{closure}}", "src/lib.rs"), at("rayon::iter::ParallelIterator::for_each", rayon)];
+        let (fa, fb) = racing_frames(&own_drop, &closure);
+        assert_eq!(fa.unwrap().function.as_deref(), Some("<app::Guard as core::ops::drop::Drop>::drop"));
+        assert_eq!(fb.unwrap().function.as_deref(), Some("app::work::{{closure}}"));
     }
 
     #[test]

@@ -59,6 +59,7 @@ fn config(format: ReportFormat, suppressions: &[&str]) -> Config {
         },
         stats: false,
         report_atomic_races: true,
+        report_volatile_races: false,
         full_stacks: false,
         atomic_code: Vec::new(),
         symbolize: true,
@@ -143,7 +144,7 @@ fn reports_name_threads_their_test_their_creation_and_the_memory() {
     // A named thread, created "by" this test's thread at writer_side (a return address inside it).
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let creator = Creation { creator: me, len: 1, pcs: [pc_of(writer_side) + 4; creation::FRAMES] };
+    let creator = Creation { creator: me, len: 1, pcs: [pc_of(writer_side) + 4; creation::FRAMES], ..Creation::NONE };
     let helper = std::thread::Builder::new()
         .name("rw-helper".into())
         .spawn(move || {

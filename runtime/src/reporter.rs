@@ -108,16 +108,16 @@ fn is_fence_label(record: &AccessRecord, stack: &[Frame]) -> bool {
     files().any(library) && !files().any(|file| file.ends_with("sync/atomic.rs"))
 }
 
-/// Where an access is, for deduplication: file and line of its first user frame, or its PC when there
-/// is no line information.
+/// Where an access is, for deduplication: file and line of the frame the SUMMARY names for it, or its
+/// PC when there is no line information.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Location {
     Line(String, u32),
     Pc(u64),
 }
 
-fn location(stack: &[Frame], pc: u64) -> Location {
-    match report::summary_frame(stack) {
+fn location(frame: Option<&Frame>, pc: u64) -> Location {
+    match frame {
         Some(Frame { file: Some(file), line: Some(line), .. }) if *line > 0 => Location::Line(file.clone(), *line),
         _ => Location::Pc(pc),
     }
@@ -269,9 +269,11 @@ impl Reporter {
             stats::bump(stats::Counter::RacesSuppressed);
             return (Verdict::Suppressed, None);
         }
-        // One report per unordered pair of source locations: an unrolled or vectorised loop has many
-        // PCs on one line.
-        let (here, there) = (location(&current_stack, a), location(&previous_stack, b));
+        // One report per unordered pair of the source locations the SUMMARY names: an unrolled or
+        // vectorised loop has many PCs on one line, and two lines of a callback a library runs at once
+        // (a `Clone` body's read and write) are one race, at the library's call.
+        let (frame_a, frame_b) = racewatch_instrument::frames::racing_frames(&current_stack, &previous_stack);
+        let (here, there) = (location(frame_a, a), location(frame_b, b));
         let key = if here <= there { (here, there) } else { (there, here) };
         if let Some(&race) = self.seen_locations.get(&key) {
             self.count_repeat(race);

@@ -108,9 +108,12 @@ pub fn dependency_crate(frame: &Frame) -> Option<&str> {
     file.rfind("/src/").map(|at| &file[..at])
 }
 
-/// The trait methods a library calls on its users' values without being asked to run them
-/// concurrently: `clone`, `drop`, comparisons, hashing, formatting, `default`.
-const CALLBACKS: [&str; 10] = [
+/// The trait methods through which a library uses its users' values on whatever thread it likes:
+/// `clone` (a shared value copied by each reader), `drop` (a value dropped where the library runs it),
+/// and the comparisons and hashing of a concurrent container's keys. A race inside one of them, on a
+/// value the library shared or moved between threads, is the library's to answer for (its `Send`/`Sync`
+/// bounds). Not `fmt` or `default`: a logger formats a value on the thread that holds it.
+const CALLBACKS: [&str; 7] = [
     " as core::clone::Clone>::clone",
     " as core::ops::drop::Drop>::drop",
     " as core::cmp::PartialEq>::eq",
@@ -118,9 +121,6 @@ const CALLBACKS: [&str; 10] = [
     " as core::cmp::PartialOrd>::partial_cmp",
     " as core::cmp::Ord>::cmp",
     " as core::hash::Hash>::hash",
-    " as core::fmt::Debug>::fmt",
-    " as core::fmt::Display>::fmt",
-    " as core::default::Default>::default",
 ];
 
 /// The frame that stands for one access in a summary before the two sides are compared: its

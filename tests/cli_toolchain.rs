@@ -150,6 +150,11 @@ fn cargo_test_runs_tests_with_the_runtime() {
     check(out.clone(), "racewatch cargo test");
     assert!(stdout.contains("1 passed"), "{stdout}");
     assert!(stderr.trim_end().ends_with("racewatch: no data race reported"), "{stderr}");
+    // Building the tests only runs nothing, so nothing is summed up.
+    let out = racewatch_cargo(&dir, &["test", "--no-run", "--quiet"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    check(out, "racewatch cargo test --no-run");
+    assert!(!stderr.contains("no data race reported") && !stderr.contains("test rate"), "{stderr}");
 }
 
 #[test]

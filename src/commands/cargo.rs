@@ -130,7 +130,9 @@ pub fn run(mut args: Args) -> ExitCode {
     }
 
     let subcommand = subcommand(&args.args);
-    let runs_programs = subcommand.is_some_and(|s| RUNNING_SUBCOMMANDS.contains(&s));
+    // `test --no-run` builds only: no runner, no test-rate line, no summary of races nobody looked for.
+    let runs_programs =
+        subcommand.is_some_and(|s| RUNNING_SUBCOMMANDS.contains(&s)) && !has_option(&args.args, "--no-run");
     let profiles = match (coverage, runs_programs) {
         (Some(_), true) => {
             let dir = racewatch_target.clone().unwrap_or_else(|| PathBuf::from("target/racewatch")).join("coverage");

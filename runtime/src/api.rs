@@ -64,10 +64,7 @@ extern "C" fn racewatch_init() {
 
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn racewatch_fini() {
-    guarded(|| {
-        detector::at_exit();
-        crate::exit_status::at_fini();
-    });
+    guarded(detector::at_exit);
 }
 
 /// Runs `f`, never letting a panic unwind into C.
@@ -143,7 +140,6 @@ fn init() {
 /// What `halt_on_error` leaves before it ends the process: what the process leaves at exit.
 fn halting() {
     detector::write_profile();
-    crate::reporter::write_races_file();
     if options::get().stats {
         detector::print_stats();
     }

@@ -5,14 +5,15 @@
 //! program ends normally: `__libc_start_main` (the program's `main` is wrapped, to see what it returns)
 //! and `exit` (C's `exit`, Rust's `std::process::exit`: both go through the PLT). There, with either
 //! option set: sampling stops, the watch windows under way close, the reporter gets a bounded chance
-//! to print what is queued ([`reporter::settle`]), `<races_path>.<pid>` is written, and with
-//! `fail_on_race=1` a status of 0 becomes `exitcode` when this process printed a race. A non-zero
+//! to print what is queued ([`reporter::settle`]; each race printed rewrites `<races_path>.<pid>`,
+//! see [`crate::races_file`]), and with `fail_on_race=1` a status of 0 becomes `exitcode` when this
+//! process printed a race. A non-zero
 //! status is the program's own and is kept. Sampling stops there so that no report is printed after
 //! the status was decided (races in atexit handlers and destructors are not looked for).
 //!
 //! `_exit`, a death by signal and an `exit` libc makes itself (the last thread calling
-//! `pthread_exit`) are not seen: their status stays as it is; the record is still written by the fini
-//! destructor ([`at_fini`]). Without either option (a bare `LD_PRELOAD`) both wrappers only pass on.
+//! `pthread_exit`) are not seen: their status stays as it is (the record of races was written when
+//! they were printed). Without either option (a bare `LD_PRELOAD`) both wrappers only pass on.
 //!
 //! The symbols are exported only with the `preload` feature, like [`crate::intercept`]'s.
 
@@ -60,7 +61,6 @@ pub fn exit_status(status: c_int) -> c_int {
         let first = SETTLED.swap(pid, Ordering::AcqRel) != pid;
         if first {
             settle();
-            reporter::write_races_file();
         }
         let races = reporter::races_reported();
         let decided = decide(status, races, options.fail_on_race, options.exitcode);
@@ -91,14 +91,6 @@ pub fn decide(status: c_int, races: usize, fail_on_race: bool, exitcode: i32) ->
         exitcode
     } else {
         status
-    }
-}
-
-/// The fini destructor's part (after [`detector::at_exit`]): the record of the races, also when the
-/// program's end was not seen.
-pub fn at_fini() {
-    if options::get().races_path.is_some() && !detector::is_sandboxed() {
-        reporter::write_races_file();
     }
 }
 

@@ -1,6 +1,6 @@
-//! The record of its races a process leaves for `racewatch cargo`'s summary (`races_path`): written
-//! each time the process prints a new race (so a process that dies afterwards, of a signal or an
-//! abort, still counts), and again at exit.
+//! The record of its races a process leaves for `racewatch cargo`'s summary (`races_path`): rewritten
+//! each time the process prints a new race (the reporter's only way to print one), so it is complete
+//! however the process ends: at exit, at `halt_on_error`, or dying of a signal or an abort.
 
 use crate::sys::thread;
 use crate::{log, options};

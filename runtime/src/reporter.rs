@@ -313,7 +313,7 @@ impl Reporter {
         stats::bump(stats::Counter::ReportsPrinted);
         remember(race);
         // Now, not only at exit: a process that dies of a signal or aborts after a report still counts.
-        write_races_file();
+        crate::races_file::write(&reported_races());
         crate::profile::count_race(event.current.pc, event.previous.pc);
         if self.config.halt_on_error {
             if let Some(halting) = HALTING.get() {
@@ -564,12 +564,6 @@ fn reported_list() -> &'static Mutex<Vec<String>> {
 
 fn remember(race: String) {
     reported_list().lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(race);
-}
-
-/// With `races_path`, writes the record of the races this process printed so far (see
-/// [`crate::races_file`]).
-pub fn write_races_file() {
-    crate::races_file::write(&reported_races());
 }
 
 /// How many races this process printed (each once: repeats and suppressed races are not counted).

@@ -128,16 +128,10 @@ const CALLBACKS: [&str; 7] = [
 /// (`<Msg as Clone>::clone` called by tokio's broadcast receiver, a `Drop` run by tokio's task harness),
 /// the dependency's frame that called it: the race is in the library that made the calls concurrent.
 fn own_frame(stack: &[Frame]) -> Option<&Frame> {
-    let first = stack.iter().position(is_summary_candidate);
+    let first = stack.iter().position(is_summary_candidate).filter(|&at| is_callback_frame(&stack[at]));
     let Some(at) = first else { return summary_frame(stack) };
-    let frame = &stack[at];
-    if is_callback_frame(frame) {
-        let caller = stack[at + 1..].iter().find(|f| is_summary_candidate(f) && !is_callback_frame(f));
-        if let Some(caller) = caller.filter(|f| dependency_crate(f).is_some()) {
-            return Some(caller);
-        }
-    }
-    Some(frame)
+    let caller = stack[at + 1..].iter().find(|f| is_summary_candidate(f) && !is_callback_frame(f));
+    caller.filter(|f| dependency_crate(f).is_some()).or(Some(&stack[at]))
 }
 
 /// Whether a frame is a trait callback (see [`CALLBACKS`]) of the user's, which a dependency's frame

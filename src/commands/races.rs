@@ -88,7 +88,9 @@ pub fn summary(found: &Found, noun: &str) -> String {
         return "racewatch: no data race reported".to_string();
     }
     let total: usize = found.values().map(BTreeSet::len).sum();
-    let each: Vec<String> = found.iter().map(|(name, races)| format!("{name} ({})", races.len())).collect();
+    // A binary's name is whatever the file is called: printed with its control characters escaped.
+    let each: Vec<String> =
+        found.iter().map(|(name, races)| format!("{} ({})", crate::terminal::escape(name), races.len())).collect();
     format!(
         "racewatch: found {} in {}: {}",
         plural(total as u64, "distinct data race"),

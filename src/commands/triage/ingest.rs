@@ -34,6 +34,8 @@ pub enum Skip {
     TruncatedText,
     OrphanCount,
     Unreadable,
+    /// A field that must be a key (16 hex digits) or a build-id (hex) and is not: left out of the report.
+    BadField,
 }
 
 impl Skip {
@@ -56,6 +58,10 @@ impl Skip {
                 format!("{n} race_count {} without {} report skipped", s("line", "lines"), s("its", "their"))
             }
             Skip::Unreadable => format!("{n} {} could not be read to the end", s("input", "inputs")),
+            Skip::BadField => format!(
+                "{n} malformed {} ignored (a race_key or source_key that is not 16 hex digits, a build-id that is not hex)",
+                s("field", "fields")
+            ),
         }
     }
 }
@@ -367,8 +373,18 @@ impl<'a> Ingester<'a> {
         if header.count.is_some_and(|n| !(1..=MAX_COUNT).contains(&n)) || header.pid.is_some_and(|p| p < 0) {
             return self.skip(Skip::MalformedJson);
         }
-        let race_key = header.race_key.as_deref().filter(|k| is_key(k)).map(str::to_string);
-        let mut source_key = header.source_key.as_deref().filter(|k| is_key(k)).map(str::to_string);
+        // Keys and build-ids end up in suppressions files and file names: anything but hex is dropped.
+        let mut checked = |field: Option<&str>, valid: fn(&str) -> bool| match field {
+            Some(value) if valid(value) => Some(value.to_string()),
+            Some(_) => {
+                self.skip(Skip::BadField);
+                None
+            }
+            None => None,
+        };
+        let race_key = checked(header.race_key.as_deref(), is_key);
+        let mut source_key = checked(header.source_key.as_deref(), is_key);
+        let exe_build_id = checked(header.exe.as_ref().and_then(|e| e.build_id.as_deref()), is_hex_id);
         // Written in this run already: with both keys given, the stacks need not be read again.
         let seen = race_key.as_ref().and_then(|k| self.races.get(k));
         let mut seen_with_files = false;
@@ -388,8 +404,14 @@ impl<'a> Ingester<'a> {
             };
             let location = body.location;
             let mut stacks = body.accesses.into_iter().map(|a| a.stack.iter().map(JsonFrame::to_frame).collect());
-            let a: Vec<Frame> = stacks.next().unwrap_or_default();
-            let b: Vec<Frame> = stacks.next().unwrap_or_default();
+            let mut a: Vec<Frame> = stacks.next().unwrap_or_default();
+            let mut b: Vec<Frame> = stacks.next().unwrap_or_default();
+            for frame in a.iter_mut().chain(b.iter_mut()) {
+                if frame.build_id.as_deref().is_some_and(|id| !is_hex_id(id)) {
+                    frame.build_id = None;
+                    self.skip(Skip::BadField);
+                }
+            }
             let race_key = race_key.unwrap_or_else(|| keys::race_key(&a, &b));
             let symbolized_here = needs_symbols(&a) || needs_symbols(&b);
             let (a, b) = if symbolized_here { (self.symbolize(a), self.symbolize(b)) } else { (a, b) };
@@ -415,7 +437,6 @@ impl<'a> Ingester<'a> {
             // Today's runtime names neither host nor start: the line itself is the identity.
             _ => ident(header.time.unwrap_or(0), fnv128(fnv128(FNV128_OFFSET, b"line\0"), line)),
         };
-        let exe_build_id = header.exe.as_ref().and_then(|e| e.build_id.as_deref()).map(str::to_string);
         let app_version = header
             .app_version
             .as_deref()
@@ -615,6 +636,12 @@ fn ident(time: i64, hash: u128) -> Vec<u8> {
 fn process_ident(host: &str, pid: i64, start: i64, race_key: &str) -> Vec<u8> {
     let text = format!("json\0{host}\0{pid}\0{start}\0{race_key}");
     ident(start, fnv128(FNV128_OFFSET, text.as_bytes()))
+}
+
+/// A build-id as a report may carry it: hex digits, an even number of them, at most 128 (a frame of a
+/// module without one has none at all).
+fn is_hex_id(id: &str) -> bool {
+    !id.is_empty() && id.len() % 2 == 0 && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The line as text when it is text: UTF-8 without NULs or control characters other than tab and escape.

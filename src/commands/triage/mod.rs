@@ -87,7 +87,7 @@ pub struct Args {
 }
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("racewatch triage: {message}");
+    eprintln!("racewatch triage: {}", crate::terminal::escape(&message.to_string()));
     ExitCode::from(2)
 }
 
@@ -118,7 +118,8 @@ pub fn run(args: Args) -> ExitCode {
             }
         }
         for message in ingester.notes.iter().chain(&ingester.totals.messages()) {
-            eprintln!("racewatch triage: {message}");
+            // Notes name modules, files and build-ids that came from the logs.
+            eprintln!("racewatch triage: {}", crate::terminal::escape(message));
         }
     }
     if args.quiet {
@@ -193,7 +194,8 @@ fn mark(args: &Args, key: &str, status: Status, version: Option<&str>) -> ExitCo
     if let Err(why) = views::mark(&mut *store, &race.key, word, version, now()) {
         return fail(why);
     }
-    let fixed_in = version.map(|v| format!(" in {v}")).unwrap_or_default();
-    println!("{}: {word}{fixed_in} ({})", race.key, race.summary);
+    let esc = crate::terminal::escape;
+    let fixed_in = version.map(|v| format!(" in {}", esc(v))).unwrap_or_default();
+    println!("{}: {word}{fixed_in} ({})", esc(&race.key), esc(&race.summary));
     ExitCode::SUCCESS
 }

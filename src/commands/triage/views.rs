@@ -3,6 +3,7 @@
 
 use super::report::JsonFrame;
 use super::store::{Cell, Param, Store};
+use crate::terminal::escape as esc;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -25,17 +26,19 @@ pub struct Side {
 }
 
 impl Side {
-    /// `file:line function` (`(module+0xoff) function` without a file).
+    /// `file:line function` (`(module+0xoff) function` without a file), control characters escaped.
     pub fn display(&self) -> String {
         let place = match (&self.file, self.line) {
-            (Some(file), Some(line)) => format!("{file}:{}{line}", if self.line_approximate { "~" } else { "" }),
-            (Some(file), None) => file.clone(),
+            (Some(file), Some(line)) => {
+                format!("{}:{}{line}", esc(file), if self.line_approximate { "~" } else { "" })
+            }
+            (Some(file), None) => esc(file).into_owned(),
             (None, _) => {
                 let module = self.module.as_deref().map_or("?", |m| m.rsplit('/').next().unwrap_or(m));
-                format!("({module}+{})", self.offset.as_deref().unwrap_or("?"))
+                format!("({}+{})", esc(module), esc(self.offset.as_deref().unwrap_or("?")))
             }
         };
-        format!("{place} {}", self.function.as_deref().unwrap_or("<unknown>"))
+        format!("{place} {}", esc(self.function.as_deref().unwrap_or("<unknown>")))
     }
 }
 
@@ -284,7 +287,7 @@ pub fn date(seconds: i64) -> String {
 }
 
 fn versions_cell(race: &Race) -> String {
-    let names: Vec<&str> = race.app_versions.iter().map(|v| v.version.as_str()).collect();
+    let names: Vec<std::borrow::Cow<'_, str>> = race.app_versions.iter().map(|v| esc(&v.version)).collect();
     match names.len() {
         0 => "-".to_string(),
         1..=3 => names.join(","),
@@ -297,7 +300,7 @@ fn sides_cell(race: &Race) -> String {
         [Some(a), Some(b)] if a == b => a.display(),
         [Some(a), Some(b)] => format!("{} / {}", a.display(), b.display()),
         [Some(s), None] | [None, Some(s)] => s.display(),
-        [None, None] => race.summary.clone(),
+        [None, None] => esc(&race.summary).into_owned(),
     }
 }
 
@@ -314,11 +317,11 @@ pub fn text(races: &[Race]) -> String {
         "KEY", "OCCURRENCES", "PROCS", "HOSTS", "BINS", "VERSIONS", "FIRST SEEN", "LAST SEEN", "STATUS"
     );
     for race in races {
-        let status = if race.regressed { "new (regr.)".to_string() } else { race.status.clone() };
+        let status = if race.regressed { "new (regr.)".to_string() } else { esc(&race.status).into_owned() };
         let _ = writeln!(
             out,
             "{:<16}  {:>11}  {:>5}  {:>5}  {:>4}  {:<16}  {:<16}  {:<16}  {:<10}  {}",
-            race.key,
+            esc(&race.key),
             race.occurrences,
             race.processes,
             race.hosts,
@@ -330,7 +333,7 @@ pub fn text(races: &[Race]) -> String {
             sides_cell(race)
         );
         if let Some(note) = &race.note {
-            let _ = writeln!(out, "{:<16}  note: {note}", "");
+            let _ = writeln!(out, "{:<16}  note: {}", "", esc(note));
         }
     }
     out
@@ -350,9 +353,9 @@ pub fn json(races: &[Race]) -> String {
 /// `racewatch triage show`: one race, its keys, versions and the stacks of its most frequent race_key.
 /// A report's `location` in words, as the runtime's text report puts it.
 fn location_text(location: &serde_json::Value) -> String {
-    let text = |key: &str| location[key].as_str().unwrap_or("?");
+    let text = |key: &str| esc(location[key].as_str().unwrap_or("?")).into_owned();
     let module = |key: &str| text(key).rsplit('/').next().unwrap_or("?").to_string();
-    match text("kind") {
+    match text("kind").as_str() {
         "global" => format!(
             "global '{}' of size {} ({}+{})",
             text("name"),
@@ -360,7 +363,7 @@ fn location_text(location: &serde_json::Value) -> String {
             module("module"),
             text("offset")
         ),
-        "stack" => format!("stack of thread {} (tid {})", text("thread"), location["tid"]),
+        "stack" => format!("stack of thread {} (tid {})", text("thread"), esc(&location["tid"].to_string())),
         "module" => format!("in the data of {} ({}+{})", module("module"), module("module"), text("offset")),
         _ => "heap or unknown memory".to_string(),
     }
@@ -368,14 +371,15 @@ fn location_text(location: &serde_json::Value) -> String {
 
 pub fn show(race: &Race) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "race {}", race.key);
-    let _ = writeln!(out, "  {}", race.summary);
+    let _ = writeln!(out, "race {}", esc(&race.key));
+    let _ = writeln!(out, "  {}", esc(&race.summary));
     let status = match (&race.status[..], &race.fixed_in) {
-        ("fixed", Some(v)) => format!("fixed in {v}"),
-        (s, _) => s.to_string(),
+        ("fixed", Some(v)) => format!("fixed in {}", esc(v)),
+        (s, _) => esc(s).into_owned(),
     };
-    let _ = writeln!(out, "  status: {status}{}", race.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default());
-    let _ = writeln!(out, "  source_key: {}", race.source_key.as_deref().unwrap_or("- (not symbolized)"));
+    let _ =
+        writeln!(out, "  status: {status}{}", race.note.as_ref().map(|n| format!(" ({})", esc(n))).unwrap_or_default());
+    let _ = writeln!(out, "  source_key: {}", esc(race.source_key.as_deref().unwrap_or("- (not symbolized)")));
     for (i, side) in race.sides.iter().enumerate() {
         if let Some(side) = side {
             let _ = writeln!(out, "  side {}: {}", ["A", "B"][i], side.display());
@@ -395,13 +399,16 @@ pub fn show(race: &Race) -> String {
         date(race.last_seen)
     );
     for v in &race.app_versions {
-        let _ = writeln!(out, "  version {}: {} .. {}", v.version, date(v.first_seen), date(v.last_seen));
+        let _ = writeln!(out, "  version {}: {} .. {}", esc(&v.version), date(v.first_seen), date(v.last_seen));
     }
     for k in &race.race_keys {
         let _ = writeln!(
             out,
             "  race_key {}: {} occurrences; access PCs {} / {}",
-            k.race_key, k.occurrences, k.pcs[0], k.pcs[1]
+            esc(&k.race_key),
+            k.occurrences,
+            esc(&k.pcs[0]),
+            esc(&k.pcs[1])
         );
     }
     if let Some(stacks) = &race.stacks {
@@ -419,12 +426,12 @@ pub fn show(race: &Race) -> String {
                     continue;
                 }
                 let f = frame.to_frame();
-                let function = f.function.as_deref().unwrap_or("<unknown>");
-                let module = f.module.as_deref().map_or("?", |m| m.rsplit('/').next().unwrap_or(m));
+                let function = esc(f.function.as_deref().unwrap_or("<unknown>"));
+                let module = esc(f.module.as_deref().map_or("?", |m| m.rsplit('/').next().unwrap_or(m)));
                 let place = if f.file.is_some() {
                     format!(
                         " {}",
-                        racewatch_instrument::frames::location(&f, racewatch_instrument::frames::Paths::Full)
+                        esc(&racewatch_instrument::frames::location(&f, racewatch_instrument::frames::Paths::Full))
                     )
                 } else {
                     String::new()
@@ -537,32 +544,24 @@ pub fn sarif(races: &[Race], root: Option<&std::path::Path>) -> String {
     out
 }
 
-/// The runtime's suppressions file for the races marked known or suppressed.
+/// The runtime's suppressions file for the races marked known or suppressed. Every line is built from
+/// a validated value only (a key of 16 hex digits, a hex build-id and offset, rebuilt from their
+/// numbers): whatever a report log put in the store, nothing else reaches the file, and the comment
+/// line has its control characters escaped, so no field can start a line of its own.
 pub fn suppressions(races: &[Race]) -> String {
     let mut out = String::from("# racewatch suppressions, written by `racewatch triage --format suppressions`\n");
     for race in races.iter().filter(|r| r.status == "known" || r.status == "suppressed") {
-        let _ = writeln!(
-            out,
-            "\n# {} ({}, {} occurrences)",
-            race.summary.replace('\n', " "),
-            race.status,
-            race.occurrences
-        );
-        if let Some(k) = &race.source_key {
+        let _ = writeln!(out, "\n# {} ({}, {} occurrences)", esc(&race.summary), esc(&race.status), race.occurrences);
+        if let Some(k) = race.source_key.as_deref().and_then(valid_key) {
             let _ = writeln!(out, "source_key:{k}");
         }
-        for k in &race.race_keys {
-            let _ = writeln!(out, "race_key:{}", k.race_key);
+        for k in race.race_keys.iter().filter_map(|k| valid_key(&k.race_key)) {
+            let _ = writeln!(out, "race_key:{k}");
         }
-        let mut pcs: Vec<&str> = Vec::new();
-        for k in &race.race_keys {
-            for pc in &k.pcs {
-                let is_build_id = pc.split_once('+').is_some_and(|(id, _)| {
-                    !id.is_empty() && id.len() % 2 == 0 && id.bytes().all(|b| b.is_ascii_hexdigit())
-                });
-                if is_build_id && !pcs.contains(&pc.as_str()) {
-                    pcs.push(pc);
-                }
+        let mut pcs: Vec<String> = Vec::new();
+        for pc in race.race_keys.iter().flat_map(|k| &k.pcs).filter_map(|pc| valid_pc(pc)) {
+            if !pcs.contains(&pc) {
+                pcs.push(pc);
             }
         }
         for pc in pcs {
@@ -570,6 +569,24 @@ pub fn suppressions(races: &[Race]) -> String {
         }
     }
     out
+}
+
+/// A race_key or source_key: 16 hex digits (lower case), else `None`.
+fn valid_key(key: &str) -> Option<String> {
+    (key.len() == 16 && key.bytes().all(|b| b.is_ascii_hexdigit())).then(|| key.to_ascii_lowercase())
+}
+
+/// `<build-id>+0x<offset>` rebuilt from a hex build-id (an even number of digits, at most 128) and a
+/// hex offset, else `None` (a module known only by its file name has no `pc:` line).
+fn valid_pc(pc: &str) -> Option<String> {
+    let (id, offset) = pc.split_once('+')?;
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let offset = offset.strip_prefix("0x")?;
+    if !(hex(id) && id.len() % 2 == 0 && id.len() <= 128 && hex(offset) && offset.len() <= 16) {
+        return None;
+    }
+    let offset = u64::from_str_radix(offset, 16).ok()?;
+    Some(format!("{}+{offset:#x}", id.to_ascii_lowercase()))
 }
 
 #[cfg(test)]
@@ -595,5 +612,16 @@ mod tests {
         assert!(!old.line_approximate);
         let raw = super::Side { file: None, line: None, ..side };
         assert_eq!(raw.display(), "(racyd+0x1300) worker");
+    }
+
+    #[test]
+    fn suppression_lines_come_from_validated_values_only() {
+        assert_eq!(super::valid_pc("00ff+0x10"), Some("00ff+0x10".to_string()));
+        assert_eq!(super::valid_pc("00FF+0x010"), Some("00ff+0x10".to_string()));
+        assert_eq!(super::valid_pc("ab+0x1\nrace:/+0x2"), None);
+        assert_eq!(super::valid_pc("abc+0x1"), None, "odd length");
+        assert_eq!(super::valid_pc("app+0x1"), None, "a file name");
+        assert_eq!(super::valid_key("0123456789abcdef"), Some("0123456789abcdef".to_string()));
+        assert_eq!(super::valid_key("0123456789abcde\n"), None);
     }
 }

@@ -169,3 +169,117 @@ fn a_runtime_planted_in_the_shared_temp_dir_is_never_preloaded() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+// ---- Hostile report logs ----
+
+/// A frame as the runtime writes it.
+fn frame(function: Option<&str>, file: Option<&str>, module: &str, build_id: &str, offset: u64) -> serde_json::Value {
+    serde_json::json!({
+        "function": function, "file": file, "line": file.map(|_| 7), "column": null,
+        "module": module, "build_id": build_id, "offset": format!("{offset:#x}"), "inlined": false,
+    })
+}
+
+/// A schema-1 report line with these two stacks; `keys`: its race_key and source_key.
+fn report(a: Vec<serde_json::Value>, b: Vec<serde_json::Value>, keys: Option<(&str, &str)>, summary: &str) -> String {
+    let mut v = serde_json::json!({
+        "kind": "data_race", "schema": 1, "racewatch": "0.1.0", "host": "web-1", "pid": 4242,
+        "start_time": 1_700_000_000, "time": 1_700_000_100,
+        "exe": {"path": "/srv/app", "build_id": "00112233445566778899aabbccddeeff00112233"},
+        "app_version": "v1", "count": 1, "summary": summary,
+        "accesses": [{"stack": a}, {"stack": b}], "location": {"kind": "unknown"},
+    });
+    if let Some((race_key, source_key)) = keys {
+        v["race_key"] = race_key.into();
+        v["source_key"] = source_key.into();
+    }
+    v.to_string()
+}
+
+/// `racewatch triage --db <dir>/races.db ARGS…` with `envs` (and no debuginfod unless they say).
+fn triage(dir: &Path, envs: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = racewatch();
+    cmd.arg("triage").arg("--db").arg(dir.join("races.db")).args(args).current_dir(dir);
+    cmd.env_remove("DEBUGINFOD_URLS").env("XDG_CACHE_HOME", dir.join("cache"));
+    for (name, value) in envs {
+        cmd.env(name, value);
+    }
+    cmd.output().unwrap()
+}
+
+fn ok(out: Output, what: &str) -> (String, String) {
+    let out = common::check(out, what);
+    (stdout(&out), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A log whose build-id field holds a newline and `race:/` (and whose summary holds line breaks)
+/// adds no line to the suppressions file `--format suppressions` writes: every line there is a
+/// comment or a `race_key:`/`source_key:`/`pc:` line of hex digits. Ingest says the field was bad.
+#[test]
+fn a_log_cannot_inject_lines_into_the_suppressions_file() {
+    let dir = common::scratch("security-suppressions");
+    let forged = "abcd+0x1\nrace:/\n#";
+    let a = vec![frame(Some("publish"), Some("src/a.rs"), "/srv/app", forged, 0x10)];
+    let b =
+        vec![frame(Some("consume"), Some("src/b.rs"), "/srv/app", "00112233445566778899aabbccddeeff00112233", 0x20)];
+    let log = dir.join("fleet.log");
+    let line = report(a, b, Some(("1111111111111111", "2222222222222222")), "data race\rrace:/\nrace:/");
+    std::fs::write(&log, line + "\n").unwrap();
+    let (_, stderr) = ok(triage(&dir, &[], &["-q", log.to_str().unwrap()]), "triage ingest");
+    assert!(stderr.contains("1 malformed field ignored"), "{stderr}");
+    ok(triage(&dir, &[], &["mark", "2222222222222222", "known"]), "triage mark");
+    let (suppressions, _) = ok(triage(&dir, &[], &["--format", "suppressions"]), "--format suppressions");
+    eprintln!("{suppressions}");
+    let hex = |s: &str, len: Option<usize>| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()) && len.is_none_or(|n| s.len() == n)
+    };
+    for line in suppressions.lines() {
+        let valid = line.is_empty()
+            || line.starts_with('#')
+            || line.strip_prefix("race_key:").is_some_and(|k| hex(k, Some(16)))
+            || line.strip_prefix("source_key:").is_some_and(|k| hex(k, Some(16)))
+            || line
+                .strip_prefix("pc:")
+                .and_then(|pc| pc.split_once("+0x"))
+                .is_some_and(|(id, off)| hex(id, None) && hex(off, None));
+        assert!(valid, "a line the log made: {line:?} in\n{suppressions}");
+    }
+    assert!(suppressions.contains("source_key:2222222222222222\n"), "{suppressions}");
+    assert!(suppressions.contains("race_key:1111111111111111\n"), "{suppressions}");
+    assert!(suppressions.contains("pc:00112233445566778899aabbccddeeff00112233+0x20\n"), "{suppressions}");
+}
+
+/// Terminal escape sequences and line breaks in function names, files, module paths and versions
+/// reach no text output raw: not the race list, not `show`, not `mark`'s line, not ingest's notes.
+#[test]
+fn escape_sequences_in_logs_never_reach_the_terminal() {
+    let dir = common::scratch("security-escapes");
+    let evil_function = "evil\x1b]0;owned\x07\x1b[2K\rfake row\n";
+    let evil_file = "src/\x1b[31mred\u{202e}.rs";
+    let a =
+        vec![frame(Some(evil_function), Some(evil_file), "/srv/app", "00112233445566778899aabbccddeeff00112233", 0x10)];
+    let b = vec![frame(Some("consume"), Some(evil_file), "/srv/app", "00112233445566778899aabbccddeeff00112233", 0x20)];
+    let first = report(a, b, Some(("3333333333333333", "4444444444444444")), "data race\x1b[2J in evil");
+    // Unsymbolized frames of a module whose path is an escape sequence: ingest's note names it.
+    let raw = |offset| frame(None, None, "/srv/\x1b[2Japp\n", "ffeeddccbbaa99887766554433221100ffeeddcc", offset);
+    let second = report(vec![raw(0x30)], vec![raw(0x40)], None, "data race");
+    let log = dir.join("fleet.log");
+    std::fs::write(&log, format!("{first}\n{second}\n")).unwrap();
+    let clean = |text: &str, what: &str| {
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n' || c == '\u{202e}'),
+            "{what} carries control characters: {text:?}"
+        );
+    };
+    let (list, notes) = ok(triage(&dir, &[], &[log.to_str().unwrap()]), "triage");
+    eprintln!("{notes}{list}");
+    clean(&list, "the race list");
+    clean(&notes, "ingest's notes");
+    assert_eq!(list.lines().count(), 3, "a header and one line per race: {list}");
+    assert!(list.contains("evil\\x1b]0;owned\\x07\\x1b[2K\\rfake row\\n"), "{list}");
+    let (show, _) = ok(triage(&dir, &[], &["show", "4444444444444444"]), "triage show");
+    clean(&show, "show");
+    assert!(show.contains("src/\\x1b[31mred\\u{202e}.rs"), "{show}");
+    let (marked, _) = ok(triage(&dir, &[], &["mark", "4444444444444444", "known"]), "triage mark");
+    clean(&marked, "mark");
+}

@@ -283,3 +283,323 @@ fn escape_sequences_in_logs_never_reach_the_terminal() {
     let (marked, _) = ok(triage(&dir, &[], &["mark", "4444444444444444", "known"]), "triage mark");
     clean(&marked, "mark");
 }
+
+/// A C program built with DWARF and the build-id `build_id` (40 hex digits): `dir/name`, and the
+/// offset of `function` in it.
+fn program_with_build_id(dir: &Path, name: &str, function: &str, build_id: &str) -> Option<(PathBuf, u64)> {
+    let clang = common::clang()?;
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, format!("__attribute__((noinline)) int {function}(int x) {{ return x * 3 + 1; }}\nint main(int c, char **v) {{ (void)v; return {function}(c) & 1; }}\n")).unwrap();
+    let bin = dir.join(name);
+    common::check(
+        Command::new(clang)
+            .args(["-g", "-O1", &format!("-Wl,--build-id=0x{build_id}")])
+            .arg(&src)
+            .arg("-o")
+            .arg(&bin)
+            .output()
+            .unwrap(),
+        "clang",
+    );
+    let nm = common::check(Command::new("nm").arg(&bin).output().unwrap(), "nm");
+    let address = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find(|l| l.ends_with(&format!(" {function}")))
+        .and_then(|l| u64::from_str_radix(l.split_whitespace().next()?, 16).ok())
+        .expect("the function's address");
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Some((bin, address))
+}
+
+/// A report of `symbolize=0` frames of the module `module` with `build_id` at `offset`.
+fn raw_report(module: &str, build_id: &str, offset: u64) -> String {
+    let raw = |o| frame(None, None, module, build_id, o);
+    report(vec![raw(offset)], vec![raw(offset + 1)], None, "data race")
+}
+
+/// Without `$HOME`, the debuginfod cache is a directory in the shared temporary directory. Another
+/// user who made it first, with a debug file that names the victim's build-id as they please, names
+/// nothing: the victim's triage uses a fresh private directory instead (and says so), and what it
+/// downloads there is the victim's alone (directory 0700, file 0600).
+#[test]
+fn a_debug_file_planted_in_the_shared_debuginfod_cache_names_nothing() {
+    if !is_root() {
+        eprintln!("SKIP: needs root to act as a second user");
+        return;
+    }
+    let work = shared_dir("dbg-work", 0o755);
+    let build_id = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
+    let Some((planted, offset)) = program_with_build_id(&work, "planted", "named_by_the_attacker", build_id) else {
+        return;
+    };
+    let tmp = shared_dir("dbg-tmp", 0o1777);
+    let theirs = tmp.join(format!("racewatch-debuginfod-{}", euid()));
+    as_attacker(&format!(
+        "umask 0 && mkdir -p {theirs}/{build_id} && cp {planted} {theirs}/{build_id}/debuginfo && chmod -R a+rwX {theirs}",
+        theirs = theirs.display(),
+        planted = planted.display()
+    ));
+    let log = work.join("fleet.log");
+    std::fs::write(&log, raw_report("/srv/app", build_id, offset) + "\n").unwrap();
+    let db = work.join("races.db");
+    let bare = |args: &[&str]| {
+        let mut cmd = racewatch_env(&[("TMPDIR", &tmp)]);
+        cmd.arg("triage").arg("--db").arg(&db).args(args);
+        cmd
+    };
+    let (_, notes) = ok(bare(&["-q", log.to_str().unwrap()]).output().unwrap(), "triage ingest");
+    eprintln!("{notes}");
+    let (races, _) = ok(bare(&["--format", "json"]).output().unwrap(), "triage --format json");
+    assert!(!races.contains("named_by_the_attacker"), "the planted debug file named the race: {races}");
+    assert!(notes.contains(&format!("debuginfod cache {} not used", theirs.display())), "{notes}");
+
+    // A real download (a local HTTP server with the real debug file) lands in a private directory.
+    let build_id2 = "600d600d600d600d600d600d600d600d600d600d";
+    let Some((real, offset2)) = program_with_build_id(&work, "real", "named_by_its_debug_info", build_id2) else {
+        return;
+    };
+    let body = std::fs::read(&real).unwrap();
+    let server = Server::start(move |_, _| Reply::Body(body.clone(), true));
+    std::fs::write(&log, raw_report("/srv/app2", build_id2, offset2) + "\n").unwrap();
+    let mut cmd = bare(&["-q", log.to_str().unwrap()]);
+    ok(cmd.env("DEBUGINFOD_URLS", server.url()).output().unwrap(), "triage ingest with debuginfod");
+    let (races, _) = ok(bare(&["--format", "json"]).output().unwrap(), "triage --format json");
+    assert!(races.contains("named_by_its_debug_info"), "{races}");
+    let cached: Vec<PathBuf> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join(build_id2).join("debuginfo").exists())
+        .collect();
+    assert_eq!(cached.len(), 1, "{cached:?}");
+    let meta = std::fs::symlink_metadata(&cached[0]).unwrap();
+    assert!(meta.is_dir() && meta.uid() == euid() && meta.mode() & 0o777 == 0o700, "{}: {meta:?}", cached[0].display());
+    let file = std::fs::metadata(cached[0].join(build_id2).join("debuginfo")).unwrap();
+    assert_eq!(file.mode() & 0o777, 0o600);
+    for dir in [work, tmp] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+// ---- A hostile debuginfod server ----
+
+/// What the test server does with one request.
+enum Reply {
+    /// `200 OK` and this body, with its `Content-Length` (true) or delimited by closing (false).
+    Body(Vec<u8>, bool),
+    /// `200 OK` announcing `len` bytes (or none), then `len` zero bytes as fast as the client reads.
+    Huge(u64, bool),
+    /// `200 OK` announcing a megabyte, then one byte a second, `n` bytes.
+    Drip(u64),
+    /// A redirect to this URL.
+    Redirect(String),
+}
+
+/// A local HTTP server on its own thread; per connection, the bytes it managed to send.
+struct Server {
+    port: u16,
+    sent: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl Server {
+    fn start(reply: impl Fn(usize, &str) -> Reply + Send + 'static) -> Server {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = sent.clone();
+        std::thread::spawn(move || {
+            for (n, stream) in listener.incoming().enumerate() {
+                let Ok(mut stream) = stream else { continue };
+                let mut request = String::new();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    request.push_str(&line);
+                    line.clear();
+                }
+                let path = request.split_whitespace().nth(1).unwrap_or("").to_string();
+                let mut total = 0u64;
+                let mut send = |bytes: &[u8], total: &mut u64| -> bool {
+                    let ok = stream.write_all(bytes).is_ok();
+                    if ok {
+                        *total += bytes.len() as u64;
+                    }
+                    ok
+                };
+                match reply(n, &path) {
+                    Reply::Body(body, with_length) => {
+                        let length =
+                            if with_length { format!("Content-Length: {}\r\n", body.len()) } else { String::new() };
+                        let head = format!("HTTP/1.1 200 OK\r\n{length}Connection: close\r\n\r\n");
+                        let _ = send(head.as_bytes(), &mut total) && send(&body, &mut total);
+                    }
+                    Reply::Huge(len, announce) => {
+                        let length = if announce { format!("Content-Length: {len}\r\n") } else { String::new() };
+                        let head = format!("HTTP/1.1 200 OK\r\n{length}Connection: close\r\n\r\n");
+                        let chunk = vec![0u8; 1 << 20];
+                        if send(head.as_bytes(), &mut total) {
+                            for _ in 0..len >> 20 {
+                                if !send(&chunk, &mut total) {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Reply::Drip(n) => {
+                        let head = "HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\nConnection: close\r\n\r\n";
+                        if send(head.as_bytes(), &mut total) {
+                            for _ in 0..n {
+                                std::thread::sleep(std::time::Duration::from_secs(1));
+                                if !send(b"x", &mut total) {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Reply::Redirect(to) => {
+                        let head = format!(
+                            "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        );
+                        let _ = send(head.as_bytes(), &mut total);
+                    }
+                }
+                record.lock().unwrap().push(total);
+            }
+        });
+        Server { port, sent }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn sent(&self) -> Vec<u64> {
+        self.sent.lock().unwrap().clone()
+    }
+}
+
+/// `racewatch triage -q` of one `symbolize=0` report whose build-id only the server `url` could have,
+/// with `envs`: how long it took, and its notes.
+fn ingest_with_server(name: &str, url: &str, envs: &[(&str, &str)]) -> (std::time::Duration, String) {
+    let dir = common::scratch(name);
+    let log = dir.join("fleet.log");
+    std::fs::write(&log, raw_report("/srv/app", "abababababababababababababababababababab", 0x1000) + "\n").unwrap();
+    let mut all = vec![("DEBUGINFOD_URLS", url), ("DEBUGINFOD_TIMEOUT", "2")];
+    all.extend_from_slice(envs);
+    let started = std::time::Instant::now();
+    let (_, notes) = ok(triage(&dir, &all, &["-q", log.to_str().unwrap()]), "triage with a hostile server");
+    (started.elapsed(), notes)
+}
+
+/// A server that sends one byte a second (each read well within `DEBUGINFOD_TIMEOUT`) costs one
+/// `DEBUGINFOD_MAXTIME`, not the length of its drip.
+#[test]
+fn a_dripping_debuginfod_server_costs_at_most_the_deadline() {
+    let server = Server::start(|_, _| Reply::Drip(30));
+    let (elapsed, notes) = ingest_with_server("security-drip", &server.url(), &[("DEBUGINFOD_MAXTIME", "3")]);
+    eprintln!("{notes}drip server: triage took {elapsed:?} with DEBUGINFOD_MAXTIME=3 (the drip lasts 30 s)");
+    assert!(elapsed < std::time::Duration::from_secs(10), "{elapsed:?}");
+    assert!(notes.contains("DEBUGINFOD_MAXTIME"), "{notes}");
+}
+
+/// A 400 MiB answer is not read: refused by its `Content-Length` (the default cap, 256 MiB), or cut
+/// at `DEBUGINFOD_MAXSIZE` when it has none; nothing is left in the cache either way.
+#[test]
+fn a_huge_debuginfod_answer_is_never_read_whole() {
+    const HUGE: u64 = 400 << 20;
+    let announced = Server::start(|_, _| Reply::Huge(HUGE, true));
+    let (elapsed, notes) = ingest_with_server("security-huge-announced", &announced.url(), &[]);
+    let sent = announced.sent();
+    eprintln!("{notes}400 MiB announced: {elapsed:?}, bytes sent per request {sent:?}");
+    assert!(notes.contains("DEBUGINFOD_MAXSIZE"), "{notes}");
+    assert!(sent.iter().all(|&n| n < 64 << 20), "{sent:?}");
+
+    let unannounced = Server::start(|_, _| Reply::Huge(HUGE, false));
+    let dir_name = "security-huge-unannounced";
+    let (elapsed, notes) = ingest_with_server(dir_name, &unannounced.url(), &[("DEBUGINFOD_MAXSIZE", "1048576")]);
+    let sent = unannounced.sent();
+    eprintln!(
+        "{notes}400 MiB without a length, DEBUGINFOD_MAXSIZE=1 MiB: {elapsed:?}, bytes sent per request {sent:?}"
+    );
+    assert!(notes.contains("DEBUGINFOD_MAXSIZE"), "{notes}");
+    assert!(sent.iter().all(|&n| n < 64 << 20), "{sent:?}");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir_name).join("cache");
+    let leftovers: Vec<_> = walk(&cache).into_iter().filter(|p| p.is_file()).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        out.extend(walk(&path));
+        out.push(path);
+    }
+    out
+}
+
+/// A redirect to another origin (another port here) is not followed; one to the same origin is.
+#[test]
+fn debuginfod_redirects_stay_on_the_same_origin() {
+    let elsewhere = Server::start(|_, _| Reply::Body(b"\x7fELF".to_vec(), true));
+    let to = format!("{}/buildid/x/debuginfo", elsewhere.url());
+    let redirecting = Server::start(move |_, _| Reply::Redirect(to.clone()));
+    let (_, notes) = ingest_with_server("security-redirect", &redirecting.url(), &[]);
+    eprintln!("{notes}");
+    assert!(elsewhere.sent().is_empty(), "a redirect to another origin was followed");
+    assert!(notes.contains("another origin"), "{notes}");
+
+    // The same origin: followed (the second request gets the 404-free answer, a non-ELF body here).
+    let same = Server::start(|n, path| {
+        if n % 2 == 0 {
+            Reply::Redirect(format!("{path}/moved"))
+        } else {
+            Reply::Body(b"not an ELF file".to_vec(), true)
+        }
+    });
+    let (_, notes) = ingest_with_server("security-redirect-same", &same.url(), &[]);
+    eprintln!("{notes}");
+    assert!(same.sent().len() >= 2, "the same-origin redirect was not followed: {notes}");
+    assert!(!notes.contains("another origin"), "{notes}");
+}
+
+/// Runs `cmd` (its output to files in `dir`) and waits for it with `wait4`: its exit status, its peak
+/// resident memory in KiB, how long it took, and its stderr.
+fn run_measured(mut cmd: Command, dir: &Path) -> (i32, u64, std::time::Duration, String) {
+    let err = dir.join("stderr");
+    cmd.stdout(std::fs::File::create(dir.join("stdout")).unwrap()).stderr(std::fs::File::create(&err).unwrap());
+    let started = std::time::Instant::now();
+    let child = cmd.spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, filling the two live locals; the Child is never waited on again.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    std::mem::forget(child);
+    (libc::WEXITSTATUS(status), usage.ru_maxrss as u64, started.elapsed(), std::fs::read_to_string(err).unwrap())
+}
+
+/// A log that names a 1 GiB file as its module, with 16 build-ids none of which is the file's, makes
+/// triage read the file's headers and notes only, once: no gigabyte of memory, no 16 GiB read.
+#[test]
+fn a_large_file_named_as_a_module_is_never_read_whole() {
+    let dir = common::scratch("security-large-module");
+    let big = dir.join("big");
+    std::fs::copy("/bin/true", &big).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&big).unwrap().set_len(1 << 30).unwrap();
+    let lines: Vec<String> =
+        (1..=16u64).map(|i| raw_report(big.to_str().unwrap(), &format!("{i:040x}"), 0x1000)).collect();
+    let log = dir.join("fleet.log");
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let mut cmd = racewatch();
+    cmd.arg("triage").arg("--db").arg(dir.join("races.db")).arg("-q").arg(&log);
+    cmd.env_remove("DEBUGINFOD_URLS").env("XDG_CACHE_HOME", dir.join("cache"));
+    let (status, rss_kib, elapsed, stderr) = run_measured(cmd, &dir);
+    eprintln!("{stderr}a 1 GiB module named with 16 build-ids: peak RSS {} MiB, {elapsed:?}", rss_kib >> 10);
+    assert_eq!(status, 0, "{stderr}");
+    assert!(stderr.contains("16 reports read"), "{stderr}");
+    assert!(stderr.contains("another build"), "{stderr}");
+    assert!(rss_kib < 256 << 10, "peak RSS {} MiB: the file was read whole", rss_kib >> 10);
+}

@@ -851,16 +851,17 @@ impl Transfer {
             }
         };
         let max = self.limits.max_size;
-        let too_big = |size: String| {
-            Failure::Answer(format!(
-                "{size} bytes, more than DEBUGINFOD_MAXSIZE ({} bytes); not downloaded",
-                max.unwrap_or(u64::MAX)
-            ))
+        let too_big = |size: Option<u64>| {
+            let max = max.unwrap_or(u64::MAX);
+            Failure::Answer(match size {
+                Some(size) => format!("{size} bytes, more than DEBUGINFOD_MAXSIZE ({max} bytes); not downloaded"),
+                None => format!("more than DEBUGINFOD_MAXSIZE ({max} bytes); the download was stopped there"),
+            })
         };
         let declared = response.header("content-length").and_then(|n| n.trim().parse::<u64>().ok());
         if let (Some(declared), Some(max)) = (declared, max) {
             if declared > max {
-                return Err(too_big(declared.to_string()));
+                return Err(too_big(Some(declared)));
             }
         }
         let cache = match &self.cache_ready {
@@ -909,7 +910,7 @@ impl Transfer {
                 }
                 total += n as u64;
                 if max.is_some_and(|max| total > max) {
-                    return Err(too_big("more than that".to_string()));
+                    return Err(too_big(None));
                 }
                 file.write_all(&buf[..n]).map_err(io)?;
             }

@@ -603,3 +603,127 @@ fn a_large_file_named_as_a_module_is_never_read_whole() {
     assert!(stderr.contains("another build"), "{stderr}");
     assert!(rss_kib < 256 << 10, "peak RSS {} MiB: the file was read whole", rss_kib >> 10);
 }
+
+// ---- The PostgreSQL store over TLS ----
+
+/// A PostgreSQL server (Debian's packages, in a temporary directory) that takes TLS connections only
+/// (`hostnossl … reject`), with password authentication and a certificate signed by a test CA.
+struct PgTls {
+    dir: PathBuf,
+    bin: PathBuf,
+    port: u16,
+}
+
+const PG_PASSWORD: &str = "s3cret-Tr0ub4dor";
+
+impl PgTls {
+    fn command(&self, tool: &str) -> Command {
+        let mut cmd = Command::new("setpriv");
+        if is_root() {
+            cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+        }
+        cmd.arg(self.bin.join(tool));
+        cmd
+    }
+
+    fn start() -> Option<PgTls> {
+        let Some(bin) = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|b| b.join("initdb").is_file())
+            .max()
+        else {
+            eprintln!("SKIP: PostgreSQL is not installed (apt-get install postgresql)");
+            return None;
+        };
+        if Command::new("openssl").arg("version").output().is_err() {
+            eprintln!("SKIP: openssl is not installed (apt-get install openssl)");
+            return None;
+        }
+        let dir = shared_dir("pg-tls", 0o700);
+        let sh = |script: &str| {
+            common::check(Command::new("sh").arg("-c").arg(script).current_dir(&dir).output().unwrap(), script);
+        };
+        sh("openssl req -x509 -new -nodes -newkey rsa:2048 -keyout ca.key -out ca.crt -days 2 -subj /CN=racewatch-test-ca \
+            && openssl req -x509 -new -nodes -newkey rsa:2048 -keyout other-ca.key -out other-ca.crt -days 2 -subj /CN=other-ca \
+            && openssl req -new -nodes -newkey rsa:2048 -keyout server.key -out server.csr -subj /CN=localhost \
+            && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext \
+            && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile san.ext \
+            && chmod 600 server.key");
+        std::fs::write(dir.join("pw"), format!("{PG_PASSWORD}\n")).unwrap();
+        if is_root() {
+            sh("chown -R 65534:65534 . && chmod 755 .");
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let pg = PgTls { dir, bin, port };
+        let data = pg.dir.join("data");
+        let mut initdb = pg.command("initdb");
+        initdb.arg("-D").arg(&data).args(["-U", "racewatch", "-A", "scram-sha-256"]);
+        common::check(initdb.arg(format!("--pwfile={}", pg.dir.join("pw").display())).output().unwrap(), "initdb");
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\nhostnossl all all 127.0.0.1/32 reject\n",
+        )
+        .unwrap();
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories={d} -c ssl=on \
+             -c ssl_cert_file={d}/server.crt -c ssl_key_file={d}/server.key",
+            pg.port,
+            d = pg.dir.display()
+        );
+        let log = pg.dir.join("log");
+        let mut pg_ctl = pg.command("pg_ctl");
+        pg_ctl.arg("-D").arg(&data).arg("-l").arg(&log).args(["-w", "-o", &options, "start"]);
+        let out = pg_ctl.stdout(std::process::Stdio::null()).output().unwrap();
+        assert!(out.status.success(), "pg_ctl start: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        Some(pg)
+    }
+
+    fn url(&self, password: &str, params: &str) -> String {
+        format!("postgres://racewatch:{password}@127.0.0.1:{}/postgres?{params}", self.port)
+    }
+}
+
+impl Drop for PgTls {
+    fn drop(&mut self) {
+        let _ = self.command("pg_ctl").arg("-D").arg(self.dir.join("data")).args(["-m", "immediate", "stop"]).output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `sslmode=require` reaches a server that takes TLS only; `verify-full` checks the certificate
+/// against `sslrootcert` (another CA: refused); `disable` is refused by that server. No message
+/// carries the password, however the URL spells it.
+#[test]
+fn the_postgres_store_speaks_tls_and_never_prints_the_password() {
+    let Some(pg) = PgTls::start() else { return };
+    let dir = common::scratch("security-pg-tls");
+    let run = |url: &str| racewatch().arg("triage").arg("--db").arg(url).current_dir(&dir).output().unwrap();
+    let (list, _) = ok(run(&pg.url(PG_PASSWORD, "sslmode=require")), "sslmode=require");
+    assert!(list.contains("no races in the store"), "{list}");
+    let ca = pg.dir.join("ca.crt");
+    let verify_full = format!("sslmode=verify-full&sslrootcert={}", ca.display());
+    ok(run(&pg.url(PG_PASSWORD, &verify_full)), "sslmode=verify-full");
+    let verify_ca = format!("sslmode=verify-ca&sslrootcert={}", ca.display());
+    ok(run(&pg.url(PG_PASSWORD, &verify_ca)), "sslmode=verify-ca");
+
+    let refused = |url: &str, secret: &str, why: &str| {
+        let out = run(url);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        eprintln!("{stderr}");
+        assert_eq!(out.status.code(), Some(2), "{url}: {stderr}");
+        assert!(!stderr.contains(secret), "the password {secret:?} is in the message: {stderr}");
+        assert!(stderr.contains(why), "{url}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    };
+    let other_ca = format!("sslmode=verify-full&sslrootcert={}", pg.dir.join("other-ca.crt").display());
+    refused(&pg.url(PG_PASSWORD, &other_ca), PG_PASSWORD, "cannot connect");
+    refused(&pg.url(PG_PASSWORD, "sslmode=disable"), PG_PASSWORD, "cannot connect");
+    refused(&pg.url("Wr0ng-pa55word", "sslmode=require"), "Wr0ng-pa55word", "password authentication failed");
+    refused(&pg.url("wr%40ng-encoded", "sslmode=require"), "wr@ng-encoded", "password authentication failed");
+    refused(&pg.url("wr@ng-unencoded", "sslmode=require"), "wr@ng-unencoded", "cannot connect");
+    let in_query = format!("postgres://racewatch@127.0.0.1:{}/postgres?sslmode=require&password=Qu3ry-pa55", pg.port);
+    refused(&in_query, "Qu3ry-pa55", "password authentication failed");
+}

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+mod pg_connect;
 mod postgres;
 mod sqlite;
 

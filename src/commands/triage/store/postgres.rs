@@ -7,7 +7,7 @@ use super::{
     INSERT_SYMBOLS, READ_VERSION, SCHEMA_VERSION, UPDATE_COUNT, UPSERT_RACE, WRITE_VERSION,
 };
 use postgres::types::{ToSql, Type};
-use postgres::{Client, NoTls, Transaction};
+use postgres::{Client, Transaction};
 
 pub struct PgStore {
     client: Client,
@@ -34,11 +34,15 @@ fn retryable(e: &postgres::Error) -> bool {
 }
 
 impl PgStore {
+    /// Connects (TLS as the URL's `sslmode` says: see [`super::pg_connect`]) and migrates. No message
+    /// carries the password.
     pub fn open(url: &str) -> Result<PgStore, String> {
-        let shown = without_password(url);
-        let client = Client::connect(url, NoTls).map_err(|e| format!("cannot connect to {shown}: {}", err(e)))?;
+        let redactor = super::pg_connect::Redactor::new(url);
+        let shown = redactor.scrub(url);
+        let client =
+            super::pg_connect::connect(url, &redactor).map_err(|e| format!("cannot connect to {shown}: {e}"))?;
         let mut store = PgStore { client };
-        store.migrate().map_err(|e| format!("{shown}: {e}"))?;
+        store.migrate().map_err(|e| redactor.scrub(&format!("{shown}: {e}")))?;
         Ok(store)
     }
 
@@ -192,16 +196,6 @@ impl PgStore {
             &[&idents, &values],
         )?;
         Ok(())
-    }
-}
-
-/// `postgres://user:secret@host/db` without the secret, for messages.
-fn without_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let Some((auth, host)) = rest.split_once('@') else { return url.to_string() };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_string(),
     }
 }
 

@@ -40,6 +40,12 @@ impl fmt::Display for NotWritten {
     }
 }
 
+impl Default for OwnFile {
+    fn default() -> Self {
+        OwnFile::new()
+    }
+}
+
 impl OwnFile {
     pub const fn new() -> OwnFile {
         OwnFile { pid: AtomicI32::new(0), state: AtomicU8::new(NONE), dev: AtomicU64::new(0), ino: AtomicU64::new(0) }

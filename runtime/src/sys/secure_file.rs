@@ -143,11 +143,7 @@ pub fn replace(path: &[u8], contents: &[u8], ours: Option<(u64, u64)>) -> Result
     let current = stat_at(dir.0, &name, libc::AT_SYMLINK_NOFOLLOW).map(|st| (st.st_dev, st.st_ino));
     let result = match (written, current) {
         (Ok(new), Ok(current)) if current == ours => {
-            check(syscall6(
-                libc::SYS_renameat,
-                [dir.0 as u64, tmp.ptr(), dir.0 as u64, name.ptr(), 0, 0],
-            ))
-            .map(|_| new)
+            check(syscall6(libc::SYS_renameat, [dir.0 as u64, tmp.ptr(), dir.0 as u64, name.ptr(), 0, 0])).map(|_| new)
         }
         (Err(err), _) => Err(err),
         (Ok(_), _) => Err(Refused::Exists),
@@ -344,10 +340,8 @@ fn walk(path: &[u8], create: bool) -> Result<Dir, Refused> {
         let rest = len - end;
         pending.copy_within(end..len, PATH_MAX - rest);
         let room = PATH_MAX - rest - 1;
-        let n = syscall6(
-            libc::SYS_readlinkat,
-            [dir.0 as u64, name.ptr(), pending.as_mut_ptr() as u64, room as u64, 0, 0],
-        );
+        let n =
+            syscall6(libc::SYS_readlinkat, [dir.0 as u64, name.ptr(), pending.as_mut_ptr() as u64, room as u64, 0, 0]);
         if n <= 0 {
             return Err(Refused::Os(if n == 0 { libc::ENOENT } else { -n as i32 }));
         }

@@ -124,7 +124,7 @@ pub fn replace(path: &[u8], contents: &[u8], ours: Option<(u64, u64)>) -> Result
     for n in 0..100u32 {
         tmp = Name::new();
         tmp.push(b".").push(name.bytes()).push(b".");
-        push_decimal(&mut tmp, u64::from(super::raw::getpid() as u32) * 100 + u64::from(n));
+        push_decimal(&mut tmp, u64::from(n));
         tmp.push(b".tmp");
         if tmp.overflow {
             return Err(Refused::BadPath);
@@ -145,8 +145,9 @@ pub fn replace(path: &[u8], contents: &[u8], ours: Option<(u64, u64)>) -> Result
         (Ok(new), Ok(current)) if current == ours => {
             check(syscall6(libc::SYS_renameat, [dir.0 as u64, tmp.ptr(), dir.0 as u64, name.ptr(), 0, 0])).map(|_| new)
         }
-        (Err(err), _) => Err(err),
-        (Ok(_), _) => Err(Refused::Exists),
+        (Err(err), _) | (_, Err(err)) => Err(err),
+        // Another file took the place of ours: left alone.
+        (Ok(_), Ok(_)) => Err(Refused::Exists),
     };
     if result.is_err() {
         syscall6(libc::SYS_unlinkat, [dir.0 as u64, tmp.ptr(), 0, 0, 0, 0]);

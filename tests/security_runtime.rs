@@ -26,11 +26,19 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 const COMMON_C: &str = include_str!("host/common.c");
-/// Two threads race for `argv[1]` seconds in covered code; the output never depends on timing.
+/// Two threads race for `argv[1]` seconds in covered code; the output never depends on timing. With
+/// `exec PROGRAM` after that, it then becomes root through and through (a setuid-root program that
+/// runs a helper as root, as `su` runs a shell) and execs PROGRAM with `argv[1]`: that process is not in
+/// secure-execution mode.
 const RACER_C: &str = r#"
 int main(int argc, char **argv) {
   rw_start(2, argc > 1 ? atof(argv[1]) : 1.0, 0);
   rw_join();
+  if (argc > 3 && strcmp(argv[2], "exec") == 0) {
+    if (setgid(0) != 0 || setuid(0) != 0) return 3;
+    execl(argv[3], argv[3], argv[1], (char *)0);
+    return 4;
+  }
   printf("done\n");
   return 0;
 }
@@ -294,9 +302,14 @@ fn log_path_never_follows_another_users_symlinked_directory() {
     assert_eq!(names(&own).len(), 1, "one log file through root's symlink");
 }
 
-/// How the attacker's copy of the program is made privileged.
-const PRIVILEGES: [(&str, &str); 3] =
-    [("setuid", "chmod 4755"), ("setgid", "chmod 2755"), ("capability", "setcap cap_net_bind_service+ep")];
+/// How the attacker's copy of the program is made privileged, and the arguments it runs with after the
+/// seconds (`setuid-exec`: the setuid-root program execs the plain program as root).
+const PRIVILEGES: [(&str, &str, &str); 4] = [
+    ("setuid", "chmod 4755", ""),
+    ("setgid", "chmod 2755", ""),
+    ("capability", "setcap cap_net_bind_service+ep", ""),
+    ("setuid-exec", "chmod 4755", "exec"),
+];
 
 #[test]
 fn secure_execution_ignores_the_callers_options() {
@@ -310,7 +323,7 @@ fn secure_execution_ignores_the_callers_options() {
     std::fs::write(&shadow, SECRET.repeat(3)).unwrap();
     chmod(&shadow, 0o600);
     let etc = setup.dir.join("etc");
-    for (kind, make) in PRIVILEGES {
+    for (kind, make, then) in PRIVILEGES {
         if kind == "capability" && Command::new("setcap").arg("-v").output().is_err() {
             eprintln!("SKIP: setcap not found: no file-capability case");
             continue;
@@ -336,8 +349,9 @@ fn secure_execution_ignores_the_callers_options() {
         ]
         .join(":");
         // The attacker plants a symlink at the coverage file of the process it is about to exec (`$$`).
+        let then = if then.is_empty() { String::new() } else { format!("{then} {}", quote(&setup.program)) };
         let attack = format!(
-            "ln -s {} {}/cov.$$ && exec env RACEWATCH_OPTIONS={} {} 1",
+            "ln -s {} {}/cov.$$ && exec env RACEWATCH_OPTIONS={} {} 1 {then}",
             quote(&victim.join("precious")),
             quote(&attacker),
             quote(Path::new(&options)),

@@ -148,13 +148,15 @@ fn environment_options() -> options::Options {
 /// The options of a process in secure-execution mode (setuid, setgid, file capabilities): its
 /// environment is its less privileged caller's, so `RACEWATCH_OPTIONS` is not read at all (no file it
 /// names is created, written or read, no behaviour it asks for applies); the defaults, which write
-/// nothing but reports on stderr. One line says so when the variable is set.
+/// nothing but reports on stderr. One line says so when the variable is set. The variable is removed
+/// from the environment, so that a process the program execs once fully privileged does not get it.
 fn secure_options() -> options::Options {
     if std::env::var_os("RACEWATCH_OPTIONS").is_some_and(|text| !text.is_empty()) {
         log::warn(format_args!(
             "secure execution (setuid, setgid or file capabilities): RACEWATCH_OPTIONS ignored, defaults used"
         ));
     }
+    sys::secure_file::forget_caller_options();
     options::Options::DEFAULT
 }
 

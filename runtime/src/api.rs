@@ -80,17 +80,15 @@ fn init() {
     detector::note_original_process();
     detector::init_fork_handling();
     log::check_stderr();
-    let text = std::env::var("RACEWATCH_OPTIONS").unwrap_or_default();
-    let (parsed, warnings) = options::parse(&text);
-    for w in &warnings {
-        log::warn(format_args!("{w}"));
-    }
-    let opts = options::install(parsed);
+    let secure = sys::secure_file::secure_execution();
+    let opts = options::install(if secure { secure_options() } else { environment_options() });
     if let Some(path) = &opts.log_path {
         let host = opts.host.clone().or_else(sys::identity::node_name).unwrap_or_else(|| "unknown".into());
         log::set_log_path(path, &host);
     }
-    warn_if_preloaded_without_interposers();
+    if !secure {
+        warn_if_preloaded_without_interposers();
+    }
     reporter::on_halt(halting);
 
     let mut announce = Announcements::default();
@@ -135,6 +133,31 @@ fn init() {
         crate::profile::init(registry::with_index(|i| i.functions()));
     }
     detector::watch_fatal_signals();
+}
+
+/// The options `RACEWATCH_OPTIONS` sets (bad ones warned about).
+fn environment_options() -> options::Options {
+    let text = std::env::var("RACEWATCH_OPTIONS").unwrap_or_default();
+    let (parsed, warnings) = options::parse(&text);
+    for w in &warnings {
+        log::warn(format_args!("{w}"));
+    }
+    parsed
+}
+
+/// The options of a process in secure-execution mode (setuid, setgid, file capabilities): its
+/// environment is its less privileged caller's, so `RACEWATCH_OPTIONS` is not read at all (no file it
+/// names is created, written or read, no behaviour it asks for applies); the defaults, which write
+/// nothing but reports on stderr. One line says so when the variable is set. The variable is removed
+/// from the environment, so that a process the program execs once fully privileged does not get it.
+fn secure_options() -> options::Options {
+    if std::env::var_os("RACEWATCH_OPTIONS").is_some_and(|text| !text.is_empty()) {
+        log::warn(format_args!(
+            "secure execution (setuid, setgid or file capabilities): RACEWATCH_OPTIONS ignored, defaults used"
+        ));
+    }
+    sys::secure_file::forget_caller_options();
+    options::Options::DEFAULT
 }
 
 /// What `halt_on_error` leaves before it ends the process: what the process leaves at exit.

@@ -23,6 +23,7 @@ pub mod libcalls;
 pub mod log;
 pub mod modules;
 pub mod options;
+pub mod own_file;
 pub mod profile;
 pub mod queue;
 pub mod races_file;

@@ -3,9 +3,10 @@
 //! file per process that never collides with another's (`<start>`: the process start in seconds since
 //! the epoch; a recycled pid starts later).
 //!
-//! The log file is created only when there is something to write, with
-//! `O_CREAT | O_EXCL | O_NOFOLLOW`: racewatch never appends to a file it did
-//! not create, and never follows a symlink. It is opened for each write and
+//! The log file is created only when there is something to write, mode 0600, by
+//! [`secure_file`]: `O_CREAT | O_EXCL | O_NOFOLLOW` in a directory reached without
+//! following another user's symlink. racewatch never appends to a file it did
+//! not create, and never writes through a symlink. It is opened for each write and
 //! closed again, so the runtime holds no descriptor the program could close
 //! and reuse; a reopen that finds another file there falls back to stderr. A
 //! forked child writes to its own `<log_path>.<child pid>`.
@@ -22,7 +23,7 @@
 
 use crate::fixed::FixedBuf;
 use crate::stats::{self, Counter};
-use crate::sys::{fd, thread};
+use crate::sys::{fd, secure_file, thread};
 use std::ffi::CStr;
 use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
@@ -60,11 +61,12 @@ static FILE_INO: AtomicU64 = AtomicU64::new(0);
 /// Sends all further output to `<path>.<pid>`, or into the directory `path` names (see the module's
 /// documentation); `host` is part of a directory log's name. The file is created on the first write.
 pub fn set_log_path(path: &str, host: &str) {
-    let is_dir = path.ends_with('/') || std::path::Path::new(path).is_dir();
+    let is_dir = path.ends_with('/') || secure_file::directory(path.as_bytes(), false).is_ok();
     let target = if is_dir {
-        // A fleet's directory may not exist yet on a fresh host; when it cannot be made, the first
-        // write says so and falls back to stderr.
-        let _ = std::fs::create_dir_all(path);
+        // A fleet's directory may not exist yet on a fresh host (made with mode 0700, never through
+        // another user's symlink); when it cannot be made, the first write says so and falls back to
+        // stderr.
+        let _ = secure_file::directory(path.as_bytes(), true);
         let exe = std::env::current_exe().ok();
         let exe = exe.as_ref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
         let dir = path.trim_end_matches('/');
@@ -182,25 +184,25 @@ fn log_file(target: &LogPath) -> Option<i32> {
 }
 
 fn create(path: &CStr) -> Option<i32> {
-    match fd::create_new(path) {
+    match secure_file::create_new(path.to_bytes()) {
         Ok(file) => {
-            let (dev, ino) = fd::identity(file).unwrap_or((0, 0));
+            let (dev, ino, _) = secure_file::identity(file).unwrap_or((0, 0, 0));
             FILE_DEV.store(dev, Ordering::Release);
             FILE_INO.store(ino, Ordering::Release);
             FILE_STATE.store(FILE_CREATED, Ordering::Release);
             Some(file)
         }
-        Err(err) => refuse(path_text(path), err.kind()),
+        Err(err) => refuse(path_text(path), err),
     }
 }
 
 fn reopen(path: &CStr) -> Option<i32> {
-    let file = match fd::reopen(path) {
+    let file = match secure_file::reopen(path.to_bytes()) {
         Ok(file) => file,
-        Err(err) => return refuse(path_text(path), err.kind()),
+        Err(err) => return refuse(path_text(path), err),
     };
     let ours = (FILE_DEV.load(Ordering::Acquire), FILE_INO.load(Ordering::Acquire));
-    if fd::identity(file) == Some(ours) {
+    if secure_file::identity(file).map(|(dev, ino, _)| (dev, ino)) == Some(ours) {
         return Some(file);
     }
     fd::close(file);

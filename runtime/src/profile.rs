@@ -12,6 +12,7 @@
 //! many processes of the same binary can be matched and summed later (`racewatch coverage --profile`).
 
 use crate::modules::{self, LoadedModule};
+use crate::own_file::{NotWritten, OwnFile};
 use crate::registry;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -183,12 +184,14 @@ pub fn reset_after_fork() {
     }
 }
 
-/// Writes `<prefix>.<pid>`; `covered` lists the modules with covered code (path, as registered).
-pub fn write(prefix: &str, covered: &[String]) -> std::io::Result<std::path::PathBuf> {
-    let path = std::path::PathBuf::from(format!("{prefix}.{}", std::process::id()));
+/// This process's profile file.
+static FILE: OwnFile = OwnFile::new();
+
+/// Writes `<prefix>.<pid>` (mode 0600; never a file this process did not create: see [`OwnFile`]);
+/// `covered` lists the modules with covered code (path, as registered).
+pub fn write(prefix: &str, covered: &[String]) -> Result<std::path::PathBuf, NotWritten> {
     let text = render(&modules::all(), covered);
-    std::fs::write(&path, text)?;
-    Ok(path)
+    FILE.write(prefix, &text).map(std::path::PathBuf::from)
 }
 
 fn render(loaded: &[LoadedModule], covered: &[String]) -> String {

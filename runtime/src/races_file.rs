@@ -1,8 +1,10 @@
 //! The record of its races a process leaves for `racewatch cargo`'s summary (`races_path`): rewritten
 //! each time the process prints a new race (the reporter's only way to print one), so it is complete
-//! however the process ends: at exit, at `halt_on_error`, or dying of a signal or an abort.
+//! however the process ends: at exit, at `halt_on_error`, or dying of a signal or an abort. Each version
+//! is written whole to a fresh file renamed over the last (mode 0600, never through another user's
+//! symlink, never over a file this process did not create: see [`OwnFile`]).
 
-use crate::sys::thread;
+use crate::own_file::{NotWritten, OwnFile};
 use crate::{log, options};
 use std::fmt::Write as _;
 
@@ -16,9 +18,10 @@ pub fn write(races: &[String]) {
         return;
     }
     let exe = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
-    let path = format!("{prefix}.{}", thread::getpid());
-    if let Err(err) = std::fs::write(&path, render(&exe, races)) {
-        log::warn(format_args!("races_path: cannot write {path}: {err}"));
+    static FILE: OwnFile = OwnFile::new();
+    match FILE.write(prefix, &render(&exe, races)) {
+        Ok(_) | Err(NotWritten::Before) => {}
+        Err(err) => log::warn(format_args!("races_path: cannot write {prefix}.{}: {err}", std::process::id())),
     }
 }
 

@@ -3,7 +3,6 @@
 //! that never raises `SIGPIPE` in the program and never blocks for long.
 
 use crate::sys::real;
-use std::ffi::CStr;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 /// How many descriptors the runtime may hold at once (sampler + 4 watchpoints, with room).
@@ -388,37 +387,6 @@ impl Drop for QuietPipe {
             }
             real::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
         }
-    }
-}
-
-/// The device and inode of an open descriptor.
-pub fn identity(fd: i32) -> Option<(u64, u64)> {
-    // SAFETY: `st` is a live stat buffer the kernel fills.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
-    }
-}
-
-/// Creates `path` (0644, close-on-exec, write-only, appending); fails when anything exists there
-/// already, a symlink included.
-pub fn create_new(path: &CStr) -> std::io::Result<i32> {
-    open(path, libc::O_CREAT | libc::O_EXCL)
-}
-
-/// Opens an existing `path` for appending without following a symlink at it.
-pub fn reopen(path: &CStr) -> std::io::Result<i32> {
-    open(path, 0)
-}
-
-fn open(path: &CStr, extra: i32) -> std::io::Result<i32> {
-    let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NOCTTY | extra;
-    // SAFETY: `path` is a NUL-terminated string that outlives the call.
-    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o644) };
-    if fd < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(fd)
     }
 }
 

@@ -15,6 +15,7 @@ pub mod process;
 pub mod ptr;
 pub mod raw;
 pub mod real;
+pub mod secure_file;
 pub mod signal;
 pub mod snapshot;
 pub mod stacks;

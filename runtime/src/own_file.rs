@@ -1,0 +1,80 @@
+//! The files a process writes whole, and may write again (`coverage_path`, `races_path`):
+//! `<prefix>.<pid>`, mode 0600, created by [`secure_file`] (never through another user's symlink,
+//! `O_EXCL`: a name something already holds, a planted symlink or another file, is left alone and the
+//! record is not written). A later write replaces the process's own file by a fresh one renamed over it,
+//! and only while it is still the file this process created. A forked child writes its own file.
+
+use crate::sys::{secure_file, thread};
+use std::fmt;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
+
+const NONE: u8 = 0;
+const WRITTEN: u8 = 1;
+const REFUSED: u8 = 2;
+
+/// One `<prefix>.<pid>` file of this process.
+pub struct OwnFile {
+    pid: AtomicI32,
+    state: AtomicU8,
+    dev: AtomicU64,
+    ino: AtomicU64,
+}
+
+/// Why the file was not written.
+#[derive(Debug)]
+pub enum NotWritten {
+    /// This time.
+    Refused(secure_file::Refused),
+    /// An earlier write of this process was refused: nothing more is written.
+    Before,
+}
+
+impl fmt::Display for NotWritten {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotWritten::Refused(why) => {
+                write!(f, "{why}; racewatch writes only a file it created, never through another user's symlink")
+            }
+            NotWritten::Before => f.write_str("an earlier write was refused"),
+        }
+    }
+}
+
+impl Default for OwnFile {
+    fn default() -> Self {
+        OwnFile::new()
+    }
+}
+
+impl OwnFile {
+    pub const fn new() -> OwnFile {
+        OwnFile { pid: AtomicI32::new(0), state: AtomicU8::new(NONE), dev: AtomicU64::new(0), ino: AtomicU64::new(0) }
+    }
+
+    /// Writes `contents` as the whole of `<prefix>.<pid>`; returns that path. Calls do not overlap (one
+    /// thread writes each file).
+    pub fn write(&self, prefix: &str, contents: &str) -> Result<String, NotWritten> {
+        let pid = thread::getpid();
+        if self.pid.swap(pid, Ordering::AcqRel) != pid {
+            self.state.store(NONE, Ordering::Release);
+        }
+        let path = format!("{prefix}.{pid}");
+        let ours = match self.state.load(Ordering::Acquire) {
+            NONE => None,
+            WRITTEN => Some((self.dev.load(Ordering::Acquire), self.ino.load(Ordering::Acquire))),
+            _ => return Err(NotWritten::Before),
+        };
+        match secure_file::replace(path.as_bytes(), contents.as_bytes(), ours) {
+            Ok((dev, ino)) => {
+                self.dev.store(dev, Ordering::Release);
+                self.ino.store(ino, Ordering::Release);
+                self.state.store(WRITTEN, Ordering::Release);
+                Ok(path)
+            }
+            Err(why) => {
+                self.state.store(REFUSED, Ordering::Release);
+                Err(NotWritten::Refused(why))
+            }
+        }
+    }
+}

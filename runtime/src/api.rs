@@ -368,6 +368,24 @@ pub extern "C" fn __sanitizer_metadata_atomics_del(version: u32, start: *const c
     call(false, TableKind::Atomics, version, start, end);
 }
 
+/// Called by racewatch's ORC plugin (orc/include/racewatch/orc.h) for each named symbol of a linked
+/// object: `[start, end)` is `name` (copied), code when bit 0 of `flags` is set, else data. Reports name
+/// JIT'd functions and globals from these when the JIT registers no debug objects.
+#[no_mangle]
+pub extern "C" fn __racewatch_jit_symbol_add(start: u64, end: u64, name: *const c_char, flags: u32) {
+    guarded(|| {
+        let Some(name) = crate::jit::c_string_at(name as u64) else { return };
+        crate::jit::add_symbol(crate::jit::JitSymbol { start, end: end.max(start), name, code: flags & 1 != 0 });
+    });
+}
+
+/// Called by racewatch's ORC plugin when an object's resources are removed: forgets every symbol
+/// starting in `[start, end)`.
+#[no_mangle]
+pub extern "C" fn __racewatch_jit_symbols_del(start: u64, end: u64) {
+    guarded(|| crate::jit::remove_symbols(start, end));
+}
+
 /// Test and tooling hook: the index's verdict on `pc` — 0 uncovered, 1 plain, 2 atomic.
 #[no_mangle]
 pub extern "C" fn __racewatch_classify(pc: u64) -> i32 {

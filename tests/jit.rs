@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{build_c, check, clang, has_report, retry_for, run_under, scratch, spawn_and_wait, Run, REPORT_HEADER};
+use common::{build_c, check, clang, has_report, retry_for, run_under, scratch, Run, REPORT_HEADER};
 use racewatch_instrument::toolchain::C_FLAGS;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -171,4 +171,286 @@ fn zero_range_names_the_dropped_tables_and_the_plugin() {
         assert!(lines[0].contains(needle), "{needle}: {}", out.stderr);
     }
     assert!(!out.stderr.contains("bad range"), "{}", out.stderr);
+}
+
+// ---- LLJIT for real ----
+
+/// How long a racy JIT'd run races, and how long the tests keep trying for a report.
+const RACY_SECONDS: &str = "1";
+const DETECTION_BUDGET: Duration = Duration::from_secs(30);
+/// The test profile's rate (what `racewatch cargo` uses): the JIT'd race is found within a run.
+const RATE: &[&str] = &["sample_period_us=250", "watchpoints=4", "cold_bias=0"];
+
+/// The built host and the IR of tests/jit/race.c: default code model and `-mcmodel=large`.
+struct Jit {
+    host: PathBuf,
+    ir: PathBuf,
+    ir_large: PathBuf,
+}
+
+/// Builds the LLJIT host (tests/jit/host.cpp with the plugin's header, against libLLVM-19) and emits the
+/// IR, once per test binary; `None` (with a SKIP line) without llvm-config-19, clang++-19 or clang-19.
+fn jit() -> Option<&'static Jit> {
+    static JIT: OnceLock<Option<Jit>> = OnceLock::new();
+    JIT.get_or_init(|| {
+        let clang = clang()?;
+        let config = |args: &[&str]| -> Option<Vec<String>> {
+            let out = Command::new("llvm-config-19").args(args).output().ok().filter(|o| o.status.success())?;
+            Some(String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect())
+        };
+        let (Some(cxxflags), Some(libs)) = (config(&["--cxxflags"]), config(&["--ldflags", "--libs"])) else {
+            eprintln!("SKIP: llvm-config-19 not found (apt-get install llvm-19-dev); LLJIT tests skipped");
+            return None;
+        };
+        if Command::new("clang++-19").arg("--version").output().is_err() {
+            eprintln!("SKIP: clang++-19 not found (apt-get install clang-19); LLJIT tests skipped");
+            return None;
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("jit-host");
+        std::fs::create_dir_all(&dir).unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let host = dir.join("host");
+        let started = Instant::now();
+        let build = Command::new("clang++-19")
+            .args(&cxxflags)
+            .arg("-I")
+            .arg(root.join("orc/include"))
+            .arg("-O1")
+            .arg(root.join("tests/jit/host.cpp"))
+            .args(&libs)
+            .arg("-o")
+            .arg(&host)
+            .output()
+            .unwrap();
+        check(build, "clang++-19 tests/jit/host.cpp");
+        eprintln!("jit: host built in {:.1} s", started.elapsed().as_secs_f64());
+        let emit = |extra: &[&str], out: &Path| {
+            let mut cmd = Command::new(&clang);
+            cmd.args(C_FLAGS).args(["-g", "-O2", "-S", "-emit-llvm"]).args(extra).arg(race_c()).arg("-o").arg(out);
+            check(cmd.output().unwrap(), "clang-19 -S -emit-llvm tests/jit/race.c");
+        };
+        let (ir, ir_large) = (dir.join("race.ll"), dir.join("race_large.ll"));
+        emit(&[], &ir);
+        emit(&["-mcmodel=large"], &ir_large);
+        Some(Jit { host, ir, ir_large })
+    })
+    .as_ref()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Runs the host under `racewatch run` with `options` (plus the test rate) and the host's arguments.
+fn host_run(jit: &Jit, options: &[&str], args: &[&str]) -> Run {
+    let options: Vec<&str> = RATE.iter().chain(options).copied().collect();
+    run(&options, &jit.host, args)
+}
+
+/// Runs the host until a run reports a race (each run must end with `done`, exit 66 after a report and
+/// 0 without); the run and how many it took.
+fn until_reported(jit: &Jit, options: &[&str], args: &[&str]) -> (Run, usize, Duration) {
+    let start = Instant::now();
+    let (run, runs) = retry_for(DETECTION_BUDGET, || {
+        let run = host_run(jit, options, args);
+        let reported = has_report(&run.stderr);
+        if run.status.code() != Some(if reported { 66 } else { 0 }) || !run.stdout.ends_with("done\n") {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+        }
+        Ok(reported.then_some(run))
+    })
+    .unwrap_or_else(|e| panic!("host {args:?}: {e}"));
+    (run, runs, start.elapsed())
+}
+
+/// The first text report of `stderr`, its lines.
+fn first_report(stderr: &str) -> Vec<&str> {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let start = lines.iter().position(|l| l.starts_with(REPORT_HEADER)).expect("a report");
+    let end = lines[start..].iter().position(|l| l.starts_with("SUMMARY: ")).expect("a SUMMARY line");
+    lines[start..=start + end].to_vec()
+}
+
+/// Checks that a report is racy_bump's race on racy_total, JIT frames named with file:line.
+fn check_racy_report(stderr: &str) {
+    let report = first_report(stderr);
+    let text = report.join("\n");
+    // Files under the working directory are shown relative to it (tests run in the package root).
+    let frame = format!("#0 racy_bump tests/jit/race.c:{}:", racy_line());
+    let frames = report.iter().filter(|l| l.trim_start().starts_with(&frame)).count();
+    assert_eq!(frames, 2, "both accesses' first frame is racy_bump at race.c:{}:\n{text}", racy_line());
+    assert!(text.contains("Location is global 'racy_total' of size 8"), "{text}");
+    assert!(text.contains(&format!("race.c:{}", racy_line())) && text.contains(" racy_main "), "{text}");
+    let summary = report.last().unwrap();
+    assert!(summary.contains(&format!("race.c:{}", racy_line())) && summary.ends_with(" in racy_bump"), "{text}");
+    assert!(!text.contains("relaxed_bump") && !text.contains("<unknown>"), "{text}");
+}
+
+/// The race in JIT'd code is reported with its JIT frames named (function, file:line), in both code
+/// models of the IR and of the JIT (LLJIT configures JITLink with the small code model; a hand-built
+/// object linking layer keeps the target's large one): matching models, and mismatched ones, whose tables
+/// are decoded with the width that fits after one line saying so. The exit status follows
+/// `fail_on_race` (66 under `racewatch run`).
+#[test]
+fn lljit_race_is_reported_with_named_jit_frames_in_both_code_models() {
+    let Some(jit) = jit() else { return };
+    for (ir, large_jit) in [(&jit.ir, false), (&jit.ir_large, true), (&jit.ir, true), (&jit.ir_large, false)] {
+        let mut args = vec![];
+        if large_jit {
+            args.push("--large-jit");
+        }
+        args.extend(["add", "a", path(ir), "classify", "a", "racy_bump", "run", "a", "racy_main", RACY_SECONDS]);
+        let (run, runs, took) = until_reported(jit, &[], &args);
+        eprintln!(
+            "jit: {} in a {} JIT: reported after {runs} run(s), {:.1} s",
+            ir.display(),
+            if large_jit { "large" } else { "small" },
+            took.as_secs_f64()
+        );
+        assert!(run.stdout.starts_with("classify racy_bump 1\n"), "{}", run.stdout);
+        check_racy_report(&run.stderr);
+        let mismatched = (ir == &jit.ir) == large_jit;
+        let notes = lines_with(&run.stderr, "PC offsets although its version");
+        assert_eq!(notes.len(), usize::from(mismatched), "{args:?}:\n{}", run.stderr);
+        assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+        assert!(run.stderr.contains("exit status 66 instead of 0 (fail_on_race=1)"), "{}", run.stderr);
+    }
+    // With fail_on_race=0 the host's own status.
+    let (run, _) = retry_for(DETECTION_BUDGET, || {
+        let run =
+            host_run(jit, &["fail_on_race=0"], &["add", "a", path(&jit.ir), "run", "a", "racy_main", RACY_SECONDS]);
+        Ok::<_, String>(has_report(&run.stderr).then_some(run))
+    })
+    .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+}
+
+/// The relaxed atomic counter and the mutex-guarded twin, JIT'd: no report over a fixed time while the
+/// detector watches their accesses, and the exit status is the host's own.
+#[test]
+fn lljit_relaxed_atomic_and_clean_twin_are_never_reported() {
+    let Some(jit) = jit() else { return };
+    for ir in [&jit.ir, &jit.ir_large] {
+        let args = ["add", "a", path(ir), "run", "a", "relaxed_main", "1.5", "run", "a", "clean_main", "1.5"];
+        let run = host_run(jit, &["stats=1"], &args);
+        assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+        assert!(!has_report(&run.stderr), "{}", run.stderr);
+        assert!(run.stdout.ends_with("done\n"), "{}", run.stdout);
+        let watches = common::stat(&run.stderr, "watches armed").unwrap_or(0);
+        eprintln!("jit: {}: no report, {watches} watches", ir.display());
+        assert!(watches > 100, "the JIT'd accesses were watched: {}", common::stats_summary(&run.stderr));
+    }
+}
+
+/// Removing the JITDylib unregisters its tables (the function is uncovered afterwards, the runtime says
+/// `unindexed`), and a race in the same code added again, at new addresses, is still found.
+#[test]
+fn lljit_removed_jitdylib_is_unindexed_and_readded_code_is_watched() {
+    let Some(jit) = jit() else { return };
+    let args = [
+        "--large-jit",
+        "add",
+        "a",
+        path(&jit.ir_large),
+        "classify",
+        "a",
+        "racy_bump",
+        "run",
+        "a",
+        "clean_main",
+        "0.2",
+        "remove",
+        "a",
+        "classify",
+        "a",
+        "racy_bump",
+        "add",
+        "b",
+        path(&jit.ir_large),
+        "classify",
+        "b",
+        "racy_bump",
+        "run",
+        "b",
+        "racy_main",
+        RACY_SECONDS,
+    ];
+    let (run, runs, took) = until_reported(jit, &["verbosity=1"], &args);
+    eprintln!("jit: re-added code: reported after {runs} run(s), {:.1} s", took.as_secs_f64());
+    let verdicts: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("classify ")).collect();
+    assert_eq!(verdicts, ["classify racy_bump 1", "classify racy_bump 0", "classify racy_bump 1"], "{}", run.stderr);
+    let unindexed = run.stderr.lines().position(|l| l.starts_with("racewatch: unindexed <anonymous 0x"));
+    let report = run.stderr.lines().position(|l| l.starts_with(REPORT_HEADER));
+    assert!(unindexed.is_some() && unindexed < report, "{}", run.stderr);
+    check_racy_report(&run.stderr);
+}
+
+/// A second module JIT'd while the first one's threads run is indexed at once, and its race is found.
+#[test]
+fn lljit_module_added_while_threads_run_is_indexed() {
+    let Some(jit) = jit() else { return };
+    let args = [
+        "add",
+        "a",
+        path(&jit.ir),
+        "bg",
+        "a",
+        "clean_main",
+        "2",
+        "sleep",
+        "0.2",
+        "add",
+        "b",
+        path(&jit.ir),
+        "classify",
+        "b",
+        "racy_bump",
+        "run",
+        "b",
+        "racy_main",
+        "1.5",
+        "join",
+    ];
+    let (run, runs, took) = until_reported(jit, &[], &args);
+    eprintln!("jit: module added while threads run: reported after {runs} run(s), {:.1} s", took.as_secs_f64());
+    assert!(run.stdout.starts_with("classify racy_bump 1\n"), "{}", run.stdout);
+    check_racy_report(&run.stderr);
+}
+
+/// Without ORC's debugger support no object is registered through the GDB JIT interface: JIT frames are
+/// still named, from the plugin's symbol list (functions and globals), without file:line.
+#[test]
+fn lljit_without_debugger_support_names_functions_from_the_plugin() {
+    let Some(jit) = jit() else { return };
+    let args = ["--no-debug", "add", "a", path(&jit.ir), "run", "a", "racy_main", RACY_SECONDS];
+    let (run, _, _) = until_reported(jit, &[], &args);
+    let report = first_report(&run.stderr).join("\n");
+    assert_eq!(report.matches("#0 racy_bump (0x").count(), 2, "{report}");
+    assert!(report.contains("Location is global 'racy_total' of size 8"), "{report}");
+    assert!(report.lines().last().unwrap().ends_with(" in racy_bump"), "{report}");
+}
+
+/// Stock `lli-19` (ORC and JITLink) and an LLJIT host without the plugin: JITLink drops the tables, the
+/// constructor registers `0x0..0x0`, and the runtime says so in one line naming the plugin.
+#[test]
+fn stock_lli_and_a_jit_without_the_plugin_get_the_one_line_diagnosis() {
+    let Some(jit) = jit() else { return };
+    let mut runs =
+        vec![host_run(jit, &[], &["--no-plugin", "add", "a", path(&jit.ir), "run", "a", "racy_main", "0.3"])];
+    if Command::new("lli-19").arg("--version").output().is_ok() {
+        runs.push(run(RATE, Path::new("lli-19"), &["-jit-kind=orc", path(&jit.ir), "0.3"]));
+    } else {
+        eprintln!("SKIP: lli-19 not found (apt-get install llvm-19); its case skipped");
+    }
+    for run in runs {
+        assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
+        assert!(run.stdout.ends_with("done\n"), "{}", run.stdout);
+        let lines: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("racewatch:")).collect();
+        assert_eq!(lines.len(), 1, "{}", run.stderr);
+        assert!(
+            lines[0].contains("0x0..0x0: the JIT linker dropped") && lines[0].contains("ORC plugin"),
+            "{}",
+            run.stderr
+        );
+    }
 }

@@ -330,15 +330,27 @@ fn lljit_race_is_reported_with_named_jit_frames_in_both_code_models() {
 #[test]
 fn lljit_relaxed_atomic_and_clean_twin_are_never_reported() {
     let Some(jit) = jit() else { return };
-    for ir in [&jit.ir, &jit.ir_large] {
+    let dir = scratch("jit_clean");
+    for (i, ir) in [&jit.ir, &jit.ir_large].into_iter().enumerate() {
         let args = ["add", "a", path(ir), "run", "a", "relaxed_main", "1.5", "run", "a", "clean_main", "1.5"];
-        let run = host_run(jit, &["stats=1"], &args);
+        let prefix = dir.join(format!("profile{i}"));
+        let coverage = format!("coverage_path={}", prefix.display());
+        let run = host_run(jit, &["stats=1", &coverage], &args);
         assert_eq!(run.status.code(), Some(0), "{}", run.stderr);
         assert!(!has_report(&run.stderr), "{}", run.stderr);
         assert!(run.stdout.ends_with("done\n"), "{}", run.stdout);
         let watches = common::stat(&run.stderr, "watches armed").unwrap_or(0);
         eprintln!("jit: {}: no report, {watches} watches", ir.display());
         assert!(watches > 100, "the JIT'd accesses were watched: {}", common::stats_summary(&run.stderr));
+        // The run-time coverage profile has the JIT'd functions, named, with their samples and watches.
+        let profile = std::fs::read_to_string(format!("{}.{}", prefix.display(), run.pid)).unwrap();
+        for (function, watched) in [("relaxed_bump", true), ("guarded_bump", false)] {
+            let line = profile.lines().find(|l| l.starts_with("jitfn ") && l.ends_with(&format!(" {function}")));
+            let line = line.unwrap_or_else(|| panic!("{function}:\n{profile}"));
+            let counts: Vec<u64> = line.split(' ').skip(2).take(2).map(|n| n.parse().unwrap()).collect();
+            // (The mutex twin's one access follows the lock's call, where few samples land.)
+            assert!(counts[0] > 0 && (counts[1] > 0 || !watched), "samples and watches in {function}:\n{profile}");
+        }
     }
 }
 

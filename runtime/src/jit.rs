@@ -53,9 +53,37 @@ pub fn add_symbol(symbol: JitSymbol) {
     }
 }
 
-/// Forgets every symbol starting in `[start, end)` (`__racewatch_jit_symbols_del`).
+/// Functions removed while run-time coverage counts (their names are still wanted at exit), latest last.
+static RETIRED: Mutex<Vec<JitSymbol>> = Mutex::new(Vec::new());
+/// Retired functions remembered at most.
+const RETIRED_CAPACITY: usize = 1 << 16;
+
+/// Forgets every symbol starting in `[start, end)` (`__racewatch_jit_symbols_del`); with run-time
+/// coverage on, the functions' names are kept for the profile.
 pub fn remove_symbols(start: u64, end: u64) {
-    symbols().retain(|s| !(start..end).contains(&s.start));
+    let mut removed = Vec::new();
+    symbols().retain(|s| {
+        let gone = (start..end).contains(&s.start);
+        if gone && s.code {
+            removed.push(s.clone());
+        }
+        !gone
+    });
+    if crate::profile::is_on() && !removed.is_empty() {
+        let mut retired = RETIRED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let room = RETIRED_CAPACITY.saturating_sub(retired.len());
+        retired.extend(removed.into_iter().take(room));
+    }
+}
+
+/// The name of the JIT'd function starting at `start`: handed over and still there, else removed
+/// while coverage counted (the latest).
+pub fn function_named_at(start: u64) -> Option<String> {
+    let live = symbols().iter().find(|s| s.code && s.start == start).map(|s| s.name.clone());
+    live.or_else(|| {
+        let retired = RETIRED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        retired.iter().rev().find(|s| s.start == start).map(|s| s.name.clone())
+    })
 }
 
 /// The symbol handed over that holds `addr`, a function's (`code`) or a global's.

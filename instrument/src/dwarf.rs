@@ -22,7 +22,7 @@ pub type ReadFile = fn(&Path) -> io::Result<Vec<u8>>;
 /// A module's DWARF: a file's (mapped by addr2line), or an in-memory object's (relocated, see
 /// [`crate::jit_object`]).
 enum Dwarf {
-    File(addr2line::Loader),
+    File(Box<addr2line::Loader>),
     Memory(Box<addr2line::Context<MemorySlice>>),
 }
 
@@ -108,7 +108,7 @@ impl ModuleDebug {
     /// [`ModuleDebug::open`] for a debug file whose DWARF refers to a supplementary file (dwz's
     /// multifile, named by `.gnu_debugaltlink`): names and types shared by several packages live there.
     pub fn open_with_sup(path: &Path, sup: Option<&Path>, read: ReadFile) -> ModuleDebug {
-        let loader = addr2line::Loader::new_with_sup(path, sup).ok().map(Dwarf::File);
+        let loader = addr2line::Loader::new_with_sup(path, sup).ok().map(|l| Dwarf::File(Box::new(l)));
         ModuleDebug { path: path.to_path_buf(), loader, read, symbols: OnceCell::new() }
     }
 

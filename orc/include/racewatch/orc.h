@@ -103,7 +103,7 @@ public:
   /// `symbols`: also hand the runtime the objects' symbol names (cheap; on by default).
   explicit Plugin(bool symbols = true) : WithSymbols(symbols) {}
 
-  void modifyPassConfig(llvm::orc::MaterializationResponsibility &MR, llvm::jitlink::LinkGraph &G,
+  void modifyPassConfig(llvm::orc::MaterializationResponsibility &MR, llvm::jitlink::LinkGraph &,
                         llvm::jitlink::PassConfiguration &Config) override {
     Config.PrePrunePasses.push_back([](llvm::jitlink::LinkGraph &G) {
       keepTablesAlive(G);
@@ -131,10 +131,13 @@ public:
     }
     // The memory is final (protections applied) and nothing of the object has run yet.
     add(linked);
-    return MR.withResourceKeyDo([&](llvm::orc::ResourceKey K) {
+    llvm::Error err = MR.withResourceKeyDo([&](llvm::orc::ResourceKey K) {
       std::lock_guard<std::mutex> lock(Mutex);
-      Registered[K].push_back(std::move(linked));
+      Registered[K].push_back(linked);
     });
+    if (err)
+      remove(linked); // the tracker is gone: nobody will remove the object's resources through us
+    return err;
   }
 
   llvm::Error notifyFailed(llvm::orc::MaterializationResponsibility &MR) override {
@@ -209,6 +212,12 @@ public:
       bool code = (static_cast<unsigned>(Sec.getMemProt()) & static_cast<unsigned>(llvm::orc::MemProt::Exec)) != 0;
       for (auto *Sym : Sec.symbols()) {
         if (!Sym->hasName() || !Sym->isDefined())
+          continue;
+#if LLVM_VERSION_MAJOR >= 20
+        if ((*Sym->getName()).starts_with(".L")) // assembler-local labels: constant pools, strings
+#else
+        if (Sym->getName().starts_with(".L"))
+#endif
           continue;
         uint64_t start = Sym->getAddress().getValue();
         uint64_t size = Sym->getSize();

@@ -116,11 +116,10 @@ pub fn c_string_at(addr: u64) -> Option<String> {
     None
 }
 
-/// The `(address, size)` of each object the GDB JIT interface lists now, in list order; empty when no
-/// module defines `__jit_debug_descriptor`.
-pub fn registered_objects() -> Vec<(u64, u64)> {
+/// The `(address, size)` of each object the GDB JIT interface whose descriptor is at `descriptor` lists
+/// now, in list order.
+pub fn registered_objects(descriptor: u64) -> Vec<(u64, u64)> {
     const MAX_ENTRIES: usize = 1 << 16;
-    let Some(descriptor) = crate::sys::dl::global_symbol(c"__jit_debug_descriptor") else { return Vec::new() };
     // struct jit_descriptor { u32 version; u32 action_flag; entry *relevant_entry; entry *first_entry; }
     let Some(mut entry) = crate::sys::mem::read_u64(descriptor + 16) else { return Vec::new() };
     let mut out = Vec::new();
@@ -134,9 +133,32 @@ pub fn registered_objects() -> Vec<(u64, u64)> {
     out
 }
 
+/// Where `__jit_debug_descriptor` is: in the dynamic symbol tables (`dlsym(RTLD_DEFAULT)`: a JIT using
+/// libLLVM.so), else, when `search_executable`, in the executable's own symbol table (LLVM linked in
+/// statically: its symbols are not exported).
+fn find_descriptor(search_executable: bool) -> Option<u64> {
+    const NAME: &str = "__jit_debug_descriptor";
+    if let Some(addr) = crate::sys::dl::global_symbol(c"__jit_debug_descriptor") {
+        return Some(addr);
+    }
+    if !search_executable {
+        return None;
+    }
+    let exe = std::env::current_exe().ok()?;
+    let module = modules::all().into_iter().find(|m| std::path::Path::new(&m.path) == exe)?;
+    let bytes = crate::sys::fd::read_file(&exe).ok()?;
+    let file = racewatch_instrument::elf::Module::from_bytes(&exe, bytes).ok()?;
+    let symbol = file.objects.iter().find(|o| o.raw_name == NAME)?;
+    Some(symbol.address.wrapping_add(module.bias))
+}
+
 /// The JIT's objects read so far (by address and size) and the perf map: a cache for one symbolizer.
 #[derive(Default)]
 pub struct JitObjects {
+    /// The GDB JIT interface's descriptor, once found.
+    descriptor: Option<u64>,
+    /// The executable's symbol table was searched for it (once).
+    searched_executable: bool,
     cache: HashMap<(u64, u64), Option<Rc<JitObject>>>,
     /// The objects listed at the last walk, in list order.
     live: Vec<Rc<JitObject>>,
@@ -146,7 +168,11 @@ pub struct JitObjects {
 impl JitObjects {
     /// Walks the GDB JIT interface's list again, reading objects not seen before.
     fn refresh(&mut self) {
-        let listed = registered_objects();
+        if self.descriptor.is_none() {
+            self.descriptor = find_descriptor(!self.searched_executable);
+            self.searched_executable = true;
+        }
+        let listed = self.descriptor.map(registered_objects).unwrap_or_default();
         self.live.clear();
         for key in &listed {
             let object = self.cache.entry(*key).or_insert_with(|| {
@@ -256,7 +282,7 @@ mod tests {
     #[test]
     fn no_descriptor_no_objects() {
         // The test binary has no GDB JIT interface.
-        assert!(registered_objects().is_empty());
+        assert_eq!(find_descriptor(true), None);
         assert!(JitObjects::default().with_code_at(0x1000).is_none());
     }
 }

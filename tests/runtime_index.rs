@@ -279,6 +279,7 @@ fn jit_tables_from_callbacks_and_bad_tables() {
             if (!classify) { printf("no runtime\n"); return 0; }
             unsigned char *page = mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             unsigned char *code = page, *covered = page + 4096, *atomics = page + 4200;
+            mprotect(code, 4096, PROT_READ | PROT_EXEC); /* tables must point into executable memory */
             put_rel(covered, code);
             covered[4] = 0x80; covered[5] = 0x01; /* size 128 (ULEB128) */
             covered[6] = 0x01;                    /* features: atomics */

@@ -19,10 +19,62 @@ use std::path::{Path, PathBuf};
 /// How a caller reads a whole file (the runtime reads through a descriptor the program cannot close).
 pub type ReadFile = fn(&Path) -> io::Result<Vec<u8>>;
 
+/// A module's DWARF: a file's (mapped by addr2line), or an in-memory object's (relocated, see
+/// [`crate::jit_object`]).
+enum Dwarf {
+    File(Box<addr2line::Loader>),
+    Memory(Box<addr2line::Context<MemorySlice>>),
+}
+
+/// The reader of in-memory DWARF.
+pub(crate) type MemorySlice = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+
+/// One frame addr2line found for a PC, owned.
+struct RawFrame {
+    scope: Scope,
+    name: Option<String>,
+    file: Option<String>,
+    line: Option<u32>,
+    column: Option<u32>,
+}
+
+fn raw_frames<R: addr2line::gimli::Reader, E>(iter: Result<addr2line::FrameIter<'_, R>, E>) -> Vec<RawFrame> {
+    let mut out = Vec::new();
+    let Ok(mut iter) = iter else { return out };
+    while let Ok(Some(found)) = iter.next() {
+        let (file, line, column) = match &found.location {
+            Some(loc) => (loc.file.map(str::to_string), loc.line, loc.column),
+            None => (None, None, None),
+        };
+        let name = found.function.as_ref().and_then(|f| f.raw_name().ok()).map(|n| n.into_owned());
+        out.push(RawFrame { scope: scope_of(&found), name, file, line, column });
+    }
+    out
+}
+
+impl Dwarf {
+    /// The frames of `probe`, innermost first.
+    fn frames(&self, probe: u64) -> Vec<RawFrame> {
+        match self {
+            Dwarf::File(loader) => raw_frames(loader.find_frames(probe)),
+            Dwarf::Memory(context) => raw_frames(context.find_frames(probe).skip_all_loads()),
+        }
+    }
+
+    /// The file and line of the line-table row of `probe`.
+    fn location(&self, probe: u64) -> Option<(String, Option<u32>)> {
+        let loc = match self {
+            Dwarf::File(loader) => loader.find_location(probe).ok()??,
+            Dwarf::Memory(context) => context.find_location(probe).ok()??,
+        };
+        Some((loc.file?.to_string(), loc.line))
+    }
+}
+
 /// What one ELF file can tell about its addresses.
 pub struct ModuleDebug {
     path: PathBuf,
-    loader: Option<addr2line::Loader>,
+    loader: Option<Dwarf>,
     read: ReadFile,
     /// Read on first need.
     symbols: OnceCell<Symbols>,
@@ -56,8 +108,26 @@ impl ModuleDebug {
     /// [`ModuleDebug::open`] for a debug file whose DWARF refers to a supplementary file (dwz's
     /// multifile, named by `.gnu_debugaltlink`): names and types shared by several packages live there.
     pub fn open_with_sup(path: &Path, sup: Option<&Path>, read: ReadFile) -> ModuleDebug {
-        let loader = addr2line::Loader::new_with_sup(path, sup).ok();
+        let loader = addr2line::Loader::new_with_sup(path, sup).ok().map(|l| Dwarf::File(Box::new(l)));
         ModuleDebug { path: path.to_path_buf(), loader, read, symbols: OnceCell::new() }
+    }
+
+    /// An object in memory (a JIT's): its DWARF already relocated to run-time addresses, and its
+    /// functions and data objects at run-time addresses (each sorted by address). `label` names it.
+    pub(crate) fn in_memory(
+        label: &str,
+        context: Option<addr2line::Context<MemorySlice>>,
+        functions: Vec<Function>,
+        objects: Vec<Function>,
+    ) -> ModuleDebug {
+        let symbols = OnceCell::new();
+        let _ = symbols.set(Symbols { functions, objects });
+        ModuleDebug {
+            path: PathBuf::from(label),
+            loader: context.map(|c| Dwarf::Memory(Box::new(c))),
+            read: |_| Err(io::ErrorKind::Unsupported.into()),
+            symbols,
+        }
     }
 
     /// A module whose file is not read at all: every address yields a bare frame.
@@ -113,27 +183,22 @@ impl ModuleDebug {
         let mut frames = Vec::new();
         // The innermost function's DIE: the scope a line borrowed for a line-0 PC must come from.
         let mut innermost = None;
-        if let Some(Ok(mut iter)) = self.loader.as_ref().map(|loader| loader.find_frames(probe)) {
-            while let Ok(Some(found)) = iter.next() {
-                if frames.is_empty() {
-                    innermost = Some(scope_of(&found));
-                }
-                dwarf_names.push(found.function.as_ref().and_then(|f| f.raw_name().ok()).map(|n| n.into_owned()));
-                let (file, line, column) = match found.location {
-                    Some(loc) => (loc.file.map(|f| display_path(f, origin.cwd)), loc.line, loc.column),
-                    None => (None, None, None),
-                };
-                frames.push(Frame { file, line, column, ..bare.clone() });
+        for found in self.loader.as_ref().map(|dwarf| dwarf.frames(probe)).unwrap_or_default() {
+            if frames.is_empty() {
+                innermost = Some(found.scope.clone());
             }
+            dwarf_names.push(found.name);
+            let file = found.file.map(|f| display_path(&f, origin.cwd));
+            frames.push(Frame { file, line: found.line, column: found.column, ..bare.clone() });
         }
-        if let (Some(first), Some(loader), Some(scope)) = (frames.first_mut(), self.loader.as_ref(), &innermost) {
+        if let (Some(first), Some(dwarf), Some(scope)) = (frames.first_mut(), self.loader.as_ref(), &innermost) {
             if first.line.is_none_or(|l| l == 0) {
                 // Rows of the same innermost function only: the nearest row may be another inlined
                 // function's (an atomic primitive's, the caller's next statement), whose line would name
                 // other code. Without one, the frame keeps its function and its row's file, no line.
                 first.line = None;
                 first.column = None;
-                if let Some((near_file, line)) = nearest_line(loader, probe, scope) {
+                if let Some((near_file, line)) = nearest_line(dwarf, probe, scope) {
                     first.file = Some(display_path(&near_file, origin.cwd));
                     first.line = Some(line);
                     first.line_approximate = true;
@@ -193,15 +258,13 @@ fn scope_of<R: addr2line::gimli::Reader>(frame: &addr2line::Frame<'_, R>) -> Sco
 
 /// The nearest line-table row with a real line around `addr` (forward first: a hoisted load's line is
 /// usually the use that follows), within a few instructions, whose innermost function is `scope`.
-fn nearest_line(loader: &addr2line::Loader, addr: u64, scope: &Scope) -> Option<(String, u32)> {
+fn nearest_line(dwarf: &Dwarf, addr: u64, scope: &Scope) -> Option<(String, u32)> {
     const REACH: u64 = 32;
     let at = |a: u64| {
-        let loc = loader.find_location(a).ok()??;
-        let line = loc.line.filter(|&l| l > 0)?;
-        let near = loc.file?.to_string();
-        let mut frames = loader.find_frames(a).ok()?;
-        let first = frames.next().ok()??;
-        (scope_of(&first) == *scope).then_some((near, line))
+        let (near, line) = dwarf.location(a)?;
+        let line = line.filter(|&l| l > 0)?;
+        let first = dwarf.frames(a).into_iter().next()?;
+        (first.scope == *scope).then_some((near, line))
     };
     (1..=REACH).find_map(|d| at(addr + d).or_else(|| at(addr.checked_sub(d)?)))
 }

@@ -6,7 +6,8 @@
 //! and records the error in [`Table::error`]; the file still loads.
 
 use crate::format::pcsections::{
-    for_each_atomic, for_each_covered, parse_section_name, CoveredEntry, DecodeError, ErrorKind, SectionId, TableKind,
+    decode_atomics_checked, decode_covered_checked, for_each_atomic, for_each_covered, parse_section_name,
+    CoveredEntry, DecodeError, ErrorKind, SectionId, TableKind,
 };
 use crate::format::stackmap::{self, StackMap, StackMapError};
 use crate::symbols::{self, find_function, functions_from_symbols, RawSymbol, SourceMap};
@@ -31,6 +32,8 @@ pub struct Table {
     /// Entries decoded (all of them, or those before [`Table::error`]).
     pub entries: usize,
     pub error: Option<DecodeError>,
+    /// Set when the table was decoded with the other PC-offset width than its version declares: why.
+    pub note: Option<String>,
 }
 
 /// An ELF file with its tables decoded.
@@ -225,19 +228,57 @@ impl Module {
     }
 
     fn decode_tables(&mut self) {
+        // Where PCs may point: the code sections, at link-time addresses.
+        let exec = u64::from(goblin::elf::section_header::SHF_EXECINSTR);
+        let code: Vec<(u64, u64)> = self
+            .sections
+            .iter()
+            .filter(|s| s.flags & exec != 0 && s.flags & u64::from(SHF_ALLOC) != 0)
+            .map(|s| (s.addr, s.addr.saturating_add(s.size)))
+            .collect();
+        let is_code = |start: u64, len: u64| {
+            code.iter().any(|&(s, e)| start >= s && start.checked_add(len).is_some_and(|end| end <= e))
+        };
         for section in &self.sections {
             let Some(id) = parse_section_name(&section.name) else { continue };
             let data = &self.bytes[section.data.clone()];
             let mut entries = 0;
-            let result = match id.kind {
-                TableKind::Covered => for_each_covered(data, section.addr, id.version, |e| {
-                    entries += 1;
-                    self.covered.push(e);
+            let mut note = None;
+            // A table whose declared width does not fit is decoded with the other one when that fits; one
+            // that fits neither is refused when its entries point outside the code (or it ends early),
+            // and otherwise keeps the entries decoded before its first error.
+            let checked = match id.kind {
+                TableKind::Covered => decode_covered_checked(data, section.addr, id.version, &is_code).map(|c| {
+                    note = c.width_note(id.version);
+                    entries = c.entries.len();
+                    self.covered.extend(c.entries);
                 }),
-                TableKind::Atomics => for_each_atomic(data, section.addr, id.version, |pc| {
-                    entries += 1;
-                    self.atomics.push(pc);
+                TableKind::Atomics => decode_atomics_checked(data, section.addr, id.version, &is_code).map(|c| {
+                    note = c.width_note(id.version);
+                    entries = c.entries.len();
+                    self.atomics.extend(c.entries);
                 }),
+            };
+            let result = match checked {
+                Ok(()) => Ok(()),
+                Err(w)
+                    if matches!(
+                        w.error.kind,
+                        ErrorKind::PcNotCode(_) | ErrorKind::FunctionOverrunsCode { .. } | ErrorKind::EndsEarly
+                    ) =>
+                {
+                    Err(w.error)
+                }
+                Err(_) => match id.kind {
+                    TableKind::Covered => for_each_covered(data, section.addr, id.version, |e| {
+                        entries += 1;
+                        self.covered.push(e);
+                    }),
+                    TableKind::Atomics => for_each_atomic(data, section.addr, id.version, |pc| {
+                        entries += 1;
+                        self.atomics.push(pc);
+                    }),
+                },
             };
             let mut error = result.err();
             if error.is_none() && section.kind != SHT_NOBITS && (data.len() as u64) < section.size {
@@ -254,6 +295,7 @@ impl Module {
                 size: section.size,
                 entries,
                 error,
+                note,
             });
         }
         self.covered.sort_by_key(|e| e.pc);

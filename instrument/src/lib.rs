@@ -18,6 +18,8 @@ pub mod dwarf;
 #[cfg(feature = "tools")]
 pub mod elf;
 pub mod frames;
+#[cfg(feature = "tools")]
+pub mod jit_object;
 pub mod keys;
 #[cfg(feature = "tools")]
 pub mod symbols;

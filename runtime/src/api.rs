@@ -20,6 +20,7 @@ use crate::stats::{self, Counter};
 use crate::{detector, reporter, sampler, sys};
 use racewatch_instrument::format::pcsections::{TableKind, Version};
 use std::ffi::c_char;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How many callback calls before init are remembered (each instrumented
 /// module makes two); the rest are found by the module walk.
@@ -94,12 +95,13 @@ fn init() {
     let mut announce = Announcements::default();
     {
         let mut reg = registry::lock();
+        let code = modules::CodeRanges::now();
         for module in modules::walk() {
             let id = ModuleId { path: module.path.clone(), bias: module.bias };
             for s in &module.sections {
                 let key = TableKey { kind: s.id.kind, start: s.addr };
                 let Some(bytes) = modules::read_memory(s.addr, s.size) else { continue };
-                register(&mut reg, key, s.id.version, &bytes, &id);
+                register(&mut reg, key, s.id.version, &bytes, &id, &code);
             }
             announce.module(&reg, &id);
         }
@@ -113,7 +115,7 @@ fn init() {
             log::warn(format_args!("{dropped} metadata callbacks before start-up were not kept"));
         }
         for call in calls {
-            apply(&mut reg, call, &mut announce);
+            apply(&mut reg, call, &mut announce, &code);
         }
         reg.publish();
         if opts.verbosity >= 2 {
@@ -222,13 +224,30 @@ impl Announcements {
     }
 }
 
-/// Decodes and registers one table; warns (once, for this call) on malformed bytes.
-fn register(reg: &mut Registry, key: TableKey, version: Version, bytes: &[u8], module: &ModuleId) -> bool {
+/// Decodes and registers one table; warns (once, for this call) on malformed bytes or a table whose
+/// declared PC-offset width fits neither it nor the other width; says once per process when a table
+/// was decoded with the other width than it declares.
+fn register(
+    reg: &mut Registry,
+    key: TableKey,
+    version: Version,
+    bytes: &[u8],
+    module: &ModuleId,
+    code: &modules::CodeRanges,
+) -> bool {
+    static WIDTH_NOTED: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
     if reg.contains(key) {
         return false;
     }
-    let entries = match Entries::decode(key, version, bytes) {
-        Ok(entries) => entries,
+    let entries = match Entries::decode_checked(key, version, bytes, &|start, len| code.contains(start, len)) {
+        Ok((entries, note)) => {
+            if let Some(note) = note {
+                if !WIDTH_NOTED[usize::from(version.wide())].swap(true, Ordering::Relaxed) {
+                    log::line(format_args!("{}: {note}", module.path));
+                }
+            }
+            entries
+        }
         Err(err) => {
             log::warn(format_args!("ignoring PC table of {}: {err}", module.path));
             return false;
@@ -246,7 +265,7 @@ fn register(reg: &mut Registry, key: TableKey, version: Version, bytes: &[u8], m
 }
 
 /// Applies one callback to the registry (without publishing).
-fn apply(reg: &mut Registry, call: Call, announce: &mut Announcements) {
+fn apply(reg: &mut Registry, call: Call, announce: &mut Announcements, code: &modules::CodeRanges) {
     let key = TableKey { kind: call.kind, start: call.start };
     if !call.add {
         if let Some(removed) = reg.remove(key) {
@@ -265,6 +284,19 @@ fn apply(reg: &mut Registry, call: Call, announce: &mut Announcements) {
         log::warn(format_args!("{name}: unsupported version {:#x}; table ignored", call.version));
         return;
     };
+    if call.start == 0 && call.end == 0 {
+        // A module constructor whose `__start_`/`__stop_` symbols resolved to nothing: the linker
+        // dropped the sections. JITLink does (nothing references them); said once per process.
+        static SAID: AtomicBool = AtomicBool::new(false);
+        if !SAID.swap(true, Ordering::Relaxed) {
+            log::warn(format_args!(
+                "{name}: range 0x0..0x0: the JIT linker dropped this module's sanmd_* tables (stock lli, or an \
+                 ORC JIT without racewatch's plugin), so its code is never watched; add racewatch's ORC plugin \
+                 (orc/include/racewatch/orc.h) to the JIT's ObjectLinkingLayer"
+            ));
+        }
+        return;
+    }
     if call.end < call.start || call.start == 0 {
         log::warn(format_args!("{name}: bad range {:#x}..{:#x}; table ignored", call.start, call.end));
         return;
@@ -281,7 +313,7 @@ fn apply(reg: &mut Registry, call: Call, announce: &mut Announcements) {
             ModuleId { path: format!("<anonymous {base:#x}>"), bias: base }
         }
     };
-    if !register(reg, key, version, &bytes, &id) {
+    if !register(reg, key, version, &bytes, &id, code) {
         return;
     }
     // Announce once every table the module's file lists has arrived (a module's
@@ -317,7 +349,8 @@ fn callback(call: Call) {
         let mut announce = Announcements::default();
         {
             let mut reg = registry::lock();
-            apply(&mut reg, call, &mut announce);
+            let code = if call.add { modules::CodeRanges::now() } else { modules::CodeRanges::default() };
+            apply(&mut reg, call, &mut announce, &code);
             reg.publish();
         }
         announce.print();
@@ -356,6 +389,24 @@ pub extern "C" fn __sanitizer_metadata_atomics_add(version: u32, start: *const c
 #[no_mangle]
 pub extern "C" fn __sanitizer_metadata_atomics_del(version: u32, start: *const c_char, end: *const c_char) {
     call(false, TableKind::Atomics, version, start, end);
+}
+
+/// Called by racewatch's ORC plugin (orc/include/racewatch/orc.h) for each named symbol of a linked
+/// object: `[start, end)` is `name` (copied), code when bit 0 of `flags` is set, else data. Reports name
+/// JIT'd functions and globals from these when the JIT registers no debug objects.
+#[no_mangle]
+pub extern "C" fn __racewatch_jit_symbol_add(start: u64, end: u64, name: *const c_char, flags: u32) {
+    guarded(|| {
+        let Some(name) = crate::jit::c_string_at(name as u64) else { return };
+        crate::jit::add_symbol(crate::jit::JitSymbol { start, end: end.max(start), name, code: flags & 1 != 0 });
+    });
+}
+
+/// Called by racewatch's ORC plugin when an object's resources are removed: forgets every symbol
+/// starting in `[start, end)`.
+#[no_mangle]
+pub extern "C" fn __racewatch_jit_symbols_del(start: u64, end: u64) {
+    guarded(|| crate::jit::remove_symbols(start, end));
 }
 
 /// Test and tooling hook: the index's verdict on `pc` — 0 uncovered, 1 plain, 2 atomic.

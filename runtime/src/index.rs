@@ -39,7 +39,9 @@
 //! atomic one.
 
 use crate::sys::hugepage::HugeSlice;
-use racewatch_instrument::format::pcsections::{self, DecodeError, Version, FEATURE_ATOMICS};
+use racewatch_instrument::format::pcsections::{
+    self, Checked, DecodeError, IsCode, Version, WidthError, FEATURE_ATOMICS,
+};
 use std::borrow::Cow;
 
 /// What the instruction at a PC is, as far as the metadata knows.
@@ -587,6 +589,33 @@ pub fn decode_covered(bytes: &[u8], addr: u64, version: Version) -> Result<Vec<F
         out.push(FunctionInfo { start: e.pc, size: e.size as u32, features: e.features as u32 });
     })?;
     Ok(out)
+}
+
+/// [`decode_covered`], checking that the declared PC-offset width fits the table (it decodes to the
+/// section's end, every function in the code), else decoding with the other width when that fits.
+pub fn decode_covered_checked(
+    bytes: &[u8],
+    addr: u64,
+    version: Version,
+    is_code: IsCode<'_>,
+) -> Result<Checked<FunctionInfo>, WidthError> {
+    let c = pcsections::decode_covered_checked(bytes, addr, version, is_code)?;
+    let entries = c
+        .entries
+        .iter()
+        .map(|e| FunctionInfo { start: e.pc, size: e.size as u32, features: e.features as u32 })
+        .collect();
+    Ok(Checked { entries, version: c.version, declared_misfit: c.declared_misfit })
+}
+
+/// [`decode_atomics`] with the checks of [`decode_covered_checked`].
+pub fn decode_atomics_checked(
+    bytes: &[u8],
+    addr: u64,
+    version: Version,
+    is_code: IsCode<'_>,
+) -> Result<Checked<u64>, WidthError> {
+    pcsections::decode_atomics_checked(bytes, addr, version, is_code)
 }
 
 /// Decodes an atomics table whose first byte is at `addr` into PCs.

@@ -18,6 +18,7 @@ pub mod exit_status;
 pub mod fixed;
 pub mod index;
 pub mod intercept;
+pub mod jit;
 pub mod judge;
 pub mod libcalls;
 pub mod log;

@@ -140,6 +140,51 @@ pub fn mapping_start(addr: u64) -> Option<u64> {
     })
 }
 
+/// The executable mappings of the process (from `/proc/self/maps`), adjacent ones merged: where the
+/// PCs of a table may point.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CodeRanges(Vec<(u64, u64)>);
+
+impl CodeRanges {
+    /// The executable mappings now.
+    pub fn now() -> CodeRanges {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        CodeRanges::parse(&maps)
+    }
+
+    /// Parses `/proc/<pid>/maps` text.
+    pub fn parse(maps: &str) -> CodeRanges {
+        let mut ranges: Vec<(u64, u64)> = maps
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let (start, end) = fields.next()?.split_once('-')?;
+                let perms = fields.next()?;
+                (perms.as_bytes().get(2) == Some(&b'x'))
+                    .then_some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
+            })
+            .collect();
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (start, end) in ranges {
+            match merged.last_mut() {
+                Some(last) if last.1 >= start => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        CodeRanges(merged)
+    }
+
+    /// Whether `[start, start + len)` lies in one executable mapping.
+    pub fn contains(&self, start: u64, len: u64) -> bool {
+        let at = self.0.partition_point(|&(s, _)| s <= start);
+        at > 0 && {
+            let (_, end) = self.0[at - 1];
+            start < end && start.checked_add(len).is_some_and(|e| e <= end)
+        }
+    }
+}
+
 /// Copies `len` bytes of this process's memory at `addr`; `None` if any of it is unreadable.
 pub fn read_memory(addr: u64, len: u64) -> Option<Vec<u8>> {
     let len = usize::try_from(len).ok().filter(|&n| n <= 1 << 32)?;
@@ -184,6 +229,20 @@ mod tests {
         let at = boxed.as_ptr() as u64;
         assert!(mapping_start(at).is_some_and(|start| start <= at && start % 4096 == 0));
         assert_eq!(mapping_start(8), None);
+    }
+
+    #[test]
+    fn code_ranges_are_the_executable_mappings() {
+        let maps =
+            "1000-3000 r-xp 0 0:0 0 /a\n3000-4000 r-xp 0 0:0 0 /a\n5000-6000 rw-p 0 0:0 0\n7000-8000 --xp 0 0:0 0\n";
+        let code = CodeRanges::parse(maps);
+        assert!(code.contains(0x1000, 1) && code.contains(0x2ff0, 0x20) && code.contains(0x7000, 0x1000));
+        assert!(!code.contains(0xfff, 1) && !code.contains(0x3ff0, 0x20) && !code.contains(0x5000, 1));
+        assert!(!code.contains(0x8000, 1) && !code.contains(u64::MAX, 2));
+        let here = code_ranges_are_the_executable_mappings as fn() as usize as u64;
+        assert!(CodeRanges::now().contains(here, 16));
+        let data = [0u8; 8];
+        assert!(!CodeRanges::now().contains(data.as_ptr() as u64, 1));
     }
 
     #[test]

@@ -218,6 +218,21 @@ fn render(loaded: &[LoadedModule], covered: &[String]) -> String {
             let _ = writeln!(out, "pc {:#x} {watches} {races}", pc.wrapping_sub(module.bias));
         }
     }
+    // JIT'd code (no module holds it): run-time addresses, named from the symbols racewatch's ORC plugin
+    // handed over (`-` when unknown).
+    let in_module = |addr: u64| loaded.iter().any(|m| m.contains(addr));
+    let mut functions: Vec<(u64, [u32; EVENTS])> =
+        t.functions.entries().filter(|(start, _)| !in_module(*start)).collect();
+    functions.sort_unstable();
+    for (start, [samples, watches, traps, races]) in functions {
+        let name = crate::jit::function_named_at(start).unwrap_or_else(|| "-".to_string());
+        let _ = writeln!(out, "jitfn {start:#x} {samples} {watches} {traps} {races} {name}");
+    }
+    let mut accesses: Vec<(u64, [u32; 2])> = t.accesses.entries().filter(|(pc, _)| !in_module(*pc)).collect();
+    accesses.sort_unstable();
+    for (pc, [watches, races]) in accesses {
+        let _ = writeln!(out, "jitpc {pc:#x} {watches} {races}");
+    }
     out
 }
 

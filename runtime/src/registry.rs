@@ -9,7 +9,7 @@
 
 use crate::index::{self, FunctionInfo, Index};
 use crate::sys::snapshot::SnapshotCell;
-use racewatch_instrument::format::pcsections::{DecodeError, TableKind, Version};
+use racewatch_instrument::format::pcsections::{DecodeError, IsCode, TableKind, Version, WidthError};
 use std::borrow::Cow;
 use std::sync::Mutex;
 
@@ -48,6 +48,28 @@ impl Entries {
         Ok(match key.kind {
             TableKind::Covered => Entries::Covered(index::decode_covered(bytes, key.start, version)?),
             TableKind::Atomics => Entries::Atomics(index::decode_atomics(bytes, key.start, version)?),
+        })
+    }
+
+    /// Decodes `bytes` after checking that the declared PC-offset width fits them (see
+    /// [`index::decode_covered_checked`]); with the line to print when the other width was used.
+    pub fn decode_checked(
+        key: TableKey,
+        version: Version,
+        bytes: &[u8],
+        is_code: IsCode<'_>,
+    ) -> Result<(Entries, Option<String>), WidthError> {
+        Ok(match key.kind {
+            TableKind::Covered => {
+                let c = index::decode_covered_checked(bytes, key.start, version, is_code)?;
+                let note = c.width_note(version);
+                (Entries::Covered(c.entries), note)
+            }
+            TableKind::Atomics => {
+                let c = index::decode_atomics_checked(bytes, key.start, version, is_code)?;
+                let note = c.width_note(version);
+                (Entries::Atomics(c.entries), note)
+            }
         })
     }
 

@@ -213,8 +213,11 @@ fn thread_label(number: u32, tid: i32, name: Option<&str>) -> String {
 fn location_line(location: &MemoryLocation) -> String {
     match location {
         MemoryLocation::Global { name, size, address, module, offset } => {
-            let module = module.rsplit('/').next().unwrap_or(module);
             let name = without_llvm_suffix(name);
+            if module == crate::symbolize::JIT_MODULE {
+                return format!("Location is global '{name}' of size {size} at {address:#x} (JIT'd code)");
+            }
+            let module = module.rsplit('/').next().unwrap_or(module);
             format!("Location is global '{name}' of size {size} at {address:#x} ({module}+{offset:#x})")
         }
         MemoryLocation::Stack { thread: 0, tid, .. } => format!("Location is stack of main thread (tid {tid})"),

@@ -17,6 +17,7 @@
 //! their own and keep the bare DWARF name.
 
 use crate::event::Stack;
+use crate::jit::{self, JitObjects};
 use crate::modules;
 use racewatch_instrument::dwarf::ModuleDebug;
 pub use racewatch_instrument::dwarf::Origin;
@@ -40,6 +41,9 @@ pub struct DataSymbol {
     pub offset: u64,
 }
 
+/// The module a global of JIT'd code is reported in (no file holds it).
+pub const JIT_MODULE: &str = "<jit>";
+
 /// Maps runtime PCs to frames. Build and use it on one ordinary thread.
 pub struct Symbolizer {
     files: HashMap<PathBuf, ModuleDebug>,
@@ -49,6 +53,8 @@ pub struct Symbolizer {
     /// Whether module files are read (`symbolize=1`); without, frames are module, build-id and offset,
     /// named from the dynamic symbol tables already mapped.
     read_files: bool,
+    /// JIT'd code: the objects registered through the GDB JIT interface, the perf map.
+    jit: JitObjects,
 }
 
 impl Default for Symbolizer {
@@ -65,6 +71,7 @@ impl Symbolizer {
             cwd: std::env::current_dir().ok(),
             runtime_module: runtime_library(),
             read_files: true,
+            jit: JitObjects::default(),
         }
     }
 
@@ -95,9 +102,11 @@ impl Symbolizer {
         pcs.iter().flat_map(|&pc| self.symbolize_pc(pc, true)).collect()
     }
 
-    /// The global or static variable of a loaded module's symbol table that holds `addr`.
+    /// The global or static variable of a loaded module's symbol table that holds `addr`; for memory
+    /// of no module, a global of JIT'd code (module [`JIT_MODULE`], offset the address itself).
     pub fn data_symbol(&mut self, addr: u64) -> Option<DataSymbol> {
-        let module = modules::module_of(addr).filter(|m| !m.path.is_empty() && m.path.contains('/'))?;
+        let Some(module) = modules::module_of(addr) else { return self.jit_data_symbol(addr) };
+        let module = Some(module).filter(|m| !m.path.is_empty() && m.path.contains('/'))?;
         let offset = addr.wrapping_sub(module.bias);
         if !self.read_files {
             let symbol = crate::sys::dl::dynamic_symbol_at(addr)?;
@@ -121,6 +130,40 @@ impl Symbolizer {
         })
     }
 
+    /// A global of JIT'd code holding `addr`: from the registered objects' symbol tables, else from the
+    /// ORC plugin's symbol list.
+    fn jit_data_symbol(&mut self, addr: u64) -> Option<DataSymbol> {
+        let found = self.read_files.then(|| self.jit.holding(addr)).flatten().and_then(|object| {
+            let global = find_function(object.debug.objects(), addr)?;
+            Some((global.name.clone(), global.size, global.address))
+        });
+        let (name, size, address) = found.or_else(|| {
+            let symbol = jit::symbol_at(addr, false)?;
+            Some((demangle(&symbol.name), symbol.end - symbol.start, symbol.start))
+        })?;
+        Some(DataSymbol { name, size, address, module: JIT_MODULE.to_string(), offset: addr })
+    }
+
+    /// Frames of a PC in JIT'd code (no loaded module holds it): from the object the JIT registered
+    /// through the GDB JIT interface (function, file, line, inlined frames), else the name from the ORC
+    /// plugin's symbol list or the perf map; `None` when nothing names it.
+    fn jit_frames(&mut self, pc: u64, is_return_address: bool) -> Option<Vec<Frame>> {
+        let probe = if is_return_address { pc.wrapping_sub(1) } else { pc };
+        if self.read_files {
+            if let Some(object) = self.jit.with_code_at(probe) {
+                let origin = Origin { module: None, build_id: None, cwd: self.cwd.as_deref() };
+                let frames = object.debug.symbolize(pc, is_return_address, origin);
+                if frames.iter().any(|f| f.function.is_some()) {
+                    return Some(frames);
+                }
+            }
+        }
+        let name = jit::symbol_at(probe, true)
+            .map(|s| demangle(&s.name))
+            .or_else(|| self.read_files.then(|| self.jit.perf_map_name(probe)).flatten())?;
+        Some(vec![Frame { function: Some(name), offset: pc, ..Frame::default() }])
+    }
+
     /// The executable's functions (from its symbol table), sorted by address.
     pub fn executable_functions(&mut self) -> &[Function] {
         if !self.read_files {
@@ -134,7 +177,9 @@ impl Symbolizer {
     /// Symbolizes one runtime PC of this process; never empty.
     pub fn symbolize_pc(&mut self, pc: u64, is_return_address: bool) -> Vec<Frame> {
         let Some(module) = modules::module_of(pc).filter(|m| !m.path.is_empty()) else {
-            return vec![Frame { offset: pc, ..Frame::default() }];
+            return self
+                .jit_frames(pc, is_return_address)
+                .unwrap_or_else(|| vec![Frame { offset: pc, ..Frame::default() }]);
         };
         let offset = pc.wrapping_sub(module.bias);
         let mut frames = if self.read_files {

@@ -173,6 +173,9 @@ fn text(module: &Module) -> String {
         if let Some(e) = &t.error {
             let _ = write!(out, "  ERROR: {e}");
         }
+        if let Some(note) = &t.note {
+            let _ = write!(out, "  NOTE: {note}");
+        }
         out.push('\n');
     }
     let _ = writeln!(out, "\ncovered functions ({}):", module.covered.len());

@@ -162,6 +162,12 @@ pub enum ErrorKind {
     SizeTooLarge(u64),
     /// A version other than 1 or 2 (with or without the wide bit).
     UnsupportedVersion(u32),
+    /// A relative PC that points outside the code (executable memory, or the file's code sections).
+    PcNotCode(u64),
+    /// A function that starts in the code but whose size runs past its end.
+    FunctionOverrunsCode { pc: u64, size: u64 },
+    /// Decoding stopped (a zero offset) before the section's end, with nonzero bytes after it.
+    EndsEarly,
 }
 
 /// A malformed table: which section, at which byte offset, what is wrong.
@@ -182,6 +188,11 @@ impl fmt::Display for DecodeError {
             ErrorKind::PcOutOfRange => "relative PC points outside the address space".to_string(),
             ErrorKind::SizeTooLarge(size) => format!("function size {size} exceeds 4 GiB"),
             ErrorKind::UnsupportedVersion(v) => format!("unsupported version {v:#x}"),
+            ErrorKind::PcNotCode(pc) => format!("relative PC {pc:#x} outside the code"),
+            ErrorKind::FunctionOverrunsCode { pc, size } => {
+                format!("function at {pc:#x} of size {size} runs past the end of the code")
+            }
+            ErrorKind::EndsEarly => "end of table (a zero offset) before the section's end".to_string(),
         };
         write!(f, "{}: {} at byte {}", self.section, what, self.offset)
     }
@@ -225,6 +236,14 @@ impl<'a> Reader<'a> {
         let pc = self.relative_pc(offset)?;
         self.pos += size;
         Ok(Some(pc))
+    }
+
+    /// After the last entry: the bytes left (zero padding, if any) must all be zero.
+    fn check_rest(&self) -> Result<(), DecodeError> {
+        match self.data[self.pos..].iter().all(|&b| b == 0) {
+            true => Ok(()),
+            false => Err(self.error(self.pos, ErrorKind::EndsEarly)),
+        }
     }
 
     /// `&entry + offset` for the entry at `pos`.
@@ -365,6 +384,154 @@ pub fn decode_atomics(data: &[u8], addr: u64, version: Version) -> Result<Vec<u6
     Ok(out)
 }
 
+/// Whether `[start, start + len)` lies in the code: executable memory at run time, the code sections
+/// of a file.
+pub type IsCode<'a> = &'a dyn Fn(u64, u64) -> bool;
+
+/// A table decoded with the PC-offset width that fits it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checked<T> {
+    pub entries: Vec<T>,
+    /// The version the table was decoded with: the declared one, or the declared one with the other
+    /// offset width.
+    pub version: Version,
+    /// When `version` is not the declared one: why the declared width did not fit.
+    pub declared_misfit: Option<DecodeError>,
+}
+
+impl<T> Checked<T> {
+    /// The line to print when the table was decoded with the other width than it declares.
+    pub fn width_note(&self, declared: Version) -> Option<String> {
+        let misfit = self.declared_misfit.as_ref()?;
+        let (how, fix) = if self.version.wide() {
+            (
+                "IR compiled for the small code model, linked with the large one",
+                "compile the IR with -mcmodel=large or give the JIT the small code model",
+            )
+        } else {
+            (
+                "IR compiled with -mcmodel=large, linked with the small code model",
+                "compile the IR without -mcmodel=large or give the JIT the large code model",
+            )
+        };
+        Some(format!(
+            "{} holds {}-byte PC offsets although its version {:#x} declares {}-byte ones ({misfit}); decoded as version {:#x} ({how}: {fix})",
+            misfit.section,
+            self.version.offset_size(),
+            declared.raw(),
+            declared.offset_size(),
+            self.version.raw(),
+        ))
+    }
+}
+
+/// A table that fits neither offset width: why, for each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WidthError {
+    pub declared: Version,
+    /// What is wrong with the declared width.
+    pub error: DecodeError,
+    /// What is wrong with the other width (`None` when only the declared one was tried: an
+    /// unsupported version).
+    pub other: Option<DecodeError>,
+}
+
+impl fmt::Display for WidthError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(other) = &self.other else { return write!(f, "{}", self.error) };
+        let what = |e: &DecodeError| e.to_string().strip_prefix(&format!("{}: ", e.section)).map(str::to_string);
+        write!(
+            f,
+            "{} with its declared {}-byte PC offsets, and {} with {}-byte ones; if the IR was compiled for one code \
+             model and linked with another, compile it with -mcmodel=large for a large-code-model JIT or give the \
+             JIT the small code model",
+            self.error,
+            self.declared.offset_size(),
+            what(other).unwrap_or_else(|| other.to_string()),
+            self.declared.with_wide(!self.declared.wide()).offset_size(),
+        )
+    }
+}
+
+impl std::error::Error for WidthError {}
+
+/// Decodes with the declared width, else with the other one: the first that decodes to the end of the
+/// section with every PC (and every function) in the code.
+fn checked<T>(
+    declared: Version,
+    decode: impl Fn(Version) -> Result<Vec<T>, DecodeError>,
+) -> Result<Checked<T>, WidthError> {
+    let error = match decode(declared) {
+        Ok(entries) => return Ok(Checked { entries, version: declared, declared_misfit: None }),
+        Err(e) => e,
+    };
+    if matches!(error.kind, ErrorKind::UnsupportedVersion(_)) {
+        return Err(WidthError { declared, error, other: None });
+    }
+    let other = declared.with_wide(!declared.wide());
+    match decode(other) {
+        Ok(entries) if !entries.is_empty() => Ok(Checked { entries, version: other, declared_misfit: Some(error) }),
+        Ok(_) => Err(WidthError { declared, error, other: None }),
+        Err(e) => Err(WidthError { declared, error, other: Some(e) }),
+    }
+}
+
+/// Decodes a covered table, checking that its declared PC-offset width fits its contents (the table
+/// ends at the section's end, every function lies in the code); else tries the other width.
+pub fn decode_covered_checked(
+    data: &[u8],
+    addr: u64,
+    declared: Version,
+    is_code: IsCode<'_>,
+) -> Result<Checked<CoveredEntry>, WidthError> {
+    checked(declared, |version| {
+        let id = SectionId { kind: TableKind::Covered, version };
+        check_version(id)?;
+        let mut reader = Reader::new(data, addr, id);
+        let mut out = Vec::with_capacity(data.len() / (version.offset_size() + 2));
+        loop {
+            let at = reader.pos;
+            let Some(e) = reader.covered()? else { break };
+            if !is_code(e.pc, e.size.max(1)) {
+                let kind = match is_code(e.pc, 1) {
+                    true => ErrorKind::FunctionOverrunsCode { pc: e.pc, size: e.size },
+                    false => ErrorKind::PcNotCode(e.pc),
+                };
+                return Err(reader.error(at, kind));
+            }
+            out.push(e);
+        }
+        reader.check_rest()?;
+        Ok(out)
+    })
+}
+
+/// Decodes an atomics table, checking that its declared PC-offset width fits its contents (the table
+/// ends at the section's end, every PC lies in the code); else tries the other width.
+pub fn decode_atomics_checked(
+    data: &[u8],
+    addr: u64,
+    declared: Version,
+    is_code: IsCode<'_>,
+) -> Result<Checked<u64>, WidthError> {
+    checked(declared, |version| {
+        let id = SectionId { kind: TableKind::Atomics, version };
+        check_version(id)?;
+        let mut reader = Reader::new(data, addr, id);
+        let mut out = Vec::with_capacity(data.len() / version.offset_size());
+        if version.wide() {
+            reader.atomics(i64::from_le_bytes, |pc| out.push(pc))?;
+        } else {
+            reader.atomics(|b: [u8; 4]| i64::from(i32::from_le_bytes(b)), |pc| out.push(pc))?;
+        }
+        if let Some(i) = out.iter().position(|&pc| !is_code(pc, 1)) {
+            return Err(reader.error(i * version.offset_size(), ErrorKind::PcNotCode(out[i])));
+        }
+        reader.check_rest()?;
+        Ok(out)
+    })
+}
+
 /// Why a table could not be encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EncodeError {
@@ -474,5 +641,61 @@ mod tests {
         let got = decode_covered(&bytes, 0x4010, Version::V2).unwrap();
         assert_eq!(got[0], CoveredEntry { pc: 0x1150, size: 16, features: 1, stack_args_size: None });
         assert_eq!(got[1], CoveredEntry { pc: 0x1160, size: 17, features: 3, stack_args_size: None });
+    }
+
+    /// Tables whose bytes use the other PC-offset width than their version declares (IR compiled for
+    /// one code model, linked with another) decode with the width that fits, with a note; garbage is
+    /// refused with both widths' reasons.
+    #[test]
+    fn checked_decoding_picks_the_width_that_fits() {
+        let code = 0x7f00_0000_1000u64..0x7f00_0000_3000;
+        let is_code = |start: u64, len: u64| start >= code.start && start + len <= code.end;
+        let (narrow, wide) = (Version::V2, Version::V2.with_wide(true));
+        let entries: Vec<CoveredEntry> = (0..4)
+            .map(|i| CoveredEntry { pc: 0x7f00_0000_1000 + i * 0x100, size: 0x80, features: 1, stack_args_size: None })
+            .collect();
+        let pcs: Vec<u64> = entries.iter().map(|e| e.pc + 8).collect();
+        let table = 0x7f00_0000_8000u64;
+        for (written, declared) in [(wide, narrow), (narrow, wide), (narrow, narrow), (wide, wide)] {
+            let covered = encode_covered(&entries, table, written).unwrap();
+            let c = decode_covered_checked(&covered, table, declared, &is_code).unwrap();
+            assert_eq!((c.entries.as_slice(), c.version), (entries.as_slice(), written));
+            let atomics = encode_atomics(&pcs, table, written).unwrap();
+            let a = decode_atomics_checked(&atomics, table, declared, &is_code).unwrap();
+            assert_eq!((a.entries.as_slice(), a.version), (pcs.as_slice(), written));
+            let note = c.width_note(declared);
+            assert_eq!(note.is_some(), written != declared);
+            if let Some(note) = note {
+                assert!(note.starts_with("sanmd_covered"), "{note}");
+                assert!(
+                    note.contains(if written.wide() { "-mcmodel=large" } else { "without -mcmodel=large" }),
+                    "{note}"
+                );
+            }
+        }
+        // PCs outside the code with either width: refused, both reasons named.
+        let elsewhere: Vec<u64> = pcs.iter().map(|pc| pc + 0x10_0000).collect();
+        let atomics = encode_atomics(&elsewhere, table, narrow).unwrap();
+        let err = decode_atomics_checked(&atomics, table, narrow, &is_code).unwrap_err();
+        assert_eq!(err.error.kind, ErrorKind::PcNotCode(elsewhere[0]));
+        let line = err.to_string();
+        assert!(
+            line.contains("declared 4-byte") && line.contains("8-byte") && line.contains("-mcmodel=large"),
+            "{line}"
+        );
+        // A zero offset before nonzero bytes: the table ends early.
+        let mut covered = encode_covered(&entries[..1], table, narrow).unwrap();
+        covered.extend_from_slice(&[0, 0, 0, 0, 7]);
+        let err = decode_covered_checked(&covered, table, narrow, &is_code).unwrap_err();
+        assert_eq!((err.error.kind, err.error.offset), (ErrorKind::EndsEarly, 7));
+        // A function running past the end of the code.
+        let long = [CoveredEntry { size: 0x2100, ..entries[0] }];
+        let covered = encode_covered(&long, table, narrow).unwrap();
+        let err = decode_covered_checked(&covered, table, narrow, &is_code).unwrap_err();
+        assert!(matches!(err.error.kind, ErrorKind::FunctionOverrunsCode { size: 0x2100, .. }), "{err}");
+        // Trailing zero padding is fine.
+        let mut padded = encode_atomics(&pcs, table, narrow).unwrap();
+        padded.extend_from_slice(&[0; 7]);
+        assert_eq!(decode_atomics_checked(&padded, table, narrow, &is_code).unwrap().entries, pcs);
     }
 }

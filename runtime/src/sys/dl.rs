@@ -63,3 +63,11 @@ pub fn dynamic_symbol_at(addr: u64) -> Option<DynamicSymbol> {
     let address = info.dli_saddr as u64;
     (addr >= address && addr - address < size.max(1)).then_some(DynamicSymbol { name, address, size })
 }
+
+/// The address of `name` in the process's global scope (the executable, then the libraries in load
+/// order): `dlsym(RTLD_DEFAULT)`. Not from a signal handler (it takes the loader's lock).
+pub fn global_symbol(name: &CStr) -> Option<u64> {
+    // SAFETY: RTLD_DEFAULT is a valid pseudo-handle and `name` is NUL-terminated.
+    let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
+    (addr != 0).then_some(addr)
+}

@@ -20,9 +20,11 @@
 //!   program handler with `SA_ONSTACK` but no alternate stack of the program's
 //!   runs there with the room it would have had on the thread's stack. It is
 //!   invisible: the program's `sigaltstack` calls see and set only the
-//!   program's own ([`program_sigaltstack`]). A thread that ended leaves its
-//!   stack to the next thread that takes over its slot of the known-thread
-//!   table ([`crate::sys::thread`]): no exit hook.
+//!   program's own ([`program_sigaltstack`]). It is unmapped when the thread
+//!   ends ([`thread_ending`]: its start routine returned, or `pthread_exit`);
+//!   a thread that ended unseen (cancelled) leaves it to a later thread start
+//!   ([`reclaim_some`]) or to the thread that takes over its slot of the
+//!   known-thread table ([`crate::sys::thread`]).
 // The pointers here are a C caller's, passed on under the libc function's own contract (null
 // or valid); making these functions `unsafe` would only move the same promise into the callers.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]

@@ -234,9 +234,10 @@ pub fn thread_ending() {
 // created through the interposed `pthread_create`. The signal handler looks the caller's tid up before
 // it touches anything thread-local: a thread made with a raw `clone` (a green-thread runtime's, or one
 // sharing its parent's TLS) is not known, and the runtime's own signals are dropped there untouched.
-// There is no exit hook (it would cost the program a `pthread_key` or a malloc in every thread): the
-// slot of a thread that ended is taken over by a later registration once the kernel says the tid is
-// gone, and a tid the kernel gave again replaces its stale entry.
+// A thread frees its slot when its start routine returns or it calls `pthread_exit` ([`thread_ending`],
+// no `pthread_key`, no malloc); the slot of a thread that ended unseen (cancelled) is taken over by a
+// later registration, or claimed by a later thread start ([`claim_ended`]), once the kernel says the
+// tid is gone, and a tid the kernel gave again replaces its stale entry.
 
 /// Slots of the known-thread table.
 pub const KNOWN_SLOTS: usize = super::KNOWN_THREADS;

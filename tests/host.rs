@@ -111,6 +111,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "pthread_exit_main", source: include_str!("host/pthread_exit_main.c"), metadata: true, flags: &[] },
     Program { name: "memory_pressure", source: include_str!("host/memory_pressure.c"), metadata: true, flags: &[] },
     Program { name: "nproc", source: include_str!("host/nproc.c"), metadata: true, flags: &[] },
+    Program { name: "children_mask", source: include_str!("host/children_mask.c"), metadata: true, flags: &[] },
 ];
 
 /// Builds every program once per test binary (in parallel); `None` (skip) without clang-19.
@@ -618,6 +619,17 @@ fn cases() -> Vec<Case> {
         case("rlimit_nproc_threads_until_eagain", "nproc", &[])
             .repeat(5)
             .expect(&["waiting threads started: 5, then EAGAIN", "done"]),
+        // 36. Children started with SIGTRAP blocked keep it blocked; a vfork child's resets stay its own.
+        // (system() and popen() go through sh, which starts its command with whatever mask it likes:
+        // compared with the run without racewatch like the rest.)
+        case("blocked_sigtrap_reaches_spawned_children", "children_mask", &["spawn"])
+            .repeat(3)
+            .expect(&["child started with SIGTRAP blocked: 1"]),
+        case("vfork_child_resets_stay_in_the_child", "children_mask", &["vfork"]).repeat(3).expect(&[
+            "vfork children failed: 0",
+            "handler still ours: 1, SIGTRAP still blocked: 1",
+            "handled after unblocking: 1",
+        ]),
     ]
 }
 
@@ -1164,6 +1176,8 @@ host_cases!(
     memory_exhausted_under_mlockall,
     memory_exhausted_until_exit,
     rlimit_nproc_threads_until_eagain,
+    blocked_sigtrap_reaches_spawned_children,
+    vfork_child_resets_stay_in_the_child,
 );
 
 // ---- The detector really runs in these programs ----

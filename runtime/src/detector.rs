@@ -251,6 +251,7 @@ pub fn descriptors_taken() {
 
 /// `pthread_atfork` child handler: leave the parent's detector behind.
 extern "C" fn after_fork_in_child() {
+    signal::note_process();
     unwind_info::forget_readers_after_fork();
     registry::forget_readers_after_fork();
     if STATE.load(Ordering::Acquire) == RUNNING {

@@ -94,7 +94,8 @@ pub extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut l
     } else {
         old
     };
-    if !signal::is_installed() {
+    if !signal::is_installed() || signal::in_borrowed_memory() {
+        // A vfork child's dispositions are its own (the kernel copied the table); the records are the parent's.
         return real::sigaction(sig, act, old);
     }
     if sig == libc::SIGTRAP {
@@ -283,6 +284,20 @@ fn masked(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t, real
     let set_ptr = set;
     let set = opt_ref(set);
     let trap = set.is_some_and(signal::has_trap);
+    let blocked = match how {
+        libc::SIG_BLOCK => was_blocked || trap,
+        libc::SIG_UNBLOCK => was_blocked && !trap,
+        _ => trap,
+    };
+    if set.is_some() && blocked != was_blocked && signal::in_borrowed_memory() {
+        // A vfork child changing SIGTRAP's state: its kernel mask is its own, the bit here its parent's.
+        return real_fn(how, set_ptr, old);
+    }
+    // The program's view changes first: a SIGTRAP pending for real is delivered as soon as the kernel
+    // mask lets it (on the way out of the call below), and the handler must then see it unblocked.
+    if set.is_some() {
+        signal::set_trap_blocked(blocked);
+    }
     // Unblocking SIGTRAP is always passed on (it may be blocked for real while one of the program's waits).
     let rc = if trap && how != libc::SIG_UNBLOCK {
         let kernel_set = set.map(|s| signal::with_trap(s, false));
@@ -291,20 +306,13 @@ fn masked(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t, real
         real_fn(how, set_ptr, old)
     };
     if rc != 0 {
+        signal::set_trap_blocked(was_blocked);
         return rc;
     }
     if was_blocked {
         if let Some(old) = opt_mut(old) {
             signal::add_trap(old);
         }
-    }
-    if set.is_some() {
-        let blocked = match how {
-            libc::SIG_BLOCK => was_blocked || trap,
-            libc::SIG_UNBLOCK => was_blocked && !trap,
-            _ => trap,
-        };
-        signal::set_trap_blocked(blocked);
     }
     rc
 }
@@ -517,10 +525,71 @@ pub extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
     exec(|| real::fexecve(fd, argv, envp))
 }
 
-/// Runs an `exec` with `SIGTRAP` blocked in the kernel when the program has it blocked (the mask
-/// survives `exec`, and the new image must see it), unblocked again if the call fails.
+/// Interposed `posix_spawn`: the child starts with the caller's mask unless the attributes set one.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: Argv,
+    envp: Argv,
+) -> c_int {
+    if sets_own_mask(attr) {
+        return real::posix_spawn(pid, path, actions, attr, argv, envp);
+    }
+    exec(|| real::posix_spawn(pid, path, actions, attr, argv, envp))
+}
+
+/// Interposed `posix_spawnp`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: Argv,
+    envp: Argv,
+) -> c_int {
+    if sets_own_mask(attr) {
+        return real::posix_spawnp(pid, file, actions, attr, argv, envp);
+    }
+    exec(|| real::posix_spawnp(pid, file, actions, attr, argv, envp))
+}
+
+/// Interposed `system`: its shell starts with the caller's mask (glibc spawns it internally).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn system(command: *const libc::c_char) -> c_int {
+    exec(|| real::system(command))
+}
+
+/// Interposed `popen`: the same for its child.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn popen(command: *const libc::c_char, mode: *const libc::c_char) -> *mut libc::FILE {
+    let mut stream = std::ptr::null_mut();
+    exec(|| {
+        stream = real::popen(command, mode);
+        0
+    });
+    stream
+}
+
+/// Whether spawn attributes give the child a mask of their own (`POSIX_SPAWN_SETSIGMASK`): the kernel
+/// then applies exactly the program's.
+fn sets_own_mask(attr: *const libc::posix_spawnattr_t) -> bool {
+    let Some(attr) = opt_ref(attr) else { return false };
+    let mut flags: libc::c_short = 0;
+    // SAFETY: a live attributes object of the caller's and a live out-parameter.
+    let rc = unsafe { libc::posix_spawnattr_getflags(attr, &mut flags) };
+    rc == 0 && flags & libc::POSIX_SPAWN_SETSIGMASK as libc::c_short != 0
+}
+
+/// Runs an `exec` (or a call that starts a child with the caller's mask: `posix_spawn`, `system`,
+/// `popen`) with `SIGTRAP` blocked in the kernel when the program has it blocked (the mask survives
+/// `exec`, and the new image must see it), unblocked again when the call returns. A vfork child's
+/// kernel mask is already its own.
 fn exec(call: impl FnOnce() -> c_int) -> c_int {
-    if !signal::is_installed() || !signal::trap_blocked() {
+    if !signal::is_installed() || !signal::trap_blocked() || signal::in_borrowed_memory() {
         return call();
     }
     let blocked = signal::block_trap_for_exec();

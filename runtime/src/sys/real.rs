@@ -65,6 +65,10 @@ static EXECV: Real = Real::new(c"execv");
 static EXECVP: Real = Real::new(c"execvp");
 static EXECVPE: Real = Real::new(c"execvpe");
 static FEXECVE: Real = Real::new(c"fexecve");
+static POSIX_SPAWN: Real = Real::new(c"posix_spawn");
+static POSIX_SPAWNP: Real = Real::new(c"posix_spawnp");
+static SYSTEM: Real = Real::new(c"system");
+static POPEN: Real = Real::new(c"popen");
 static SWAPCONTEXT: Real = Real::new(c"swapcontext");
 static SETCONTEXT: Real = Real::new(c"setcontext");
 
@@ -92,6 +96,10 @@ const ALL: &[&Real] = &[
     &EXECVP,
     &EXECVPE,
     &FEXECVE,
+    &POSIX_SPAWN,
+    &POSIX_SPAWNP,
+    &SYSTEM,
+    &POPEN,
     &SWAPCONTEXT,
     &SETCONTEXT,
 ];
@@ -286,6 +294,74 @@ pub fn execvpe(file: *const libc::c_char, argv: Argv, envp: Argv) -> c_int {
 /// The real `fexecve`.
 pub fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
     call!(FEXECVE, -1, fn(c_int, Argv, Argv) -> c_int, fd, argv, envp)
+}
+
+/// The real `posix_spawn`.
+pub fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: Argv,
+    envp: Argv,
+) -> c_int {
+    call!(
+        POSIX_SPAWN,
+        libc::ENOSYS,
+        fn(
+            *mut libc::pid_t,
+            *const libc::c_char,
+            *const libc::posix_spawn_file_actions_t,
+            *const libc::posix_spawnattr_t,
+            Argv,
+            Argv,
+        ) -> c_int,
+        pid,
+        path,
+        actions,
+        attr,
+        argv,
+        envp
+    )
+}
+
+/// The real `posix_spawnp`.
+pub fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: Argv,
+    envp: Argv,
+) -> c_int {
+    call!(
+        POSIX_SPAWNP,
+        libc::ENOSYS,
+        fn(
+            *mut libc::pid_t,
+            *const libc::c_char,
+            *const libc::posix_spawn_file_actions_t,
+            *const libc::posix_spawnattr_t,
+            Argv,
+            Argv,
+        ) -> c_int,
+        pid,
+        file,
+        actions,
+        attr,
+        argv,
+        envp
+    )
+}
+
+/// The real `system`.
+pub fn system(command: *const libc::c_char) -> c_int {
+    call!(SYSTEM, -1, fn(*const libc::c_char) -> c_int, command)
+}
+
+/// The real `popen`.
+pub fn popen(command: *const libc::c_char, mode: *const libc::c_char) -> *mut libc::FILE {
+    call!(POPEN, std::ptr::null_mut(), fn(*const libc::c_char, *const libc::c_char) -> *mut libc::FILE, command, mode)
 }
 
 /// The real `swapcontext`.

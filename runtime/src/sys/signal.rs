@@ -24,7 +24,7 @@
 use crate::sys::{raw, real, stacks, thread};
 use std::cell::Cell;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// `si_code` of a signal sent by a perf event with `sigtrap=1`.
 pub const TRAP_PERF: i32 = 6;
@@ -116,6 +116,23 @@ pub type Claims = fn(u64) -> bool;
 /// The runtime's callback for a claimed signal. Must be async-signal-safe.
 pub type PerfHandler = fn(&PerfSignal);
 
+/// The process whose records these are: a `vfork` child runs in its parent's memory (and a thread's
+/// TLS) without the fork handlers, so its signal calls must reach its own kernel state only, never the
+/// parent's records ([`in_borrowed_memory`]).
+static PROCESS: AtomicI32 = AtomicI32::new(0);
+
+/// Notes the calling process as the one whose records these are (at install, and in a forked child).
+pub fn note_process() {
+    PROCESS.store(raw::getpid(), Ordering::Release);
+}
+
+/// Whether the caller is a child that shares its parent's memory (`vfork`, `clone(CLONE_VM)` without
+/// `CLONE_THREAD`): the records here are the parent's. One `getpid` system call.
+pub fn in_borrowed_memory() -> bool {
+    let process = PROCESS.load(Ordering::Acquire);
+    process != 0 && process != raw::getpid()
+}
+
 static CLAIMS: AtomicUsize = AtomicUsize::new(0);
 static HANDLER: AtomicUsize = AtomicUsize::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
@@ -144,6 +161,7 @@ pub fn install(claims: Claims, handler: PerfHandler) -> io::Result<()> {
         return Ok(());
     }
     stacks::init_pool();
+    note_process();
     // SAFETY: zeroed `sigaction` is a valid "SIG_DFL, empty mask" value to receive the old one.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     if real::sigaction(libc::SIGTRAP, std::ptr::null(), &mut old) != 0 {

@@ -1,0 +1,111 @@
+/* SIGTRAP's disposition and mask as the program's children get them, and as a vfork child leaves them.
+ * argv[1]:
+ *   "spawn":  the program blocks SIGTRAP, races, and starts itself ("report") through posix_spawn
+ *             without attributes and posix_spawnp (each child prints whether it started with SIGTRAP
+ *             blocked: it must, the mask is inherited), then system() and popen() (whose shell decides);
+ *   "vfork":  the program installs a SIGTRAP handler and blocks SIGTRAP, races, and 50 times vforks a
+ *             child that resets every disposition to SIG_DFL and unblocks every signal before exec (as
+ *             CPython's _posixsubprocess does); then it checks its own handler and mask are as it left
+ *             them and raises SIGTRAP, taken when it unblocks it;
+ *   "report": prints whether SIGTRAP is blocked. */
+#include <spawn.h>
+
+extern char **environ;
+
+static void report(void) {
+  sigset_t now;
+  sigprocmask(SIG_BLOCK, NULL, &now);
+  printf("child started with SIGTRAP blocked: %d\n", sigismember(&now, SIGTRAP));
+}
+
+static void block_trap(void) {
+  sigset_t trap;
+  sigemptyset(&trap);
+  sigaddset(&trap, SIGTRAP);
+  sigprocmask(SIG_BLOCK, &trap, NULL);
+}
+
+static int spawn_children(const char *self) {
+  char *argv[] = {(char *)self, "report", NULL};
+  pid_t pid;
+  int status;
+  block_trap();
+  rw_start(2, 1.0, 0);
+  fflush(stdout);
+  if (posix_spawn(&pid, self, NULL, NULL, argv, environ) == 0) waitpid(pid, &status, 0);
+  if (posix_spawnp(&pid, self, NULL, NULL, argv, environ) == 0) waitpid(pid, &status, 0);
+  char command[4200];
+  snprintf(command, sizeof command, "'%s' report", self);
+  system(command);
+  FILE *pipe = popen(command, "r");
+  char line[200];
+  while (pipe && fgets(line, sizeof line, pipe)) printf("popen: %s", line);
+  if (pipe) pclose(pipe);
+  rw_join();
+  return 0;
+}
+
+static volatile sig_atomic_t handled;
+static void on_trap(int sig) {
+  (void)sig;
+  handled++;
+}
+
+static int vfork_children(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_trap;
+  sigaction(SIGTRAP, &sa, NULL);
+  block_trap();
+  rw_start(2, 1.0, 0);
+  int failed = 0;
+  for (int i = 0; i < 50; i++) {
+    pid_t pid = vfork();
+    if (pid == 0) {
+      struct sigaction dfl;
+      memset(&dfl, 0, sizeof dfl);
+      dfl.sa_handler = SIG_DFL;
+      for (int sig = 1; sig < 65; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, NULL);
+      execl("/bin/true", "true", (char *)NULL);
+      _exit(127);
+    }
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) failed++;
+  }
+  rw_join();
+  struct sigaction now;
+  sigaction(SIGTRAP, NULL, &now);
+  sigset_t mask;
+  sigprocmask(SIG_BLOCK, NULL, &mask);
+  printf("vfork children failed: %d\n", failed);
+  printf("handler still ours: %d, SIGTRAP still blocked: %d\n", now.sa_handler == on_trap,
+         sigismember(&mask, SIGTRAP));
+  raise(SIGTRAP);
+  sigset_t trap;
+  sigemptyset(&trap);
+  sigaddset(&trap, SIGTRAP);
+  sigprocmask(SIG_UNBLOCK, &trap, NULL);
+  printf("handled after unblocking: %d\n", (int)handled);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  if (!strcmp(mode, "report")) {
+    report();
+    return 0;
+  }
+  if (!strcmp(mode, "spawn")) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return 1;
+    self[n] = 0;
+    return spawn_children(self);
+  }
+  if (!strcmp(mode, "vfork")) return vfork_children();
+  return 2;
+}

@@ -118,7 +118,7 @@ fn enosys<T>(failed: T) -> T {
 }
 
 macro_rules! call {
-    ($real:expr, $failed:expr, fn($($ty:ty),*) -> $ret:ty, $($arg:expr),*) => {{
+    ($real:expr, $failed:expr, fn($($ty:ty),* $(,)?) -> $ret:ty, $($arg:expr),* $(,)?) => {{
         let addr = $real.get();
         if addr == 0 {
             enosys($failed)

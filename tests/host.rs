@@ -107,6 +107,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "resources", source: include_str!("host/resources.c"), metadata: true, flags: &[] },
     Program { name: "nofile_1024", source: include_str!("host/nofile_1024.c"), metadata: true, flags: &[] },
     Program { name: "tracer", source: include_str!("host/tracer.c"), metadata: true, flags: &[] },
+    Program { name: "footprint", source: include_str!("host/footprint.c"), metadata: true, flags: &[] },
 ];
 
 /// Builds every program once per test binary (in parallel); `None` (skip) without clang-19.
@@ -547,6 +548,19 @@ fn cases() -> Vec<Case> {
         case("rlimit_nofile_set_and_read_back", "resources", &["rlimit"])
             .repeat(5)
             .expect(&["RLIMIT_NOFILE mismatches: 0"]),
+        // 32. What racewatch takes from each thread (issue 22, items 12 and 13): no stack below the start
+        // routine (the recursion depth to the guard page on a 128 KiB stack is printed and compared), a
+        // watch window that does not sleep (a busy thread's voluntary context switches), and nothing per
+        // thread that outlives it (3000 short-lived threads: returning, pthread_exit, cancelled).
+        case("thread_stack_depth_to_guard_page", "footprint", &["depth"]).repeat(3),
+        case("busy_thread_no_voluntary_switches", "footprint", &["busy"])
+            .repeat(3)
+            .expect(&["busy thread's voluntary context switches at most 2: 1"]),
+        case("thread_churn_maps_and_vmsize", "footprint", &["churn"]).repeat(2).expect(&[
+            "threads that failed to start: 0",
+            "maps lines grew by less than 20: 1",
+            "VmSize grew by less than 16 MiB: 1",
+        ]),
         // 31. RLIMIT_NOFILE 1024/1024 (memcached -c 1024), with and without CAP_SYS_RESOURCE.
         case("nofile_1024_before_threads", "nofile_1024", &["before"]).repeat(3).expect(&[
             "setrlimit: ok",
@@ -1106,6 +1120,9 @@ host_cases!(
     nofile_1024_before_threads_without_cap_sys_resource,
     nofile_1024_after_threads_without_cap_sys_resource,
     ptrace_traced_racing_child,
+    thread_stack_depth_to_guard_page,
+    busy_thread_no_voluntary_switches,
+    thread_churn_maps_and_vmsize,
 );
 
 // ---- The detector really runs in these programs ----

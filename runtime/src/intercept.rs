@@ -5,6 +5,7 @@
 //! - `pthread_create`: starts the detector at the program's second thread;
 //!   new threads inherit the program's `SIGTRAP` mask bit and get their stack
 //!   bounds (and, for small stacks, an alternate signal stack) recorded.
+//! - `pthread_exit`: the thread's alternate signal stack is released first.
 //! - `sigaction`, `signal`: with `stats=1`, terminating signals the program
 //!   left at `SIG_DFL` carry racewatch's stats handler ([`fatal`]) and still
 //!   read as `SIG_DFL`. The program's `SIGTRAP` disposition is recorded,
@@ -54,6 +55,14 @@ pub extern "C" fn pthread_create(
         alt_stack: if detector::is_running() { stacks::alt_stack_size_for(stack) } else { 0 },
     };
     thread::create_hooked(thread, attr, start, arg, detector::thread_hook, info)
+}
+
+/// Interposed `pthread_exit`: the thread's runtime resources are released first (a thread whose start
+/// routine returns releases them on the way out, see [`thread`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn pthread_exit(value: *mut c_void) -> ! {
+    thread::thread_ending();
+    real::pthread_exit(value)
 }
 
 /// Interposed `sigaction`.

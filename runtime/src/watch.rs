@@ -281,7 +281,9 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
     }
     stats::bump(stats::Counter::WatchesArmed);
     profile::count_watch(access.pc);
-    thread::sleep_us(request.delay_us);
+    // Not a sleep: a program that counts its threads' voluntary context switches (a busy-polling thread
+    // that must never block) sees none of racewatch's.
+    thread::stall_us(request.delay_us);
     let slept_ns = thread::monotonic_ns();
     let _ = wp.disarm();
     stats::add(stats::Counter::ArmNs, arm_ns - opened_ns + thread::monotonic_ns() - slept_ns);

@@ -57,6 +57,7 @@ static SYSCALL: Real = Real::new(c"syscall");
 static DLCLOSE: Real = Real::new(c"dlclose");
 static LIBC_START_MAIN: Real = Real::new(c"__libc_start_main");
 static EXIT: Real = Real::new(c"exit");
+static PTHREAD_EXIT: Real = Real::new(c"pthread_exit");
 static SETRLIMIT: Real = Real::new(c"setrlimit");
 static PRLIMIT: Real = Real::new(c"prlimit");
 static EXECVE: Real = Real::new(c"execve");
@@ -67,7 +68,7 @@ static FEXECVE: Real = Real::new(c"fexecve");
 static SWAPCONTEXT: Real = Real::new(c"swapcontext");
 static SETCONTEXT: Real = Real::new(c"setcontext");
 
-const ALL: [&Real; 24] = [
+const ALL: &[&Real] = &[
     &PTHREAD_CREATE,
     &SIGACTION,
     &SIGNAL,
@@ -83,6 +84,7 @@ const ALL: [&Real; 24] = [
     &DLCLOSE,
     &LIBC_START_MAIN,
     &EXIT,
+    &PTHREAD_EXIT,
     &SETRLIMIT,
     &PRLIMIT,
     &EXECVE,
@@ -237,6 +239,16 @@ pub fn exit(status: c_int) -> ! {
     // SAFETY: `addr` is libc's `exit`, whose C signature is `void exit(int)` and which never returns.
     let f: unsafe extern "C" fn(c_int) -> ! = unsafe { std::mem::transmute(addr) };
     unsafe { f(status) }
+}
+
+/// The real `pthread_exit` (libc's is always there: it is what `pthread_exit` means).
+pub fn pthread_exit(value: *mut c_void) -> ! {
+    let addr = PTHREAD_EXIT.get();
+    assert!(addr != 0, "libc has no pthread_exit");
+    // SAFETY: `addr` is libc's `pthread_exit`, whose C signature is `void pthread_exit(void *)` and which
+    // never returns (it unwinds the calling thread).
+    let f: unsafe extern "C-unwind" fn(*mut c_void) -> ! = unsafe { std::mem::transmute(addr) };
+    unsafe { f(value) }
 }
 
 /// The real `setrlimit`.

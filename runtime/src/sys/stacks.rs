@@ -20,15 +20,17 @@
 //!   program handler with `SA_ONSTACK` but no alternate stack of the program's
 //!   runs there with the room it would have had on the thread's stack. It is
 //!   invisible: the program's `sigaltstack` calls see and set only the
-//!   program's own ([`program_sigaltstack`]). A thread that ended leaves its
-//!   stack to the next thread that takes over its slot of the known-thread
-//!   table ([`crate::sys::thread`]): no exit hook.
+//!   program's own ([`program_sigaltstack`]). It is unmapped when the thread
+//!   ends ([`thread_ending`]: its start routine returned, or `pthread_exit`);
+//!   a thread that ended unseen (cancelled) leaves it to a later thread start
+//!   ([`reclaim_some`]) or to the thread that takes over its slot of the
+//!   known-thread table ([`crate::sys::thread`]).
 // The pointers here are a C caller's, passed on under the libc function's own contract (null
 // or valid); making these functions `unsafe` would only move the same promise into the callers.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use crate::sys::raw;
 use crate::sys::KNOWN_THREADS as KNOWN_SLOTS;
+use crate::sys::{raw, thread};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -293,10 +295,17 @@ pub fn thread_started(slot: Option<usize>, size: usize, alt: usize) {
     give_alt_stack(slot, alt);
 }
 
-/// Per known-thread slot: the runtime alternate stack (mapping base, length) of the thread that held
-/// it last, reused or unmapped by the next thread that takes the slot over.
+/// Per known-thread slot: the runtime alternate stack (mapping base, length) of the thread that holds
+/// it. The thread unmaps it when it ends ([`thread_ending`]); one that ended unseen (cancelled, or
+/// `pthread_exit` from a handler running on that very stack) leaves it to the next thread that takes the
+/// slot over, or to [`reclaim_some`].
 static SLOT_ALT_BASE: [AtomicUsize; KNOWN_SLOTS] = [const { AtomicUsize::new(0) }; KNOWN_SLOTS];
 static SLOT_ALT_LEN: [AtomicUsize; KNOWN_SLOTS] = [const { AtomicUsize::new(0) }; KNOWN_SLOTS];
+/// Where [`reclaim_some`] looks next.
+static RECLAIM_CURSOR: AtomicUsize = AtomicUsize::new(0);
+/// Slots [`reclaim_some`] looks at per call, and the most ended threads it asks the kernel about.
+const RECLAIM_SCAN: usize = 128;
+const RECLAIM_CHECKS: usize = 2;
 
 fn give_alt_stack(slot: Option<usize>, size: usize) {
     let (Some(slot), true) = (slot, size > 0) else { return };
@@ -307,6 +316,7 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
         Some(current) if current.ss_flags & libc::SS_DISABLE != 0 => {}
         _ => return, // The program has one: leave it.
     }
+    reclaim_some(slot);
     let len = size + PAGE;
     let old = (SLOT_ALT_BASE[slot].swap(0, Ordering::AcqRel), SLOT_ALT_LEN[slot].swap(0, Ordering::AcqRel));
     let base = match old {
@@ -325,19 +335,76 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
         unmap(base, len);
         return;
     }
-    SLOT_ALT_BASE[slot].store(base, Ordering::Release);
     SLOT_ALT_LEN[slot].store(len, Ordering::Release);
+    SLOT_ALT_BASE[slot].store(base, Ordering::Release);
     ALT.with(|a| a.set((base + PAGE, base + PAGE + size)));
 }
 
+/// Unmaps the alternate stacks that threads which ended unseen left in slots other than `own`: looks at
+/// [`RECLAIM_SCAN`] slots from a rotating cursor (a sweep of the table every few dozen thread starts) and
+/// asks the kernel about at most [`RECLAIM_CHECKS`] of their threads. A slot is claimed from its dead
+/// thread before its stack is touched (see [`thread::claim_ended`]), so a thread that takes it over at
+/// the same time never gets a stack that is being unmapped.
+fn reclaim_some(own: usize) {
+    let from = RECLAIM_CURSOR.fetch_add(RECLAIM_SCAN, Ordering::Relaxed);
+    let mut checks = 0;
+    for slot in (from..from + RECLAIM_SCAN).map(|i| i % KNOWN_SLOTS) {
+        if checks == RECLAIM_CHECKS {
+            break;
+        }
+        if slot == own || SLOT_ALT_BASE[slot].load(Ordering::Acquire) == 0 {
+            continue;
+        }
+        checks += 1;
+        if thread::claim_ended(slot) {
+            let (base, len) =
+                (SLOT_ALT_BASE[slot].swap(0, Ordering::AcqRel), SLOT_ALT_LEN[slot].swap(0, Ordering::AcqRel));
+            if base != 0 {
+                unmap(base, len);
+            }
+            thread::release_claim(slot);
+        }
+    }
+}
+
+/// The calling thread is ending (its start routine returned, or it called `pthread_exit`): its runtime
+/// alternate stack is switched off and unmapped, with every signal blocked meanwhile, and its slot's
+/// record dropped. Kept when the thread runs on it now (`pthread_exit` from a handler there): a later
+/// thread reclaims it once the kernel says this one is gone. Not for signal handlers.
+pub fn thread_ending(slot: Option<usize>) {
+    let (lo, hi) = ALT.with(Cell::get);
+    if lo == 0 {
+        return;
+    }
+    let base = lo - PAGE;
+    if (base..hi).contains(&current_sp()) {
+        return;
+    }
+    let Some(old_mask) = raw::sigprocmask(libc::SIG_SETMASK, Some(u64::MAX)) else { return };
+    if raw::sigaltstack(None).is_some_and(|current| current.ss_sp as usize == lo) {
+        let off = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
+        raw::sigaltstack(Some(&off));
+    }
+    // A forked child's thread keeps a stack no slot records (`forget_after_fork`).
+    if let Some(slot) = slot {
+        if SLOT_ALT_BASE[slot].compare_exchange(base, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            SLOT_ALT_LEN[slot].store(0, Ordering::Release);
+        }
+    }
+    ALT.with(|a| a.set((0, 0)));
+    unmap(base, hi - base);
+    raw::sigprocmask(libc::SIG_SETMASK, Some(old_mask));
+}
+
 fn unmap(addr: usize, len: usize) {
-    // SAFETY: unmaps a mapping of ours that nothing uses any more (its thread ended).
+    // SAFETY: unmaps a mapping of ours that nothing uses any more (its thread ended, or is ending and
+    // switched it off first).
     unsafe { libc::munmap(addr as *mut libc::c_void, len) };
 }
 
 /// In a forked child: the forking thread keeps its alternate stack for good (its slot's record is
 /// dropped, so no later thread of the child takes it over); the other slots' stacks belonged to
-/// threads that do not exist here and are free for reuse.
+/// threads that do not exist here and are free for reuse (or [`reclaim_some`]).
 pub fn forget_after_fork() {
     let (lo, _) = ALT.with(Cell::get);
     if lo == 0 {
@@ -349,6 +416,11 @@ pub fn forget_after_fork() {
             len.store(0, Ordering::Release);
         }
     }
+}
+
+/// Runtime alternate stacks mapped now (for tests).
+pub fn alt_stacks_mapped() -> usize {
+    SLOT_ALT_BASE.iter().filter(|b| b.load(Ordering::Relaxed) != 0).count()
 }
 
 /// What `sigaltstack` shows the program: a disabled stack where the runtime's is installed (while a

@@ -2,7 +2,7 @@
 //! and the set of the runtime's own threads, which are never sampled.
 
 use crate::sys::{creation, raw, real};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 /// The kernel thread id of the caller.
 pub fn gettid() -> i32 {
@@ -26,6 +26,18 @@ pub fn monotonic_ns() -> u64 {
 /// a `pthread_cancel` cannot act inside the runtime's signal handler.
 pub fn sleep_us(us: u64) {
     raw::sleep_ns(us.saturating_mul(1000));
+}
+
+/// Waits `us` microseconds of wall time without sleeping: no voluntary context switch a program could
+/// see in `/proc/<pid>/status` (a busy-polling thread that must never block). It reads the vDSO's clock
+/// and offers the CPU with `sched_yield` in between, which the kernel counts as an involuntary switch
+/// when another thread takes it: on a loaded machine the threads that may hit the watchpoint still run
+/// during the window (a pure spin kept them off the CPU and missed races, see DESIGN.md).
+pub fn stall_us(us: u64) {
+    let end = monotonic_ns().saturating_add(us.saturating_mul(1000));
+    while monotonic_ns() < end {
+        raw::sched_yield();
+    }
 }
 
 /// Starts a runtime thread running `body` with every signal blocked for its whole life (it inherits the
@@ -100,7 +112,9 @@ pub fn create_hooked(
     };
     let creation = creation::capture();
     *RECORD[index].lock() = Some(Start { start, arg, hook, info, creation });
-    let rc = real::pthread_create(thread, attr, hooked_start, index as *mut libc::c_void);
+    // SAFETY: `racewatch_thread_entry` (below) has the C signature of a start routine.
+    let entry: real::StartRoutine = unsafe { std::mem::transmute(racewatch_thread_entry as *const ()) };
+    let rc = real::pthread_create(thread, attr, entry, index as *mut libc::c_void);
     if rc != 0 {
         RECORD[index].lock().take();
         RECORD_BUSY[index].store(false, Ordering::Release);
@@ -108,13 +122,110 @@ pub fn create_hooked(
     rc
 }
 
-extern "C" fn hooked_start(index: *mut libc::c_void) -> *mut libc::c_void {
-    let index = index as usize;
+// ---- Starting and ending a hooked thread without a frame on its stack ----
+//
+// The new thread starts in `racewatch_thread_entry` with the stack as glibc's `start_thread` left it:
+// the return address into `start_thread` on top. It calls `thread_enter` (the hook) with that stack
+// pointer, then jumps to the program's start routine with the stack exactly as it was: the program's
+// frames begin where they would without racewatch (the same recursion depth on a thread's stack). Before
+// the jump the return address is replaced by `racewatch_thread_return`, so that the start routine returns
+// there; that code releases what the thread held (`thread_leave`) and jumps to the original return
+// address, which is the same for every thread (one call site in `start_thread`) and kept in a static.
+// The return trampoline's unwind info marks the end of the stack (as glibc's `clone` does for
+// `start_thread`): unwinders, `pthread_exit` and cancellation (which end their walk there and longjmp to
+// `start_thread`) stop at it.
+
+std::arch::global_asm!(
+    ".pushsection .text.racewatch_thread,\"ax\",@progbits",
+    ".globl racewatch_thread_entry",
+    ".hidden racewatch_thread_entry",
+    ".type racewatch_thread_entry,@function",
+    "racewatch_thread_entry:",
+    ".cfi_startproc",
+    // rdi: the start record's index; [rsp]: the return address into start_thread.
+    "mov rsi, rsp",
+    "sub rsp, 8",
+    ".cfi_adjust_cfa_offset 8",
+    "call {enter}",
+    "add rsp, 8",
+    ".cfi_adjust_cfa_offset -8",
+    // rax: the program's start routine, rdx: its argument.
+    "mov rdi, rdx",
+    "jmp rax",
+    ".cfi_endproc",
+    ".size racewatch_thread_entry, . - racewatch_thread_entry",
+    ".globl racewatch_thread_return",
+    ".hidden racewatch_thread_return",
+    ".type racewatch_thread_return,@function",
+    ".cfi_startproc",
+    ".cfi_undefined rip",
+    // An unwinder looks up a return address minus one: this byte, inside this function's unwind info.
+    "nop",
+    "racewatch_thread_return:",
+    // rax: the start routine's value; rsp: where start_thread's `call` left it after the return.
+    "push rax",
+    "sub rsp, 8",
+    "call {leave}",
+    "add rsp, 8",
+    "mov rcx, rax",
+    "pop rax",
+    "jmp rcx",
+    ".cfi_endproc",
+    ".size racewatch_thread_return, . - racewatch_thread_return",
+    ".popsection",
+    enter = sym thread_enter,
+    leave = sym thread_leave,
+);
+
+extern "C" {
+    fn racewatch_thread_entry();
+    fn racewatch_thread_return();
+}
+
+/// The address a hooked thread's start routine returns to without racewatch (in `start_thread`).
+static RETURN_TO: AtomicUsize = AtomicUsize::new(0);
+
+/// What `racewatch_thread_entry` jumps to (returned in rax, rdx).
+#[repr(C)]
+struct StartCall {
+    start: real::StartRoutine,
+    arg: *mut libc::c_void,
+}
+
+extern "C" fn thread_enter(index: usize, return_slot: *mut usize) -> StartCall {
     let start = RECORD[index].lock().take().expect("a start record for every hooked thread");
     RECORD_BUSY[index].store(false, Ordering::Release);
     creation::started(&start.creation, start.info.stack);
     (start.hook)(&start.info);
-    (start.start)(start.arg)
+    // SAFETY: `return_slot` is the top of this thread's stack as start_thread's call left it: the
+    // return address, which only this thread uses.
+    let return_to = unsafe { *return_slot };
+    let same = match RETURN_TO.compare_exchange(0, return_to, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => true,
+        Err(known) => known == return_to,
+    };
+    if same {
+        // SAFETY: as above; the start routine now returns to `racewatch_thread_return`, which goes on
+        // to `return_to`.
+        unsafe { *return_slot = racewatch_thread_return as *const () as usize };
+    }
+    StartCall { start: start.start, arg: start.arg }
+}
+
+extern "C" fn thread_leave() -> usize {
+    thread_ending();
+    RETURN_TO.load(Ordering::Acquire)
+}
+
+/// The calling thread is ending (its start routine returned, or it calls `pthread_exit`): releases its
+/// runtime alternate stack and its known-thread slot. Not for signal handlers.
+pub fn thread_ending() {
+    let tid = raw::gettid();
+    let slot = known_slot(tid);
+    super::stacks::thread_ending(slot);
+    if let Some(slot) = slot {
+        let _ = KNOWN[slot].compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
 }
 
 // ---- The program threads the runtime knows ----
@@ -123,9 +234,10 @@ extern "C" fn hooked_start(index: *mut libc::c_void) -> *mut libc::c_void {
 // created through the interposed `pthread_create`. The signal handler looks the caller's tid up before
 // it touches anything thread-local: a thread made with a raw `clone` (a green-thread runtime's, or one
 // sharing its parent's TLS) is not known, and the runtime's own signals are dropped there untouched.
-// There is no exit hook (it would cost the program a `pthread_key` or a malloc in every thread): the
-// slot of a thread that ended is taken over by a later registration once the kernel says the tid is
-// gone, and a tid the kernel gave again replaces its stale entry.
+// A thread frees its slot when its start routine returns or it calls `pthread_exit` ([`thread_ending`],
+// no `pthread_key`, no malloc); the slot of a thread that ended unseen (cancelled) is taken over by a
+// later registration, or claimed by a later thread start ([`claim_ended`]), once the kernel says the
+// tid is gone, and a tid the kernel gave again replaces its stale entry.
 
 /// Slots of the known-thread table.
 pub const KNOWN_SLOTS: usize = super::KNOWN_THREADS;
@@ -152,10 +264,29 @@ pub fn register_current() -> Option<usize> {
     }
     probe(tid).find(|&slot| {
         let old = KNOWN[slot].load(Ordering::Acquire);
-        old != 0
+        old > 0
             && !raw::thread_alive(old)
             && KNOWN[slot].compare_exchange(old, tid, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     })
+}
+
+/// A slot marked while its ended thread's leftovers are released ([`claim_ended`]): neither free nor
+/// any thread's.
+const CLAIMED: i32 = -1;
+
+/// Claims `slot` when the thread that held it has ended (the kernel says its tid is gone) or it is free:
+/// until [`release_claim`] no thread registers there. False when it is not.
+pub fn claim_ended(slot: usize) -> bool {
+    let old = KNOWN[slot].load(Ordering::Acquire);
+    if old < 0 || (old > 0 && raw::thread_alive(old)) {
+        return false;
+    }
+    KNOWN[slot].compare_exchange(old, CLAIMED, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+}
+
+/// Frees a slot [`claim_ended`] claimed.
+pub fn release_claim(slot: usize) {
+    KNOWN[slot].store(0, Ordering::Release);
 }
 
 /// The slot of thread `tid` when it is known. Async-signal-safe, touches no thread-local storage.
@@ -231,6 +362,10 @@ mod tests {
         sleep_us(2000);
         let elapsed = monotonic_ns() - start;
         assert!((2_000_000..200_000_000).contains(&elapsed), "slept {elapsed} ns");
+        let start = monotonic_ns();
+        stall_us(300);
+        let elapsed = monotonic_ns() - start;
+        assert!((300_000..200_000_000).contains(&elapsed), "stalled {elapsed} ns");
         let tid = std::thread::spawn(|| {
             assert!(mark_runtime_thread());
             gettid()

@@ -108,6 +108,9 @@ const PROGRAMS: &[Program] = &[
     Program { name: "nofile_1024", source: include_str!("host/nofile_1024.c"), metadata: true, flags: &[] },
     Program { name: "tracer", source: include_str!("host/tracer.c"), metadata: true, flags: &[] },
     Program { name: "footprint", source: include_str!("host/footprint.c"), metadata: true, flags: &[] },
+    Program { name: "pthread_exit_main", source: include_str!("host/pthread_exit_main.c"), metadata: true, flags: &[] },
+    Program { name: "memory_pressure", source: include_str!("host/memory_pressure.c"), metadata: true, flags: &[] },
+    Program { name: "nproc", source: include_str!("host/nproc.c"), metadata: true, flags: &[] },
 ];
 
 /// Builds every program once per test binary (in parallel); `None` (skip) without clang-19.
@@ -160,11 +163,15 @@ enum Launch {
     /// Through `setpriv` with `CAP_SYS_RESOURCE` dropped from the bounding and inheritable sets: the
     /// program cannot raise a hard limit again (as root in a test, it otherwise could).
     NoSysResource,
+    /// Through `setpriv` with `CAP_IPC_LOCK` dropped: `RLIMIT_MEMLOCK` binds (as root it otherwise would not).
+    NoIpcLock,
 }
 
 /// `setpriv` (util-linux) and its arguments for [`Launch::NoSysResource`].
 const WITHOUT_CAP_SYS_RESOURCE: &[&str] =
     &["setpriv", "--inh-caps=-sys_resource", "--bounding-set=-sys_resource", "--"];
+/// The same for [`Launch::NoIpcLock`].
+const WITHOUT_CAP_IPC_LOCK: &[&str] = &["setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "--"];
 
 /// Named facts a run leaves behind: file contents, directory listings.
 type Artefacts = Vec<(String, Vec<u8>)>;
@@ -586,6 +593,31 @@ fn cases() -> Vec<Case> {
             "traced threads: at least 2: 1",
             "signal-delivery stops: none",
         ]),
+        // 33. `main` ends with pthread_exit: the process ends with its last worker (no racewatch thread
+        // outlives the program).
+        case("pthread_exit_main_workers_return", "pthread_exit_main", &["workers"])
+            .repeat(3)
+            .timeout(Duration::from_secs(10))
+            .expect(&["main calls pthread_exit", "atexit handler ran"]),
+        case("pthread_exit_main_workers_pthread_exit", "pthread_exit_main", &["exiting-workers"])
+            .repeat(3)
+            .timeout(Duration::from_secs(10))
+            .expect(&["main calls pthread_exit", "atexit handler ran"]),
+        // 34. Allocating until malloc fails while racing (racewatch's allocations fail too: they wait).
+        case("memory_exhausted_under_rlimit_data", "memory_pressure", &["rlimit-data"])
+            .repeat(3)
+            .expect(&["allocated until malloc failed: yes", "done"]),
+        case("memory_exhausted_under_mlockall", "memory_pressure", &["mlockall"])
+            .repeat(3)
+            .launch(Launch::NoIpcLock)
+            .expect(&["allocated until malloc failed: yes", "done"]),
+        case("memory_exhausted_until_exit", "memory_pressure", &["hold"])
+            .repeat(3)
+            .expect(&["allocated until malloc failed: yes", "done, still holding the memory"]),
+        // 35. RLIMIT_NPROC: as many threads as without racewatch (its reporter thread gives way).
+        case("rlimit_nproc_threads_until_eagain", "nproc", &[])
+            .repeat(5)
+            .expect(&["waiting threads started: 5, then EAGAIN", "done"]),
     ]
 }
 
@@ -659,6 +691,9 @@ fn command_line(case: &Case, mode: Mode, bin: &Path, dir: &Path, options: &[&str
     }
     if case.launch == Launch::NoSysResource {
         argv = WITHOUT_CAP_SYS_RESOURCE.iter().map(OsString::from).chain(argv).collect();
+    }
+    if case.launch == Launch::NoIpcLock {
+        argv = WITHOUT_CAP_IPC_LOCK.iter().map(OsString::from).chain(argv).collect();
     }
     argv
 }
@@ -1123,6 +1158,12 @@ host_cases!(
     thread_stack_depth_to_guard_page,
     busy_thread_no_voluntary_switches,
     thread_churn_maps_and_vmsize,
+    pthread_exit_main_workers_return,
+    pthread_exit_main_workers_pthread_exit,
+    memory_exhausted_under_rlimit_data,
+    memory_exhausted_under_mlockall,
+    memory_exhausted_until_exit,
+    rlimit_nproc_threads_until_eagain,
 );
 
 // ---- The detector really runs in these programs ----

@@ -85,9 +85,9 @@ fn start(opts: &Options) -> bool {
     unwind_info::refresh();
     // Traced from the start (a supervisor's PTRACE_TRACEME child): sampling begins paused.
     if tracer::open() {
-        check_tracer();
+        check_tracer(tracer::read());
     }
-    reporter::on_tick(check_tracer);
+    reporter::on_tick(on_tick);
     signal::on_step_aside(sampler::stop);
     reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
@@ -114,13 +114,24 @@ pub fn thread_hook(start: &thread::ThreadStart) {
     }
 }
 
-/// Pauses sampling while a tracer (a debugger, `strace`, a ptrace supervisor) is attached: every signal
-/// of the runtime's would stop the process for it. Sampling resumes when the tracer detaches.
-fn check_tracer() {
+/// The reporter thread's periodic check (every 100 ms).
+fn on_tick() {
     if signal::step_aside_requested() {
         stepped_aside();
     }
-    let tracer = tracer::tracer_pid();
+    let status = tracer::read();
+    if status.only_caller_alive && !thread::runtime_threads_uncounted() {
+        // Every thread of the program's has ended and glibc, which counted the reporter as one of them
+        // (its count could not be found), did not end the process: the reporter does it in its place.
+        reporter::exit_in_place_of_the_last_thread();
+    }
+    check_tracer(status);
+}
+
+/// Pauses sampling while a tracer (a debugger, `strace`, a ptrace supervisor) is attached: every signal
+/// of the runtime's would stop the process for it. Sampling resumes when the tracer detaches.
+fn check_tracer(status: tracer::Status) {
+    let tracer = status.tracer;
     if sampler::set_paused(tracer.is_some()) && options::get().verbosity >= 1 {
         match tracer {
             Some(pid) => log::line(format_args!("a tracer is attached (pid {pid}): sampling paused")),
@@ -193,6 +204,22 @@ pub fn before_nofile_limit(soft: u64, hard: u64) {
         // A failure here is reported when the detector starts (it tries again then).
         let _ = sampler::open_events(options::get());
     }
+}
+
+/// The program could not create a thread for lack of room (`EAGAIN`: `RLIMIT_NPROC`, the system's
+/// thread limit) while the reporter thread takes one: the reporter prints what is queued and ends, with
+/// one warning, and the program gets the room back. Reports found later are printed at exit by the
+/// exiting thread. True when a reporter thread was ended (the program's call is then tried again).
+pub fn give_back_reporter_thread() -> bool {
+    if !is_running() || !reporter::has_thread() {
+        return false;
+    }
+    reporter::shutdown();
+    log::warn(format_args!(
+        "the program reached its limit of threads (EAGAIN): racewatch's reporter thread ended to give it \
+         room; races found from now on are reported at exit"
+    ));
+    true
 }
 
 /// The program wants a hardware breakpoint and every debug register is taken: one of the detector's
@@ -304,6 +331,7 @@ pub fn print_stats() {
         return;
     }
     stats::add(stats::Counter::SkippedForStack, signal::skipped_for_stack());
+    stats::add(stats::Counter::MemoryWaits, crate::sys::alloc::waits());
     stats::add(stats::Counter::HostStackBytes, stacks::host_high_water() as u64);
     stats::add(stats::Counter::RuntimeStackBytes, stacks::runtime_stack_high_water() as u64);
     let Some(mut text) = STATS_TEXT.try_lock() else { return };

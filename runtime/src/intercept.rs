@@ -54,7 +54,20 @@ pub extern "C" fn pthread_create(
         stack,
         alt_stack: if detector::is_running() { stacks::alt_stack_size_for(stack) } else { 0 },
     };
-    thread::create_hooked(thread, attr, start, arg, detector::thread_hook, info)
+    let mut rc = thread::create_hooked(thread, attr, start, arg, detector::thread_hook, info);
+    if rc == libc::EAGAIN && detector::give_back_reporter_thread() {
+        // The program is at its thread limit (RLIMIT_NPROC, threads-max): the reporter thread was
+        // racewatch's one thread in it, and the program gets it back. The kernel counts an ended thread
+        // off a little after `pthread_join` returns: a few tries, a millisecond apart.
+        for _ in 0..50 {
+            rc = thread::create_hooked(thread, attr, start, arg, detector::thread_hook, info);
+            if rc != libc::EAGAIN {
+                break;
+            }
+            thread::sleep_us(1000);
+        }
+    }
+    rc
 }
 
 /// Interposed `pthread_exit`: the thread's runtime resources are released first (a thread whose start

@@ -40,3 +40,10 @@ pub mod symbolize;
 pub mod sys;
 pub mod unwind;
 pub mod watch;
+
+/// A failed allocation waits for memory instead of aborting the host ([`sys::alloc`]). Only in the
+/// preloaded library: the rlib leaves the allocator to the binary that links it (a test counting
+/// allocations brings its own).
+#[cfg(feature = "preload")]
+#[global_allocator]
+static ALLOCATOR: sys::alloc::WaitingAllocator = sys::alloc::WaitingAllocator;

@@ -617,6 +617,7 @@ fn drain() {
 
 extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
     REPORTER_TID.store(sys::thread::gettid(), Ordering::Release);
+    sys::alloc::set_patient_thread(sys::thread::gettid(), while_waiting_for_memory);
     sys::thread::mark_runtime_thread();
     sys::thread::set_name(c"racewatch-repor");
     let _ = std::panic::catch_unwind(|| loop {
@@ -694,6 +695,34 @@ pub fn stop_after_this_round() {
     STOP.store(true, Ordering::Release);
 }
 
+/// Ends the process as glibc ends it when the program's last thread returns or calls `pthread_exit`:
+/// `exit(0)`, which runs the program's `atexit` handlers and flushes its streams. Call from the reporter
+/// thread once no thread of the program's is alive; what is queued is printed first.
+pub fn exit_in_place_of_the_last_thread() -> ! {
+    // Nobody is left to join the reporter: the exit hooks drain on this thread instead (unless it was
+    // abandoned in the middle of a report, waiting for memory).
+    THREAD.store(0, Ordering::Release);
+    if !ABANDONED.load(Ordering::Acquire) {
+        drain();
+    }
+    crate::exit_status::exit(0)
+}
+
+/// Runs between two tries of an allocation that found no memory on the reporter thread: the report
+/// under way waits, but a program whose last thread ended meanwhile still ends.
+fn while_waiting_for_memory() {
+    if !sys::thread::runtime_threads_uncounted() && sys::tracer::read().only_caller_alive {
+        // The report under way (its lock held below us) is given up; the queue is counted as dropped.
+        ABANDONED.store(true, Ordering::Release);
+        exit_in_place_of_the_last_thread();
+    }
+}
+
+/// Whether a reporter thread runs.
+pub fn has_thread() -> bool {
+    THREAD.load(Ordering::Acquire) != 0
+}
+
 /// Whether `tid` is the reporter thread (never sampled).
 pub fn is_reporter_thread(tid: i32) -> bool {
     tid != 0 && REPORTER_TID.load(Ordering::Acquire) == tid
@@ -718,9 +747,7 @@ pub fn shutdown() {
                 sys::fd::forget_private_table();
                 break;
             }
-            let waited_ms = (sys::thread::monotonic_ns() - start) / 1_000_000;
-            let symbolizing = PHASE.load(Ordering::Acquire) == SYMBOLIZING;
-            if waited_ms >= DRAIN_SYMBOLIZING_MS || (waited_ms >= DRAIN_MS && !symbolizing) {
+            if waited_too_long(start) {
                 // Still writing (a full pipe) or stuck: leave it; the process is about to exit or be sandboxed.
                 REPORTER_TID.store(0, Ordering::Release);
                 ABANDONED.store(true, Ordering::Release);
@@ -732,6 +759,15 @@ pub fn shutdown() {
         stats::bump(stats::Counter::ReportsDropped);
     }
     write_counts();
+}
+
+/// Whether the exit path, waiting since `start` (monotonic ns) for the reporter to print what is queued,
+/// stops waiting: after `DRAIN_MS`, `DRAIN_SYMBOLIZING_MS` while it reads debug info, at once while it
+/// waits for memory (the program may hold it until it ends).
+fn waited_too_long(start: u64) -> bool {
+    let waited_ms = (sys::thread::monotonic_ns() - start) / 1_000_000;
+    let symbolizing = PHASE.load(Ordering::Acquire) == SYMBOLIZING;
+    sys::alloc::patient_is_waiting() || waited_ms >= DRAIN_SYMBOLIZING_MS || (waited_ms >= DRAIN_MS && !symbolizing)
 }
 
 /// Writes the `race_count` lines of races seen more than once (JSON reports), once per process.
@@ -766,9 +802,7 @@ pub fn settle() {
     // Empty queue first, then idle: every event leaves the queue while BUSY is set, so a reporter that
     // is idle after the queue was seen empty has handled all of them.
     while !queue::is_empty() || BUSY.load(Ordering::SeqCst) {
-        let waited_ms = (sys::thread::monotonic_ns() - start) / 1_000_000;
-        let symbolizing = PHASE.load(Ordering::Acquire) == SYMBOLIZING;
-        if waited_ms >= DRAIN_SYMBOLIZING_MS || (waited_ms >= DRAIN_MS && !symbolizing) {
+        if waited_too_long(start) {
             return;
         }
         sys::wake::notify();

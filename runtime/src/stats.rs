@@ -43,6 +43,7 @@ counters! {
     VolatilePairs: "pairs of volatile accesses in dependencies (racing by design: not reported)",
     ReportsDropped: "reports dropped",
     OutputDropped: "output not written",
+    MemoryWaits: "allocations that waited for memory",
     SkippedForStack: "signals skipped for lack of stack",
     HostStackBytes: "max handler bytes on the program's stack",
     RuntimeStackBytes: "max bytes used of a runtime stack",

@@ -1,6 +1,7 @@
 //! The thin FFI layer: every `unsafe` block of the runtime lives below here,
 //! each behind a safe wrapper with a `// SAFETY:` comment.
 
+pub mod alloc;
 pub mod cputime;
 pub mod creation;
 pub mod dl;

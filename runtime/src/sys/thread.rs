@@ -40,9 +40,43 @@ pub fn stall_us(us: u64) {
     }
 }
 
+/// glibc's count of the process's threads (`__nptl_nthreads`, exported to libthread_db as
+/// `GLIBC_PRIVATE`): the thread whose exit brings it to zero ends the process with `exit(0)`.
+fn libc_thread_count() -> Option<&'static std::sync::atomic::AtomicU32> {
+    static COUNT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let addr = *COUNT.get_or_init(|| {
+        // SAFETY: dlvsym with NUL-terminated literals; the result is only an address.
+        unsafe { libc::dlvsym(libc::RTLD_DEFAULT, c"__nptl_nthreads".as_ptr(), c"GLIBC_PRIVATE".as_ptr()) as usize }
+    });
+    // SAFETY: a non-null result is glibc's `unsigned int __nptl_nthreads`, a static that lives as long as
+    // the process and that glibc itself only changes with atomic operations.
+    (addr != 0 && addr % 4 == 0).then(|| unsafe { std::sync::atomic::AtomicU32::from_ptr(addr as *mut u32) })
+}
+
+/// Whether the runtime threads are left out of glibc's thread count (see [`spawn_runtime_thread`]).
+pub fn runtime_threads_uncounted() -> bool {
+    libc_thread_count().is_some()
+}
+
+/// Runs a runtime thread's body, counted again by glibc before it returns (its exit takes it off).
+extern "C" fn runtime_thread_main(body: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `spawn_runtime_thread` passes exactly such a function pointer.
+    let body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void = unsafe { std::mem::transmute(body) };
+    let result = body(std::ptr::null_mut());
+    if let Some(count) = libc_thread_count() {
+        count.fetch_add(1, Ordering::AcqRel);
+    }
+    result
+}
+
 /// Starts a runtime thread running `body` with every signal blocked for its whole life (it inherits the
 /// full mask), a small stack, and no racewatch start-up of its own (the real `pthread_create`).
 /// Returns its handle.
+///
+/// The thread is taken off glibc's count of threads while it runs: when the program's last thread
+/// returns or calls `pthread_exit` (a `main` that ended with `pthread_exit` first), glibc ends the process
+/// with `exit(0)` in that thread, its `atexit` handlers and stdio flushing with the program's own
+/// descriptors, exactly as without racewatch; a runtime thread never keeps a finished program alive.
 pub fn spawn_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void) -> Option<libc::pthread_t> {
     const STACK: usize = 256 << 10;
     let old = raw::sigprocmask(libc::SIG_SETMASK, Some(u64::MAX));
@@ -53,10 +87,15 @@ pub fn spawn_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc:
         libc::pthread_attr_init(&mut attr);
         libc::pthread_attr_setstacksize(&mut attr, STACK);
         let mut thread: libc::pthread_t = 0;
-        let rc = real::pthread_create(&mut thread, &attr, body, std::ptr::null_mut());
+        let rc = real::pthread_create(&mut thread, &attr, runtime_thread_main, body as *mut libc::c_void);
         libc::pthread_attr_destroy(&mut attr);
         (rc == 0).then_some(thread)
     };
+    if thread.is_some() {
+        if let Some(count) = libc_thread_count() {
+            count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
     if let Some(old) = old {
         raw::sigprocmask(libc::SIG_SETMASK, Some(old));
     }

@@ -1,6 +1,8 @@
-//! Whether a tracer (a debugger, `strace`, a ptrace supervisor) is attached to this process: the
-//! `TracerPid` line of `/proc/self/status`, read through one descriptor kept open (and placed like
-//! the runtime's other descriptors), so that a check costs one `pread` and no `open`.
+//! What the reporter's periodic check reads of `/proc/self/status`: whether a tracer (a debugger,
+//! `strace`, a ptrace supervisor) is attached (`TracerPid`), and whether any thread of the program's
+//! is still alive (`Threads`, and `State` of the main thread, a zombie once `main` called
+//! `pthread_exit`). Read through one descriptor kept open (and placed like the runtime's other
+//! descriptors), so that a check costs one `pread` and no `open`.
 
 use crate::sys::fd;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -27,22 +29,46 @@ pub fn open() -> bool {
     }
 }
 
-/// The pid of the process tracing this one (`None`: not traced, or unknown).
-pub fn tracer_pid() -> Option<i32> {
-    let fd = STATUS.load(Ordering::Acquire);
-    if fd < 0 || !fd::is_own(fd) {
-        return None;
-    }
-    let mut buf = [0u8; 2048];
-    // SAFETY: pread into a live buffer of its length from a descriptor of ours.
-    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-    parse(buf.get(..usize::try_from(n).ok()?)?)
+/// One reading of the process's status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// The pid of the process tracing this one (`None`: not traced, or unknown).
+    pub tracer: Option<i32>,
+    /// Every thread of the program's has ended: the only live thread is the calling one (a runtime
+    /// thread), beside a main thread that is a zombie (it called `pthread_exit`).
+    pub only_caller_alive: bool,
 }
 
-fn parse(status: &[u8]) -> Option<i32> {
-    let text = std::str::from_utf8(status).ok()?;
-    let line = text.lines().find_map(|l| l.strip_prefix("TracerPid:"))?;
-    line.trim().parse().ok().filter(|&pid| pid != 0)
+/// Reads the status now (`Status::default()` when it cannot be read).
+pub fn read() -> Status {
+    let fd = STATUS.load(Ordering::Acquire);
+    if fd < 0 || !fd::is_own(fd) {
+        return Status::default();
+    }
+    let mut buf = [0u8; 4096];
+    // SAFETY: pread into a live buffer of its length from a descriptor of ours.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    usize::try_from(n).ok().and_then(|n| buf.get(..n)).map(parse).unwrap_or_default()
+}
+
+/// The pid of the process tracing this one (`None`: not traced, or unknown).
+pub fn tracer_pid() -> Option<i32> {
+    read().tracer
+}
+
+fn parse(status: &[u8]) -> Status {
+    let Ok(text) = std::str::from_utf8(status) else { return Status::default() };
+    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    let tracer = field("TracerPid:").and_then(|v| v.parse().ok()).filter(|&pid: &i32| pid != 0);
+    let threads: Option<u32> = field("Threads:").and_then(|v| v.parse().ok());
+    // `State` is the main thread's: `Z (zombie)` once it called `pthread_exit` while others run on.
+    let main_gone = field("State:").is_some_and(|v| v.starts_with('Z') || v.starts_with('X'));
+    let only_caller_alive = match threads {
+        Some(1) => true,
+        Some(2) => main_gone,
+        _ => false,
+    };
+    Status { tracer, only_caller_alive }
 }
 
 /// In a forked child, whose copy of the descriptor (closed with the runtime's others) named the parent.
@@ -56,8 +82,20 @@ mod tests {
 
     #[test]
     fn tracer_pid_is_read_from_the_status_text() {
-        assert_eq!(parse(b"Name:\tx\nTracerPid:\t0\nUid:\t0\n"), None);
-        assert_eq!(parse(b"Name:\tx\nTracerPid:\t4321\nUid:\t0\n"), Some(4321));
-        assert_eq!(parse(b"Name:\tx\n"), None);
+        assert_eq!(parse(b"Name:\tx\nTracerPid:\t0\nUid:\t0\n").tracer, None);
+        assert_eq!(parse(b"Name:\tx\nTracerPid:\t4321\nUid:\t0\n").tracer, Some(4321));
+        assert_eq!(parse(b"Name:\tx\n").tracer, None);
+    }
+
+    #[test]
+    fn the_program_is_gone_when_only_the_caller_and_a_zombie_main_thread_are_left() {
+        let status = |state: &str, threads: u32| {
+            parse(format!("Name:\tx\nState:\t{state}\nTracerPid:\t0\nThreads:\t{threads}\n").as_bytes())
+        };
+        assert!(status("S (sleeping)", 1).only_caller_alive);
+        assert!(status("Z (zombie)", 2).only_caller_alive);
+        assert!(!status("S (sleeping)", 2).only_caller_alive, "the main thread still runs");
+        assert!(!status("Z (zombie)", 3).only_caller_alive, "a worker still runs");
+        assert!(!parse(b"Name:\tx\n").only_caller_alive, "unknown is alive");
     }
 }

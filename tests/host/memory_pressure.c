@@ -1,0 +1,70 @@
+/* The program starts two threads (racewatch's detector starts with them), allocates until malloc fails,
+ * and only then lets the threads race: racewatch's first report, and the debug info it reads for it,
+ * must be had while memory is exhausted. Then it frees everything and ends. argv[1]:
+ *   "rlimit-data": under RLIMIT_DATA 256 MiB set by the program;
+ *   "mlockall":    mlockall(MCL_FUTURE) under the RLIMIT_MEMLOCK the program inherited (run without
+ *                  CAP_IPC_LOCK, which would lift the limit): every new mapping is locked, and the locked
+ *                  memory's budget runs out;
+ *   "hold":        RLIMIT_DATA as above, and the program ends without freeing what it holds. */
+#include <sys/mman.h>
+
+static void **hoard;
+static long hoarded;
+
+static void hoard_until_failure(void) {
+  for (;;) {
+    void **block = malloc(64 << 10);
+    if (!block) break;
+    *block = hoard;
+    hoard = block;
+    hoarded++;
+  }
+}
+
+static void release(void) {
+  while (hoard) {
+    void **next = *hoard;
+    free(hoard);
+    hoard = next;
+  }
+}
+
+static atomic_int go, started;
+
+static void *racer_after_go(void *arg) {
+  (void)arg;
+  atomic_fetch_add(&started, 1);
+  while (!atomic_load(&go)) rw_sleep(0.001);
+  rw_race_until(rw_now() + 1.0);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  struct rlimit limit = {256 << 20, 256 << 20};
+  pthread_t threads[2];
+  for (int i = 0; i < 2; i++)
+    if (pthread_create(&threads[i], NULL, racer_after_go, NULL)) return 1;
+  while (atomic_load(&started) < 2) rw_sleep(0.001);
+  if (!strcmp(mode, "rlimit-data") || !strcmp(mode, "hold")) {
+    if (setrlimit(RLIMIT_DATA, &limit)) return 1;
+  } else if (!strcmp(mode, "mlockall")) {
+    if (mlockall(MCL_FUTURE)) {
+      printf("mlockall: %s\n", rw_errname(errno));
+      return 1;
+    }
+  } else {
+    return 2;
+  }
+  hoard_until_failure();
+  printf("allocated until malloc failed: %s\n", hoarded > 100 ? "yes" : "no");
+  atomic_store(&go, 1);
+  for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+  if (!strcmp(mode, "hold")) {
+    printf("done, still holding the memory\n");
+    return 0;
+  }
+  release();
+  printf("done\n");
+  return 0;
+}

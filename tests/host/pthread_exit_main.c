@@ -1,0 +1,29 @@
+/* `main` ends with pthread_exit(NULL) so that its workers finish (a POSIX idiom): the process ends,
+ * with status 0 and its atexit handlers run, when the last worker returns. argv[1]:
+ *   "workers": two racing threads return at their deadline;
+ *   "exiting-workers": the workers end with pthread_exit themselves, one after the other. */
+
+static void at_exit(void) { printf("atexit handler ran\n"); }
+
+static void *exiting_racer(void *arg) {
+  double seconds = *(double *)arg;
+  rw_race_until(rw_now() + seconds);
+  pthread_exit(NULL);
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  atexit(at_exit);
+  if (!strcmp(mode, "workers")) {
+    rw_start(2, 0.8, 0);
+  } else if (!strcmp(mode, "exiting-workers")) {
+    static double seconds[2] = {0.5, 0.9};
+    pthread_t t;
+    for (int i = 0; i < 2; i++)
+      if (pthread_create(&t, NULL, exiting_racer, &seconds[i])) return 1;
+  } else {
+    return 2;
+  }
+  printf("main calls pthread_exit\n");
+  pthread_exit(NULL);
+}

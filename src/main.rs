@@ -8,8 +8,14 @@ mod embedded;
 mod terminal;
 
 #[derive(Parser)]
-#[command(name = "racewatch", version, about = "Sampling data race detector for production binaries")]
-struct Cli {
+#[command(
+    name = "racewatch",
+    version,
+    about = "Sampling data race detector for production binaries",
+    after_help = "Without a command, in a source checkout: build the demos and catch the race in one.\n\
+                  The guide: docs/ (mdbook build docs); man racewatch once installed."
+)]
+pub struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -33,6 +39,9 @@ enum Command {
     RuntimePath,
     /// Ingest report logs of many processes into a store and list the distinct races, most frequent first.
     Triage(commands::triage::Args),
+    /// Generate the man pages or a shell's completion script (for packagers).
+    #[command(hide = true)]
+    Generate(commands::generate::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +55,7 @@ fn main() -> ExitCode {
         Some(Command::Run(args)) => commands::run::run(args),
         Some(Command::RuntimePath) => commands::run::print_runtime_path(),
         Some(Command::Triage(args)) => commands::triage::run(args),
+        Some(Command::Generate(args)) => commands::generate::run(args),
         None => commands::demo::run(),
     }
 }

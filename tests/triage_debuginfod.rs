@@ -6,17 +6,13 @@
 
 mod common;
 
-#[path = "../src/commands/triage/symbolize.rs"]
-#[allow(dead_code)]
-mod symbolize;
-
 use racewatch_instrument::elf::Module;
 use racewatch_instrument::frames::Frame;
+use racewatch_triage::symbolize::OfflineSymbolizer;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use symbolize::OfflineSymbolizer;
 
 const PROGRAM: &str = r#"#include <stdlib.h>
 

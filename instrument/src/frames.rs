@@ -40,6 +40,10 @@ pub struct Frame {
 
 /// Where Rust's standard library sources are (`/rustc/<commit>/library/...`).
 pub const STD_SOURCES: &str = "/rustc/";
+/// Where the crates the standard library vendors in are (`/rust/deps/hashbrown-0.16.1/src/map.rs`: the
+/// table under `std::collections::HashMap`; also `compiler_builtins`, `memchr`, `addr2line`, …): the
+/// precompiled standard library's debug info names them there, and they are part of it.
+pub const STD_DEPS: &str = "/rust/deps/";
 /// The directory of the C++ standard library's headers, under any prefix (libstdc++'s
 /// `/usr/include/c++/12/…`, reached as `/usr/lib/gcc/x86_64-linux-gnu/12/../../../../include/c++/12/…`;
 /// libc++'s `…/include/c++/v1/…`).
@@ -55,7 +59,7 @@ pub enum StdLib {
 /// The standard library a frame's source is in, if any.
 pub fn std_lib(frame: &Frame) -> Option<StdLib> {
     let file = frame.file.as_deref()?;
-    if file.starts_with(STD_SOURCES) {
+    if file.starts_with(STD_SOURCES) || file.starts_with(STD_DEPS) {
         Some(StdLib::Rust)
     } else if file.contains(CXX_STD_HEADERS) {
         Some(StdLib::Cxx)
@@ -335,6 +339,32 @@ mod tests {
         assert_eq!(access_frame(&stack).unwrap().function.as_deref(), Some("write<u64>"));
         // Nothing of the user's: the innermost real frame.
         assert_eq!(summary_frame(&stack[..2]).unwrap().function.as_deref(), Some("memcpy"));
+    }
+
+    #[test]
+    fn crates_vendored_into_std_are_std() {
+        // dashmap 5.0's shards are std HashMaps: a race in one (RUSTSEC-2022-0002) goes through std's
+        // hashbrown, which the standard library's debug info places under /rust/deps/.
+        let hashbrown = at("hashbrown::map::HashMap<K,V,S,A>::insert", "/rust/deps/hashbrown-0.16.1/src/map.rs");
+        let stack = vec![
+            hashbrown.clone(),
+            at(
+                "std::collections::hash::map::HashMap<K,V,S>::insert",
+                "/rustc/abc/library/std/src/collections/hash/map.rs",
+            ),
+            at(
+                "dashmap::DashMap<K,V,S>::_insert",
+                "/root/.cargo/registry/src/index.crates.io-1/dashmap-5.0.0/src/lib.rs",
+            ),
+            at("app::main", "src/main.rs"),
+        ];
+        assert_eq!(std_lib(&hashbrown), Some(StdLib::Rust));
+        assert_eq!(dependency_crate(&hashbrown), None);
+        assert_eq!(summary_frame(&stack).unwrap().function.as_deref(), Some("dashmap::DashMap<K,V,S>::_insert"));
+        // Only the standard library's own vendored tree: a project that happens to have a `rust/deps`
+        // directory is not std.
+        assert_eq!(std_lib(&at("f", "/home/u/rust/deps/x/src/lib.rs")), None);
+        assert_eq!(std_lib(&at("f", "rust/deps/x/src/lib.rs")), None);
     }
 
     #[test]

@@ -2,6 +2,15 @@
 //! workspace with the metadata flags, run the default racy demo with the
 //! runtime preloaded, pass its output through and say whether a race report
 //! was seen.
+//!
+//! Its exit status answers "does racewatch work here?": 0 when the demo's
+//! known race was reported, 1 when it was not (or nothing could be built or
+//! run). That is the opposite of `racewatch run`, on purpose: `run` judges
+//! *your* program, where a race is a failure (`fail_on_race`: 66, as
+//! ThreadSanitizer exits), while the demo is a self-check whose race is the
+//! expected outcome, so a working set-up must not end `cargo run --release`
+//! with cargo's "process didn't exit successfully". The demo program itself
+//! runs without `fail_on_race` (its own status is shown as it is).
 
 use super::run::preloaded;
 use std::io::{BufRead, BufReader, Write};
@@ -67,20 +76,31 @@ pub fn run() -> ExitCode {
     match run_and_watch(&mut cmd) {
         Ok((status, reports)) => {
             if reports > 0 {
-                eprintln!("racewatch: the demo exited ({status}); {reports} race report(s) shown above");
-                ExitCode::SUCCESS
+                eprintln!(
+                    "racewatch: the demo exited ({status}); {reports} race report(s) shown above: \
+                     the detector works here (`racewatch run` would exit 66)"
+                );
             } else {
                 eprintln!(
                     "racewatch: the demo exited ({status}) and no race report was seen; \
                      the race is in bump() in demos/src/bin/{DEFAULT_DEMO}.rs"
                 );
-                ExitCode::FAILURE
             }
+            ExitCode::from(verdict(reports))
         }
         Err(err) => {
             eprintln!("racewatch: cannot run {}: {err}", program.display());
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The demo's exit status: 0 when the race was reported (the detector works), 1 when it was missed.
+fn verdict(reports: usize) -> u8 {
+    if reports > 0 {
+        0
+    } else {
+        1
     }
 }
 
@@ -119,4 +139,15 @@ fn run_and_watch(cmd: &mut Command) -> std::io::Result<(std::process::ExitStatus
     }
     drop(out);
     Ok((child.wait()?, reports))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The self-check's convention, the inverse of `racewatch run`'s (module documentation).
+    #[test]
+    fn a_reported_race_is_success_and_a_missed_one_failure() {
+        assert_eq!(super::verdict(1), 0);
+        assert_eq!(super::verdict(3), 0);
+        assert_eq!(super::verdict(0), 1);
+    }
 }

@@ -6,6 +6,7 @@ pub mod coverage;
 pub mod demo;
 pub mod dump;
 pub mod flags;
+pub mod generate;
 mod races;
 pub mod run;
 pub mod triage;

@@ -1,12 +1,12 @@
 //! Ingest: report logs (files, directories, stdin; plain or gzip) read line by line, never whole, into
 //! batches of rows written one transaction each. Bad input is skipped and counted by kind.
 
-use super::report::{
+use crate::report::{
     fnv128, is_key, is_unsymbolized, needs_symbols, Body, Header, JsonFrame, TextEvent, TextParser, TextReport,
     FNV128_OFFSET, SCHEMA,
 };
-use super::store::{Batch, RaceRow, ReportRow, Store, SymbolRow};
-use super::symbolize::OfflineSymbolizer;
+use crate::store::{Batch, RaceRow, ReportRow, Store, SymbolRow};
+use crate::symbolize::OfflineSymbolizer;
 use racewatch_instrument::frames::{racing_frames, short_backtrace, summary, Frame, Paths};
 use racewatch_instrument::keys;
 use std::collections::{HashMap, HashSet};
@@ -608,18 +608,18 @@ impl<'a> Ingester<'a> {
 }
 
 trait IntoParam {
-    fn into_param(self) -> super::store::Param;
+    fn into_param(self) -> crate::store::Param;
 }
 
 impl IntoParam for String {
-    fn into_param(self) -> super::store::Param {
-        super::store::Param::Text(self)
+    fn into_param(self) -> crate::store::Param {
+        crate::store::Param::Text(self)
     }
 }
 
 impl IntoParam for i64 {
-    fn into_param(self) -> super::store::Param {
-        super::store::Param::Int(self)
+    fn into_param(self) -> crate::store::Param {
+        crate::store::Param::Int(self)
     }
 }
 

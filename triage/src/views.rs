@@ -1,9 +1,9 @@
 //! What the store says about distinct races: one row per race (grouped by `source_key`, else
 //! `race_key`), its status, and the four ways to print them (text, JSON, SARIF 2.1.0, suppressions).
 
-use super::report::JsonFrame;
-use super::store::{Cell, Param, Store};
-use crate::terminal::escape as esc;
+use crate::escape as esc;
+use crate::report::JsonFrame;
+use crate::store::{Cell, Param, Store};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;

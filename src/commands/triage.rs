@@ -1,18 +1,8 @@
-//! `racewatch triage`: report logs of many processes into a store (SQLite or PostgreSQL), and the
-//! distinct races in it, most frequent first (DESIGN.md "From a fleet to findings").
-//!
-//! - [`report`]: reading JSON (schema 1) and text reports;
-//! - [`ingest`]: inputs, line by line, batched into the store; bad input skipped and counted;
-//! - [`store`]: the store trait, its schema and migrations, SQLite and PostgreSQL;
-//! - [`views`]: distinct races, their status, and text, JSON, SARIF and suppressions output;
-//! - [`symbolize`]: offline symbolization by build-id of `symbolize=0` reports.
+//! `racewatch triage`: the command line of the triage library (`triage/`, crate `racewatch-triage`),
+//! which ingests report logs of many processes into a store (SQLite or PostgreSQL) and lists the
+//! distinct races in it, most frequent first. This module parses the arguments and prints.
 
-mod ingest;
-mod report;
-mod store;
-pub mod symbolize;
-mod views;
-
+use racewatch_triage as triage;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,6 +20,17 @@ pub enum Format {
     Suppressions,
 }
 
+impl From<Format> for triage::Format {
+    fn from(format: Format) -> triage::Format {
+        match format {
+            Format::Text => triage::Format::Text,
+            Format::Json => triage::Format::Json,
+            Format::Sarif => triage::Format::Sarif,
+            Format::Suppressions => triage::Format::Suppressions,
+        }
+    }
+}
+
 /// A race's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Status {
@@ -37,6 +38,17 @@ pub enum Status {
     Known,
     Suppressed,
     Fixed,
+}
+
+impl From<Status> for triage::Status {
+    fn from(status: Status) -> triage::Status {
+        match status {
+            Status::New => triage::Status::New,
+            Status::Known => triage::Status::Known,
+            Status::Suppressed => triage::Status::Suppressed,
+            Status::Fixed => triage::Status::Fixed,
+        }
+    }
 }
 
 #[derive(clap::Subcommand)]
@@ -87,12 +99,15 @@ pub struct Args {
 }
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("racewatch triage: {}", crate::terminal::escape(&message.to_string()));
+    eprintln!("racewatch triage: {}", triage::escape(&message.to_string()));
     ExitCode::from(2)
 }
 
-fn now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+fn print(out: &str) -> ExitCode {
+    match super::emit(out, None) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
+    }
 }
 
 pub fn run(args: Args) -> ExitCode {
@@ -102,74 +117,40 @@ pub fn run(args: Args) -> ExitCode {
         None => {}
     }
     // Every input must exist before anything is read.
-    let inputs = match ingest::inputs(&args.inputs) {
+    let inputs = match triage::inputs(&args.inputs) {
         Ok(inputs) => inputs,
         Err(why) => return fail(why),
     };
-    let mut store = match store::open(&args.db) {
+    let mut store = match triage::open(&args.db) {
         Ok(store) => store,
         Err(why) => return fail(why),
     };
     if !args.inputs.is_empty() {
-        let mut ingester = ingest::Ingester::new(&mut *store, args.debug_dirs.clone());
-        for input in &inputs {
-            if let Err(why) = ingester.read(input).and_then(|()| ingester.flush()) {
-                return fail(why);
-            }
-        }
-        for message in ingester.notes.iter().chain(&ingester.totals.messages()) {
+        match triage::ingest(&mut *store, &inputs, args.debug_dirs.clone()) {
             // Notes name modules, files and build-ids that came from the logs.
-            eprintln!("racewatch triage: {}", crate::terminal::escape(message));
+            Ok(messages) => messages.iter().for_each(|m| eprintln!("racewatch triage: {}", triage::escape(m))),
+            Err(why) => return fail(why),
         }
     }
     if args.quiet {
         return ExitCode::SUCCESS;
     }
-    let races = match views::races(&mut *store, false) {
-        Ok(races) => races,
-        Err(why) => return fail(why),
-    };
-    let out = match args.format {
-        Format::Text => views::text(&races),
-        Format::Json => views::json(&races),
-        Format::Sarif => {
-            let root = args.source_root.clone().or_else(|| std::env::current_dir().ok());
-            views::sarif(&races, root.as_deref())
-        }
-        Format::Suppressions => views::suppressions(&races),
-    };
-    match super::emit(&out, None) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(code) => code,
+    let root = args.source_root.clone().or_else(|| std::env::current_dir().ok());
+    match triage::list(&mut *store, args.format.into(), root.as_deref()) {
+        Ok(out) => print(&out),
+        Err(why) => fail(why),
     }
-}
-
-/// The store and its distinct races (with their stacks when `with_stacks`), or the failure's exit code.
-fn open_with_races(args: &Args, with_stacks: bool) -> Result<(Box<dyn store::Store>, Vec<views::Race>), ExitCode> {
-    let mut store = store::open(&args.db).map_err(fail)?;
-    let races = views::races(&mut *store, with_stacks).map_err(fail)?;
-    Ok((store, races))
 }
 
 fn show(args: &Args, key: &str) -> ExitCode {
     if !matches!(args.format, Format::Text | Format::Json) {
         return fail("show prints text or json");
     }
-    let (_, races) = match open_with_races(args, true) {
-        Ok(found) => found,
-        Err(code) => return code,
-    };
-    let race = match views::resolve(&races, key) {
-        Ok(race) => race,
-        Err(why) => return fail(why),
-    };
-    let out = match args.format {
-        Format::Json => format!("{}\n", serde_json::to_string_pretty(race).unwrap_or_default()),
-        _ => views::show(race),
-    };
-    match super::emit(&out, None) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(code) => code,
+    let shown =
+        triage::open(&args.db).and_then(|mut store| triage::show(&mut *store, key, args.format == Format::Json));
+    match shown {
+        Ok(out) => print(&out),
+        Err(why) => fail(why),
     }
 }
 
@@ -177,25 +158,8 @@ fn mark(args: &Args, key: &str, status: Status, version: Option<&str>) -> ExitCo
     if version.is_some() && status != Status::Fixed {
         return fail("--in VERSION goes with `fixed`");
     }
-    let (mut store, races) = match open_with_races(args, false) {
-        Ok(found) => found,
-        Err(code) => return code,
-    };
-    let race = match views::resolve(&races, key) {
-        Ok(race) => race,
-        Err(why) => return fail(why),
-    };
-    let word = match status {
-        Status::New => "new",
-        Status::Known => "known",
-        Status::Suppressed => "suppressed",
-        Status::Fixed => "fixed",
-    };
-    if let Err(why) = views::mark(&mut *store, &race.key, word, version, now()) {
-        return fail(why);
+    match triage::open(&args.db).and_then(|mut store| triage::mark(&mut *store, key, status.into(), version)) {
+        Ok(line) => print(&line),
+        Err(why) => fail(why),
     }
-    let esc = crate::terminal::escape;
-    let fixed_in = version.map(|v| format!(" in {}", esc(v))).unwrap_or_default();
-    println!("{}: {word}{fixed_in} ({})", esc(&race.key), esc(&race.summary));
-    ExitCode::SUCCESS
 }

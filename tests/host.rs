@@ -112,6 +112,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "memory_pressure", source: include_str!("host/memory_pressure.c"), metadata: true, flags: &[] },
     Program { name: "nproc", source: include_str!("host/nproc.c"), metadata: true, flags: &[] },
     Program { name: "children_mask", source: include_str!("host/children_mask.c"), metadata: true, flags: &[] },
+    Program { name: "trap_readback", source: include_str!("host/trap_readback.c"), metadata: true, flags: &[] },
 ];
 
 /// Builds every program once per test binary (in parallel); `None` (skip) without clang-19.
@@ -629,6 +630,12 @@ fn cases() -> Vec<Case> {
             "vfork children failed: 0",
             "handler still ours: 1, SIGTRAP still blocked: 1",
             "handled after unblocking: 1",
+        ]),
+        // 37. SIGTRAP's disposition reads back as any other signal's (SA_RESTORER and glibc's restorer).
+        case("sigtrap_action_reads_back_like_any_signal", "trap_readback", &[]).expect(&[
+            "before threads: flags equal: 1, restorer equal: 1, handler equal: 1",
+            "while racing: flags equal: 1, restorer equal: 1, handler equal: 1",
+            "back to default: flags equal: 1, restorer equal: 1, handler equal: 1",
         ]),
     ]
 }
@@ -1178,6 +1185,7 @@ host_cases!(
     rlimit_nproc_threads_until_eagain,
     blocked_sigtrap_reaches_spawned_children,
     vfork_child_resets_stay_in_the_child,
+    sigtrap_action_reads_back_like_any_signal,
 );
 
 // ---- The detector really runs in these programs ----

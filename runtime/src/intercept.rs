@@ -438,9 +438,6 @@ fn a_ptr<T>(word: c_long) -> *const T {
     word as usize as *const T
 }
 
-/// `SA_RESTORER` (x86-64): the C library sets its own restorer.
-const SA_RESTORER: c_int = 0x0400_0000;
-
 /// The kernel's `struct sigaction` on x86-64 (what raw `rt_sigaction` takes).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -457,7 +454,7 @@ fn raw_sigaction(sig: c_int, act: *const KernelSigaction, old: *mut KernelSigact
         // SAFETY: zeroed sigaction is SIG_DFL with an empty mask; the fields are then set.
         let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
         act.sa_sigaction = k.handler;
-        act.sa_flags = k.flags as c_int & !SA_RESTORER;
+        act.sa_flags = k.flags as c_int & !signal::SA_RESTORER;
         act.sa_mask = signal::from_bits(k.mask);
         act
     });

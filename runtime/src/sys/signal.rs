@@ -171,6 +171,7 @@ pub fn install(claims: Claims, handler: PerfHandler) -> io::Result<()> {
     if !install_kernel_action() {
         return Err(io::Error::last_os_error());
     }
+    note_libc_restorer();
     INSTALLED.store(true, Ordering::Release);
     Ok(())
 }
@@ -242,6 +243,24 @@ fn record(action: &libc::sigaction) {
     PROGRAM_HANDLER.store(action.sa_sigaction, Ordering::Release);
     PROGRAM_FLAGS.store(action.sa_flags as u64, Ordering::Release);
     PROGRAM_MASK.store(to_bits(&action.sa_mask), Ordering::Release);
+    PROGRAM_RESTORER.store(action.sa_restorer.map_or(0, |f| f as usize), Ordering::Release);
+}
+
+/// `sa_flags` bit: `sa_restorer` is set (glibc sets it, with its own `__restore_rt`, on every action it
+/// gives the kernel, and the kernel reports both back).
+pub const SA_RESTORER: libc::c_int = 0x0400_0000;
+/// The restorer the program's recorded action reports, as the kernel would have stored it.
+static PROGRAM_RESTORER: AtomicUsize = AtomicUsize::new(0);
+/// glibc's `__restore_rt`, as the kernel reports it for the runtime's own action (set through glibc).
+static LIBC_RESTORER: AtomicUsize = AtomicUsize::new(0);
+
+/// Reads glibc's restorer back from the kernel's action for `SIGTRAP` (just installed through glibc).
+fn note_libc_restorer() {
+    // SAFETY: zeroed `sigaction` is a valid out-parameter.
+    let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+    if real::sigaction(libc::SIGTRAP, std::ptr::null(), &mut now) == 0 && now.sa_flags & SA_RESTORER != 0 {
+        LIBC_RESTORER.store(now.sa_restorer.map_or(0, |f| f as usize), Ordering::Release);
+    }
 }
 
 /// The program's recorded `SIGTRAP` disposition.
@@ -251,6 +270,10 @@ pub fn program_action() -> libc::sigaction {
     action.sa_sigaction = PROGRAM_HANDLER.load(Ordering::Acquire);
     action.sa_flags = PROGRAM_FLAGS.load(Ordering::Acquire) as libc::c_int;
     action.sa_mask = from_bits(PROGRAM_MASK.load(Ordering::Acquire));
+    let restorer = PROGRAM_RESTORER.load(Ordering::Acquire);
+    // SAFETY: a restorer recorded from a `sigaction` read back from the kernel, or glibc's own: either a
+    // function address or 0 (None).
+    action.sa_restorer = unsafe { std::mem::transmute::<usize, Option<extern "C" fn()>>(restorer) };
     action
 }
 
@@ -258,7 +281,15 @@ pub fn program_action() -> libc::sigaction {
 /// the program's `SA_RESTART`).
 pub fn set_program_action(action: &libc::sigaction) {
     let restart_before = kernel_restart_flag();
-    record(action);
+    // As glibc's `sigaction` hands it to the kernel: with its restorer.
+    let mut action = *action;
+    let restorer = LIBC_RESTORER.load(Ordering::Acquire);
+    if restorer != 0 {
+        action.sa_flags |= SA_RESTORER;
+        // SAFETY: glibc's restorer, read back from the kernel: a function address.
+        action.sa_restorer = unsafe { std::mem::transmute::<usize, Option<extern "C" fn()>>(restorer) };
+    }
+    record(&action);
     if INSTALLED.load(Ordering::Acquire) && kernel_restart_flag() != restart_before {
         install_kernel_action();
     }

@@ -78,6 +78,11 @@ fn guarded(f: impl FnOnce()) {
 #[cfg_attr(test, allow(dead_code))]
 fn init() {
     sys::real::resolve_all();
+    sys::exec_list::set_targets(
+        |path, argv, _| crate::intercept::execv(path, argv),
+        |path, argv, envp| crate::intercept::execve(path, argv, envp),
+        |file, argv, _| crate::intercept::execvp(file, argv),
+    );
     detector::note_original_process();
     detector::init_fork_handling();
     log::check_stderr();

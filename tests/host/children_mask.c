@@ -2,7 +2,9 @@
  * argv[1]:
  *   "spawn":  the program blocks SIGTRAP, races, and starts itself ("report") through posix_spawn
  *             without attributes and posix_spawnp (each child prints whether it started with SIGTRAP
- *             blocked: it must, the mask is inherited), then system() and popen() (whose shell decides);
+ *             blocked: it must, the mask is inherited), then system() and popen() (whose shell decides),
+ *             then forked children that exec it with execl, execle (with an environment of its own)
+ *             and execlp, over a long argument list (300 arguments: all must arrive);
  *   "vfork":  the program installs a SIGTRAP handler and blocks SIGTRAP, races, and 50 times vforks a
  *             child that resets every disposition to SIG_DFL and unblocks every signal before exec (as
  *             CPython's _posixsubprocess does); then it checks its own handler and mask are as it left
@@ -12,10 +14,35 @@
 
 extern char **environ;
 
-static void report(void) {
+static void report(int argc, char **argv) {
   sigset_t now;
   sigprocmask(SIG_BLOCK, NULL, &now);
-  printf("child started with SIGTRAP blocked: %d\n", sigismember(&now, SIGTRAP));
+  const char *env = getenv("RW_CHILD_ENV");
+  printf("child started with SIGTRAP blocked: %d, %d arguments, last %s, RW_CHILD_ENV %s\n",
+         sigismember(&now, SIGTRAP), argc, argv[argc - 1], env ? env : "unset");
+}
+
+static void exec_list_child(const char *self, int kind) {
+  char numbers[300][8];
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char *env[] = {"RW_CHILD_ENV=from-execle", NULL};
+    if (kind == 0) execl(self, self, "report", (char *)NULL);
+    if (kind == 1) execle(self, self, "report", "two", (char *)NULL, env);
+    if (kind == 2) {
+      /* execlp with 300 arguments: more than fit in registers, more than a small array holds. */
+      for (int i = 0; i < 300; i++) snprintf(numbers[i], sizeof numbers[i], "%d", i);
+#define A10(k) numbers[k], numbers[k + 1], numbers[k + 2], numbers[k + 3], numbers[k + 4], numbers[k + 5], \
+               numbers[k + 6], numbers[k + 7], numbers[k + 8], numbers[k + 9]
+#define A100(k) A10(k), A10(k + 10), A10(k + 20), A10(k + 30), A10(k + 40), A10(k + 50), A10(k + 60), \
+                A10(k + 70), A10(k + 80), A10(k + 90)
+      execlp(self, self, "report", A100(0), A100(100), A100(200), (char *)NULL);
+    }
+    _exit(127);
+  }
+  int status;
+  waitpid(pid, &status, 0);
 }
 
 static void block_trap(void) {
@@ -41,6 +68,7 @@ static int spawn_children(const char *self) {
   char line[200];
   while (pipe && fgets(line, sizeof line, pipe)) printf("popen: %s", line);
   if (pipe) pclose(pipe);
+  for (int kind = 0; kind < 3; kind++) exec_list_child(self, kind);
   rw_join();
   return 0;
 }
@@ -96,7 +124,7 @@ static int vfork_children(void) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (!strcmp(mode, "report")) {
-    report();
+    report(argc, argv);
     return 0;
   }
   if (!strcmp(mode, "spawn")) {

@@ -5,6 +5,7 @@ pub mod alloc;
 pub mod cputime;
 pub mod creation;
 pub mod dl;
+pub mod exec_list;
 pub mod fatal;
 pub mod fd;
 pub mod handlers;

@@ -113,6 +113,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "nproc", source: include_str!("host/nproc.c"), metadata: true, flags: &[] },
     Program { name: "children_mask", source: include_str!("host/children_mask.c"), metadata: true, flags: &[] },
     Program { name: "trap_readback", source: include_str!("host/trap_readback.c"), metadata: true, flags: &[] },
+    Program { name: "handler_mask", source: include_str!("host/handler_mask.c"), metadata: true, flags: &[] },
 ];
 
 /// Builds every program once per test binary (in parallel); `None` (skip) without clang-19.
@@ -639,6 +640,10 @@ fn cases() -> Vec<Case> {
             "while racing: flags equal: 1, restorer equal: 1, handler equal: 1",
             "back to default: flags equal: 1, restorer equal: 1, handler equal: 1",
         ]),
+        // 38. A handler whose sa_mask blocks everything is not interrupted by the program's SIGTRAP handler.
+        case("full_sa_mask_holds_off_the_programs_sigtrap", "handler_mask", &[])
+            .repeat(3)
+            .expect(&["SIGTRAP handled: 200, inside the SIGUSR1 handler: 0"]),
     ]
 }
 
@@ -1188,6 +1193,7 @@ host_cases!(
     blocked_sigtrap_reaches_spawned_children,
     vfork_child_resets_stay_in_the_child,
     sigtrap_action_reads_back_like_any_signal,
+    full_sa_mask_holds_off_the_programs_sigtrap,
 );
 
 // ---- The detector really runs in these programs ----

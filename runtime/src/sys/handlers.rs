@@ -14,16 +14,20 @@ fn signal_bit(sig: c_int) -> Option<u64> {
     (sig as u32).checked_sub(1).and_then(|shift| 1u64.checked_shl(shift))
 }
 
-/// Whether a program handler with `flags` runs with `SIGTRAP` blocked in the kernel. On an alternate
-/// stack, yes: a signal frame of ours nested there (3.5 KiB with AVX-512 state) could overflow a small
-/// alternate stack before any check of ours runs; our signals wait until the handler returns (and
-/// are then dropped as late). Elsewhere, no: a blocked signal of ours would be queued where the
-/// program's `sigwait`/`signalfd` could take it.
+/// Whether a program handler with `flags`, whose `sa_mask` as the program set it holds `SIGTRAP` or
+/// not (`program_blocks`), runs with `SIGTRAP` blocked in the kernel.
 ///
-/// Not while the program has a `SIGTRAP` handler of its own: an `int3` or a debugger's trap inside
-/// such a handler must reach it (a blocked synchronous `SIGTRAP` kills the process).
-fn blocks_trap_in_kernel(flags: c_int) -> bool {
-    flags & libc::SA_ONSTACK != 0 && !program_handles_trap()
+/// When the program's mask blocks it, yes: the kernel then holds off every `SIGTRAP` while the
+/// handler runs, the program's own included, exactly as without racewatch (racewatch's signals wait
+/// until the handler returns and are then dropped as late).
+///
+/// Otherwise, on an alternate stack, yes: a signal frame of ours nested there (3.5 KiB with AVX-512
+/// state) could overflow a small alternate stack before any check of ours runs. Elsewhere, no: a
+/// blocked signal of ours would be queued where the program's `sigwait`/`signalfd` could take it. Not
+/// while the program has a `SIGTRAP` handler of its own: an `int3` or a debugger's trap inside such a
+/// handler must reach it (a blocked synchronous `SIGTRAP` kills the process).
+fn blocks_trap_in_kernel(flags: c_int, program_blocks: bool) -> bool {
+    program_blocks || (flags & libc::SA_ONSTACK != 0 && !program_handles_trap())
 }
 
 fn program_handles_trap() -> bool {
@@ -36,7 +40,8 @@ pub fn program_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc
     let program_had_trap = PROGRAM_MASK_HAS_TRAP.load(Ordering::Acquire) & bit != 0;
     let kernel = opt_ref(act).map(|act| {
         let mut copy = *act;
-        copy.sa_mask = signal::with_trap(&act.sa_mask, blocks_trap_in_kernel(act.sa_flags));
+        copy.sa_mask =
+            signal::with_trap(&act.sa_mask, blocks_trap_in_kernel(act.sa_flags, signal::has_trap(&act.sa_mask)));
         (copy, signal::has_trap(&act.sa_mask))
     });
     let rc = real::sigaction(sig, kernel.as_ref().map_or(std::ptr::null(), |(copy, _)| copy), old);
@@ -87,7 +92,8 @@ fn apply_trap_rule(adopting: bool) {
             PROGRAM_MASK_HAS_TRAP.fetch_or(bit, Ordering::AcqRel);
         }
         let handler = current.sa_sigaction;
-        let wanted = blocks_trap_in_kernel(current.sa_flags);
+        let program_blocks = PROGRAM_MASK_HAS_TRAP.load(Ordering::Acquire) & bit != 0;
+        let wanted = blocks_trap_in_kernel(current.sa_flags, program_blocks);
         if handler != libc::SIG_DFL && handler != libc::SIG_IGN && wanted != kernel_has_trap {
             current.sa_mask = signal::with_trap(&current.sa_mask, wanted);
             real::sigaction(sig, &current, std::ptr::null_mut());

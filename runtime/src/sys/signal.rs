@@ -493,6 +493,18 @@ pub fn wait_until_quiet(timeout_ms: u64) {
     }
 }
 
+/// Whether the kernel would have dropped this `SIGTRAP` at its default disposition: the process is
+/// the init of a PID namespace (pid 1), which takes no signal sent from inside its namespace that it
+/// has no handler for (`si_pid` is 0 when the sender is outside it, a kernel-made trap has a positive
+/// `si_code` and is forced on it). Re-raised at `SIG_DFL`, it would be dropped all the same and leave
+/// racewatch's handler replaced for good.
+fn ignored_by_namespace_init(info: *const libc::siginfo_t) -> bool {
+    // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
+    let Some(info) = (unsafe { info.as_ref() }) else { return false };
+    // SAFETY: the union's `si_pid` is set for the codes tested (sent by a process).
+    raw::getpid() == 1 && info.si_code <= 0 && unsafe { info.si_pid() } != 0
+}
+
 /// Passes a signal that is not the runtime's to the program's disposition, as the kernel would have
 /// delivered it: blocked while the program has it blocked, with the program's handler mask, on the
 /// stack the program's flags choose. `known`: the calling thread is one the runtime knows (its
@@ -510,6 +522,7 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
     let action = program_action();
     match action.sa_sigaction {
         libc::SIG_IGN => {}
+        libc::SIG_DFL if ignored_by_namespace_init(info) => {}
         libc::SIG_DFL => {
             // Restore the default action and re-raise to this thread: the signal stays pending
             // (SIGTRAP is blocked in here) and takes its default action (core dump) as soon as the

@@ -11,7 +11,7 @@
  *   "mask":    no SA_NODEFER, sigsetjmp(env, 1) for both (siglongjmp restores the mask);
  *   "mixed":   workers 0-1 as "mask", workers 2-3 switch between the two on every section.
  * argv[2] = "onstack": both handlers SA_ONSTACK; workers 1 and 3 have an alternate stack of
- * SIGSTKSZ bytes, the others none. Each worker prints its sections, how many probes gave a wrong
+ * 8 KiB (room for two nested signal frames with AVX-512 state, not three), the others none. Each worker prints its sections, how many probes gave a wrong
  * answer and whether SIGSEGV or SIGTRAP is left blocked; main prints "done". */
 #include <setjmp.h>
 #include <sys/mman.h>
@@ -19,6 +19,7 @@
 
 #define WORKERS 4
 #define SECTIONS 150
+#define ALT_STACK 8192
 
 static char *region;
 static long page;
@@ -79,8 +80,8 @@ static void *work(void *arg) {
   struct worker *w = arg;
   void *alt = NULL;
   if (onstack && w->index % 2 == 1) {
-    alt = malloc(SIGSTKSZ);
-    stack_t ss = {.ss_sp = alt, .ss_size = SIGSTKSZ, .ss_flags = 0};
+    alt = malloc(ALT_STACK);
+    stack_t ss = {.ss_sp = alt, .ss_size = ALT_STACK, .ss_flags = 0};
     sigaltstack(&ss, NULL);
   }
   if (strcmp(mode, "itimer") == 0) {

@@ -1,6 +1,7 @@
 //! The thin FFI layer: every `unsafe` block of the runtime lives below here,
 //! each behind a safe wrapper with a `// SAFETY:` comment.
 
+pub mod code;
 pub mod cputime;
 pub mod creation;
 pub mod dl;
@@ -9,6 +10,7 @@ pub mod fd;
 pub mod handlers;
 pub mod hugepage;
 pub mod identity;
+pub mod jump;
 pub mod mem;
 pub mod perf;
 pub mod process;

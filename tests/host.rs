@@ -114,6 +114,15 @@ const PROGRAMS: &[Program] = &[
     Program { name: "children_mask", source: include_str!("host/children_mask.c"), metadata: true, flags: &[] },
     Program { name: "trap_readback", source: include_str!("host/trap_readback.c"), metadata: true, flags: &[] },
     Program { name: "handler_mask", source: include_str!("host/handler_mask.c"), metadata: true, flags: &[] },
+    Program { name: "seccomp_raw", source: include_str!("host/seccomp_raw.c"), metadata: true, flags: &[] },
+    Program { name: "probe_timeouts", source: include_str!("host/probe_timeouts.c"), metadata: true, flags: &[] },
+    // `siglongjmp` is `__longjmp_chk`, which checks where the jump goes.
+    Program {
+        name: "probe_timeouts_fortify",
+        source: include_str!("host/probe_timeouts.c"),
+        metadata: true,
+        flags: &["-D_FORTIFY_SOURCE=2"],
+    },
 ];
 
 /// Builds every program once per test binary (in parallel); `None` (skip) without clang-19.
@@ -644,8 +653,56 @@ fn cases() -> Vec<Case> {
         case("full_sa_mask_holds_off_the_programs_sigtrap", "handler_mask", &[])
             .repeat(3)
             .expect(&["SIGTRAP handled: 200, inside the SIGUSR1 handler: 0"]),
+        // 33. Seccomp filters installed with the program's own `syscall` instruction (no libc call racewatch
+        // sees), PR_SET_NO_NEW_PRIVS by a raw prctl first: racewatch finds the instruction before the
+        // detector starts and steps aside (one line). RET_TRAP counted by the program's SIGSYS handler
+        // (a call of racewatch's would be one more, or kill the process with SIGSYS), RET_KILL_PROCESS,
+        // the raw prctl(PR_SET_SECCOMP) door, RET_ERRNO, and TSYNC from main.
+        case("seccomp_raw_trap", "seccomp_raw", &["trap"]).repeat(5).expect(&[
+            "filter: ok, getppid: T",
+            "trapped: 5",
+            "done",
+        ]),
+        case("seccomp_raw_kill_process", "seccomp_raw", &["kill"]).repeat(5).expect(&[
+            "filter: ok, getppid: -",
+            "trapped: 0",
+            "done",
+        ]),
+        case("seccomp_raw_prctl_trap", "seccomp_raw", &["prctl"]).repeat(5).expect(&[
+            "filter: ok, getppid: T",
+            "trapped: 5",
+            "done",
+        ]),
+        case("seccomp_raw_errno", "seccomp_raw", &["errno"]).repeat(3).expect(&["filter: ok, getppid: E", "done"]),
+        case("seccomp_raw_tsync_trap", "seccomp_raw", &["tsync"]).repeat(5).expect(&["tsync filter: ok", "trapped: 5"]),
+        // 34. Memory probes (SIGSEGV) and per-thread timeouts (SIGALRM) that siglongjmp out of their handlers,
+        // SA_ONSTACK or not, restoring the mask or not, a timeout often while a probe is in flight.
+        case("siglongjmp_probes_and_timeouts_restoring_masks", "probe_timeouts", &["mask"])
+            .repeat(5)
+            .expect(PROBE_TIMEOUTS_DONE),
+        case("siglongjmp_probes_and_timeouts_onstack_restoring_masks", "probe_timeouts", &["mask", "onstack"])
+            .repeat(5)
+            .expect(PROBE_TIMEOUTS_DONE),
+        case("siglongjmp_probes_and_timeouts_onstack_nodefer", "probe_timeouts", &["nodefer", "onstack"])
+            .repeat(5)
+            .expect(PROBE_TIMEOUTS_DONE),
+        case("siglongjmp_probes_and_timeouts_onstack_mixed", "probe_timeouts", &["mixed", "onstack"])
+            .repeat(5)
+            .expect(PROBE_TIMEOUTS_DONE),
+        case("siglongjmp_probes_and_timeouts_onstack_fortify", "probe_timeouts_fortify", &["nodefer", "onstack"])
+            .repeat(5)
+            .expect(PROBE_TIMEOUTS_DONE),
     ]
 }
+
+/// What every `probe_timeouts` run prints: each worker's 150 sections, right answers, nothing left blocked.
+const PROBE_TIMEOUTS_DONE: &[&str] = &[
+    "worker 0: sections 150, wrong answers 0, blocks SIGSEGV or SIGTRAP 0",
+    "worker 1: sections 150, wrong answers 0, blocks SIGSEGV or SIGTRAP 0",
+    "worker 2: sections 150, wrong answers 0, blocks SIGSEGV or SIGTRAP 0",
+    "worker 3: sections 150, wrong answers 0, blocks SIGSEGV or SIGTRAP 0",
+    "done",
+];
 
 // ---- Running ----
 
@@ -1194,7 +1251,35 @@ host_cases!(
     vfork_child_resets_stay_in_the_child,
     sigtrap_action_reads_back_like_any_signal,
     full_sa_mask_holds_off_the_programs_sigtrap,
+    seccomp_raw_trap,
+    seccomp_raw_kill_process,
+    seccomp_raw_prctl_trap,
+    seccomp_raw_errno,
+    seccomp_raw_tsync_trap,
+    siglongjmp_probes_and_timeouts_restoring_masks,
+    siglongjmp_probes_and_timeouts_onstack_restoring_masks,
+    siglongjmp_probes_and_timeouts_onstack_nodefer,
+    siglongjmp_probes_and_timeouts_onstack_mixed,
+    siglongjmp_probes_and_timeouts_onstack_fortify,
 );
+
+/// A module that installs seccomp filters with its own `syscall` instruction: racewatch says so once,
+/// naming the program and the instruction's offset, and never starts.
+#[test]
+fn a_raw_seccomp_instruction_is_named_once_and_detection_never_starts() {
+    if skip_detection() {
+        return;
+    }
+    let Some(bin) = program("seccomp_raw") else { return };
+    let case = find_case("seccomp_raw_trap");
+    let run = run_case(&case, Mode::Sampled, &bin, "step-aside-", &["stats=1"]);
+    let line = "installs seccomp filters with its own system call instruction; race detection is off";
+    let lines: Vec<&str> = run.stderr.lines().filter(|l| l.contains(line)).collect();
+    assert_eq!(lines.len(), 1, "one step-aside line expected:\n{}", run.stderr);
+    assert!(lines[0].contains(&format!("{}+0x", bin.display())), "names the program and an offset: {}", lines[0]);
+    assert_eq!(stat(&run.stderr, "watches armed").unwrap_or(0), 0, "no watch once stepped aside:\n{}", run.stderr);
+    assert!(!run.stderr.contains(REPORT_HEADER), "no report once stepped aside:\n{}", run.stderr);
+}
 
 // ---- The detector really runs in these programs ----
 

@@ -26,7 +26,7 @@
 use crate::fixed::FixedBuf;
 use crate::options::{self, Options};
 use crate::sys::{fatal, fd, handlers, perf, signal, stacks, thread, tracer, unwind_info};
-use crate::{log, profile, queue, registry, reporter, sampler, stats, watch};
+use crate::{log, profile, queue, registry, reporter, sampler, sandbox_scan, stats, watch};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 
 const IDLE: u8 = 0;
@@ -67,6 +67,11 @@ pub fn before_thread_create() {
 /// Starts the detector now if covered code arrived after threads already run (a `dlopen`ed library):
 /// the threads that exist are not sampled, the ones created later are.
 pub fn covered_code_arrived() {
+    if is_running() {
+        if let Some(found) = sandbox_scan::scan_new_modules() {
+            switch_off(&found.to_string(), false);
+        }
+    }
     if thread_count() > 1 {
         before_thread_create();
     }
@@ -78,6 +83,14 @@ fn thread_count() -> usize {
 }
 
 fn start(opts: &Options) -> bool {
+    // A module that installs seccomp filters with a `syscall` instruction of its own: the filter
+    // could kill the process at our handler's first system call, and nothing tells us when it is in.
+    if let Some(found) = sandbox_scan::scan_new_modules() {
+        log::warn(format_args!("{found}; race detection is off"));
+        sampler::close();
+        fd::close_all_own();
+        return false;
+    }
     if signal::program_ignores_trap() {
         log::warn(format_args!("{TRAP_IGNORED}; race detection is off"));
         return false;
@@ -119,6 +132,10 @@ fn on_tick() {
     if signal::step_aside_requested() {
         stepped_aside();
     }
+    // A module `dlopen`ed since (no callback of ours runs when it has no covered code).
+    if let Some(found) = sandbox_scan::scan_new_modules() {
+        sandbox_capable(&found);
+    }
     let status = tracer::read();
     if status.only_caller_alive && !thread::runtime_threads_uncounted() {
         // Every thread of the program's has ended and glibc, which counted the reporter as one of them
@@ -154,6 +171,20 @@ fn stepped_aside() {
         "a SIGTRAP sent to the process reached a thread that blocks it: its threads' masks must be real \
          for it to wait for the thread that takes it; race detection is off from here on"
     ));
+}
+
+/// The reporter's tick found a newly loaded module that installs seccomp filters with its own
+/// `syscall` instruction: detection goes off for good. Runs in the reporter thread, which ends after
+/// this round.
+fn sandbox_capable(found: &sandbox_scan::Finding) {
+    if STATE.compare_exchange(RUNNING, OFF, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return;
+    }
+    signal::mute();
+    signal::wait_until_quiet(1000);
+    sampler::close();
+    reporter::stop_after_this_round();
+    log::warn(format_args!("{found}; race detection is off from here on"));
 }
 
 /// Why the detector steps aside when the program ignores `SIGTRAP`.

@@ -2,6 +2,7 @@
 //! each behind a safe wrapper with a `// SAFETY:` comment.
 
 pub mod alloc;
+pub mod code;
 pub mod cputime;
 pub mod creation;
 pub mod dl;
@@ -11,6 +12,7 @@ pub mod fd;
 pub mod handlers;
 pub mod hugepage;
 pub mod identity;
+pub mod jump;
 pub mod mem;
 pub mod perf;
 pub mod process;

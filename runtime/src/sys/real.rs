@@ -71,6 +71,10 @@ static SYSTEM: Real = Real::new(c"system");
 static POPEN: Real = Real::new(c"popen");
 static SWAPCONTEXT: Real = Real::new(c"swapcontext");
 static SETCONTEXT: Real = Real::new(c"setcontext");
+static LONGJMP: Real = Real::new(c"longjmp");
+static UNDERSCORE_LONGJMP: Real = Real::new(c"_longjmp");
+static SIGLONGJMP: Real = Real::new(c"siglongjmp");
+static LONGJMP_CHK: Real = Real::new(c"__longjmp_chk");
 
 const ALL: &[&Real] = &[
     &PTHREAD_CREATE,
@@ -102,6 +106,10 @@ const ALL: &[&Real] = &[
     &POPEN,
     &SWAPCONTEXT,
     &SETCONTEXT,
+    &LONGJMP,
+    &UNDERSCORE_LONGJMP,
+    &SIGLONGJMP,
+    &LONGJMP_CHK,
 ];
 
 /// Resolves every real function now (call from the constructor).
@@ -372,4 +380,32 @@ pub fn swapcontext(old: *mut libc::ucontext_t, new: *const libc::ucontext_t) -> 
 /// The real `setcontext`.
 pub fn setcontext(new: *const libc::ucontext_t) -> c_int {
     call!(SETCONTEXT, -1, fn(*const libc::ucontext_t) -> c_int, new)
+}
+
+/// The C library's jumps out of the current context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Jump {
+    Longjmp,
+    UnderscoreLongjmp,
+    Siglongjmp,
+    LongjmpChk,
+}
+
+/// The real `longjmp`, `_longjmp`, `siglongjmp` or `__longjmp_chk` (never returns; a missing one
+/// aborts, as a jump that cannot be made must not return to its caller).
+pub fn jump(which: Jump, env: *mut c_void, val: c_int) -> ! {
+    let real = match which {
+        Jump::Longjmp => &LONGJMP,
+        Jump::UnderscoreLongjmp => &UNDERSCORE_LONGJMP,
+        Jump::Siglongjmp => &SIGLONGJMP,
+        Jump::LongjmpChk => &LONGJMP_CHK,
+    };
+    let addr = real.get();
+    if addr == 0 {
+        std::process::abort();
+    }
+    // SAFETY: `addr` is the C library's definition of this jump, `void (jmp_buf, int)`, noreturn;
+    // the arguments are the program's.
+    let f: unsafe extern "C" fn(*mut c_void, c_int) -> ! = unsafe { std::mem::transmute(addr) };
+    unsafe { f(env, val) }
 }

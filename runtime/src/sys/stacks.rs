@@ -478,3 +478,50 @@ pub fn runtime_stack_high_water() -> usize {
         .max()
         .unwrap_or(0)
 }
+
+/// Where a jump out of a signal handler to `target_sp` should run before the C library restores the
+/// signal mask: just below the target, when the thread is on an alternate signal stack (racewatch's or
+/// the program's) and the target is not on it. A signal that waited for the mask (racewatch's, held
+/// by the handler's mask) is then delivered there, not nested below the handler's frames on a
+/// possibly small alternate stack; and `__longjmp_chk` sees a jump up the stack it is on.
+pub fn jump_off_alt_stack(target_sp: usize) -> Option<usize> {
+    let sp = current_sp();
+    let (lo, hi) = ALT.with(Cell::get);
+    let (lo, hi) = if lo < hi && (lo..hi).contains(&sp) {
+        ALT_LEFT.with(|left| left.set(true));
+        (lo, hi)
+    } else {
+        let (stack_lo, stack_hi) = STACK.with(Cell::get);
+        if stack_lo < stack_hi && (stack_lo..stack_hi).contains(&sp) {
+            return None; // On the thread's own stack.
+        }
+        let current = raw::sigaltstack(None)?;
+        if current.ss_flags & libc::SS_ONSTACK == 0 {
+            return None;
+        }
+        (current.ss_sp as usize, current.ss_sp as usize + current.ss_size)
+    };
+    if target_sp < 4096 || (lo..hi).contains(&target_sp) {
+        return None;
+    }
+    Some(target_sp.saturating_sub(256) & !15)
+}
+
+thread_local! {
+    /// A jump left racewatch's alternate stack and it may not be armed again yet (a signal can
+    /// interrupt the jump, and its handler jump elsewhere).
+    static ALT_LEFT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Arms racewatch's alternate stack again after a jump left a handler that ran on it (`SS_AUTODISARM`
+/// disarmed it, and only `sigreturn` re-arms it). Call off that stack.
+pub fn rearm_alt_stack() {
+    let (lo, hi) = ALT.with(Cell::get);
+    if lo == 0 || (lo..hi).contains(&current_sp()) || !ALT_LEFT.with(|left| left.replace(false)) {
+        return;
+    }
+    if raw::sigaltstack(None).is_some_and(|current| current.ss_flags & libc::SS_DISABLE != 0) {
+        let ss = libc::stack_t { ss_sp: lo as *mut libc::c_void, ss_flags: SS_AUTODISARM, ss_size: hi - lo };
+        raw::sigaltstack(Some(&ss));
+    }
+}

@@ -1,0 +1,286 @@
+//! Static evidence of seccomp filters installed behind racewatch's back.
+//!
+//! A thread that installs a seccomp filter with a `syscall` instruction of its own (inline assembly,
+//! as sandbox libraries do) passes none of the libc functions racewatch interposes (`prctl`,
+//! `syscall`), and the kernel gives a thread no way to learn its own filter without a system call —
+//! which the filter may answer with `SIGSYS` (racewatch's handler holds every signal: the process is
+//! killed), `SIGKILL` or an error. So racewatch must know before such a thread can be sampled: the
+//! executable segments of the loaded modules (except libc, the dynamic loader, the vDSO and
+//! racewatch itself, whose calls are interposed or are racewatch's) are searched for `syscall`
+//! instructions (`0f 05`) and the instructions before each are decoded (iced-x86, from several start
+//! offsets; the longest decoding that ends exactly at the `syscall` wins) for the number in `eax`:
+//!
+//! - `seccomp` (317), unless `edi` is known to be an operation that installs nothing
+//!   (`SECCOMP_GET_ACTION_AVAIL`, `SECCOMP_GET_NOTIF_SIZES`);
+//! - `prctl` (157) with `edi` = `PR_SET_SECCOMP` (22), or `edi` not known;
+//! - a number `eax` copies from another register (a generic system-call wrapper's parameter): only
+//!   when the module's code also loads the constant 317 into a register somewhere (`mov r32, 317` /
+//!   `mov r/m, 317`), the way a caller passes it to such a wrapper. A wrapper alone is common (rustix,
+//!   Go's runtime) and says nothing about seccomp. A number loaded from memory, or set beyond the
+//!   48 bytes decoded, is not followed (constant tables in code segments decode as such runs: a
+//!   `0f 05` in libcrypto's did).
+//!
+//! Such a module makes racewatch step aside for the process, with one line naming the module and the
+//! instruction's offset: the detector never starts, or is switched off right after the `dlopen` that
+//! loaded it (before the program can call into it; its constructors have run by then).
+
+use crate::sys::code::{self, CodeModule};
+use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
+
+const SYS_PRCTL: u64 = 157;
+const SYS_SECCOMP: u64 = 317;
+const PR_SET_SECCOMP: u64 = 22;
+const SECCOMP_GET_ACTION_AVAIL: u64 = 2;
+const SECCOMP_GET_NOTIF_SIZES: u64 = 3;
+/// How far back from a `syscall` decoding starts (bytes).
+const LOOK_BACK: usize = 48;
+
+/// A `syscall` instruction that may install a seccomp filter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The module's path (the executable's for the main program).
+    pub module: String,
+    /// The instruction's offset from the module's load bias (its address in the module's file).
+    pub offset: u64,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}+{:#x} installs seccomp filters with its own system call instruction", self.module, self.offset)
+    }
+}
+
+/// What a register holds at the `syscall`, as far as the instructions before it say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Value {
+    Known(u64),
+    /// Copied from another register (a wrapper's parameter).
+    Copied,
+    Unknown,
+}
+
+/// The modules scanned so far (load bias, path): a `dlopen` scans only what is new.
+static SCANNED: spin::Mutex<Vec<(u64, String)>> = spin::Mutex::new(Vec::new());
+
+/// Scans every loaded module not scanned before; the first finding, if any.
+pub fn scan_new_modules() -> Option<Finding> {
+    let own = scan_new_modules as *const () as u64;
+    let mut scanned = SCANNED.lock();
+    let mut found = None;
+    code::for_each(&mut |index, module| {
+        let key = (module.bias, module.name.clone());
+        if scanned.contains(&key) {
+            return;
+        }
+        scanned.push(key);
+        if found.is_none() && !skipped(index, module, own) {
+            found = scan_module(module).map(|offset| Finding { module: display_name(index, module), offset });
+        }
+    });
+    found
+}
+
+/// libc and the loader (their system calls are the interposed functions' own), the vDSO and racewatch.
+fn skipped(index: usize, module: &CodeModule<'_>, own: u64) -> bool {
+    let file = module.name.rsplit('/').next().unwrap_or("");
+    let system = file.starts_with("libc.so") || file.starts_with("ld-linux") || file.starts_with("linux-vdso");
+    let vdso = index > 0 && module.name.is_empty();
+    let ours = module.segments.iter().any(|&(start, bytes)| (start..start + bytes.len() as u64).contains(&own));
+    system || vdso || ours
+}
+
+fn display_name(index: usize, module: &CodeModule<'_>) -> String {
+    if index == 0 && module.name.is_empty() {
+        return std::fs::read_link("/proc/self/exe").map_or_else(|_| "<main>".into(), |p| p.display().to_string());
+    }
+    module.name.clone()
+}
+
+/// The offset (from the load bias) of the first `syscall` in `module` that may install a filter.
+fn scan_module(module: &CodeModule<'_>) -> Option<u64> {
+    let evidence = module.segments.iter().any(|&(_, bytes)| loads_317(bytes));
+    module
+        .segments
+        .iter()
+        .find_map(|&(start, bytes)| scan_code(bytes, start, evidence).map(|addr| addr.wrapping_sub(module.bias)))
+}
+
+/// The address of the first `syscall` in `bytes` (mapped at `start`) that may install a filter.
+/// `evidence`: the module loads 317 into a register somewhere (see the module docs).
+pub fn scan_code(bytes: &[u8], start: u64, evidence: bool) -> Option<u64> {
+    let mut at = 0;
+    while let Some(found) = memchr::memmem::find(&bytes[at..], &[0x0f, 0x05]) {
+        let site = at + found;
+        at = site + 1;
+        let Some((nr, arg0)) = registers_at(bytes, start, site) else { continue };
+        let installs = match nr {
+            Value::Known(SYS_SECCOMP) => {
+                !matches!(arg0, Value::Known(SECCOMP_GET_ACTION_AVAIL | SECCOMP_GET_NOTIF_SIZES))
+            }
+            Value::Known(SYS_PRCTL) => !matches!(arg0, Value::Known(option) if option != PR_SET_SECCOMP),
+            Value::Known(_) | Value::Unknown => false,
+            Value::Copied => evidence,
+        };
+        if installs {
+            return Some(start + site as u64);
+        }
+    }
+    None
+}
+
+/// `eax` and `edi` at the `syscall` at `bytes[site]`. The longest run of valid instructions that
+/// reaches the site decides (decodings from different offsets fall into step after a few
+/// instructions): one that ends exactly there is the code before the `syscall`; one that steps over
+/// it says the two bytes lie inside another instruction (`None`, as for data).
+fn registers_at(bytes: &[u8], start: u64, site: usize) -> Option<(Value, Value)> {
+    let end = (site + 16).min(bytes.len());
+    let mut run: Vec<Instruction> = Vec::with_capacity(16);
+    let mut instr = Instruction::default();
+    for back in (1..=LOOK_BACK.min(site)).rev() {
+        let from = site - back;
+        let mut decoder = Decoder::with_ip(64, &bytes[from..end], start + from as u64, DecoderOptions::NONE);
+        run.clear();
+        let mut valid = true;
+        while decoder.position() < back {
+            decoder.decode_out(&mut instr);
+            if instr.is_invalid() {
+                valid = false;
+                break;
+            }
+            run.push(instr);
+        }
+        if !valid {
+            continue;
+        }
+        if decoder.position() != back {
+            return None; // Stepped over the site.
+        }
+        decoder.decode_out(&mut instr);
+        if instr.code() != Code::Syscall {
+            return None;
+        }
+        return Some((value_of(&run, Register::RAX), value_of(&run, Register::RDI)));
+    }
+    None
+}
+
+/// The value `reg` (any width) holds after the instructions of `run`.
+fn value_of(run: &[Instruction], reg: Register) -> Value {
+    for instr in run.iter().rev() {
+        if matches!(instr.mnemonic(), Mnemonic::Call | Mnemonic::Syscall) {
+            return Value::Unknown; // The callee's result, or the kernel's.
+        }
+        if matches!(instr.mnemonic(), Mnemonic::Jmp | Mnemonic::Ret) {
+            return Value::Unknown; // What comes before is another path.
+        }
+        if instr.op_count() == 0 || instr.op0_kind() != OpKind::Register || instr.op0_register().full_register() != reg
+        {
+            continue;
+        }
+        return match (instr.mnemonic(), instr.op_count() > 1, instr.op1_kind()) {
+            (Mnemonic::Mov, true, OpKind::Immediate32 | OpKind::Immediate64 | OpKind::Immediate32to64) => {
+                Value::Known(instr.immediate(1))
+            }
+            (Mnemonic::Xor | Mnemonic::Sub, true, OpKind::Register) if instr.op1_register() == instr.op0_register() => {
+                Value::Known(0)
+            }
+            (Mnemonic::Mov, true, OpKind::Register) => Value::Copied,
+            // A compare or test reads it; anything else writes it.
+            (Mnemonic::Cmp | Mnemonic::Test | Mnemonic::Push, _, _) => continue,
+            _ => Value::Unknown,
+        };
+    }
+    Value::Unknown
+}
+
+/// Whether `code` loads the constant 317 into a register: `mov r32, 317` (`b8+r`, with or without a
+/// REX prefix) or `mov r/m32|64, 317` with a register operand (`c7 /0`, mod 11).
+fn loads_317(code: &[u8]) -> bool {
+    memchr::memmem::find_iter(code, &[0x3d, 0x01, 0x00, 0x00]).any(|i| {
+        let mov_r32 = i >= 1 && (0xb8..=0xbf).contains(&code[i - 1]);
+        let mov_rm = i >= 2 && code[i - 2] == 0xc7 && code[i - 1] & 0xf8 == 0xc0;
+        mov_r32 || mov_rm
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(code: &[u8], evidence: bool) -> Option<u64> {
+        scan_code(code, 0x1000, evidence)
+    }
+
+    #[test]
+    fn seccomp_with_a_constant_number_is_found() {
+        // mov edi, 1; mov eax, 317; syscall
+        let code = [0xbf, 1, 0, 0, 0, 0xb8, 0x3d, 1, 0, 0, 0x0f, 0x05, 0xc3];
+        assert_eq!(scan(&code, false), Some(0x1000 + 10));
+    }
+
+    #[test]
+    fn seccomp_get_action_avail_is_not_a_filter() {
+        // mov edi, 2; mov eax, 317; syscall
+        let code = [0xbf, 2, 0, 0, 0, 0xb8, 0x3d, 1, 0, 0, 0x0f, 0x05, 0xc3];
+        assert_eq!(scan(&code, false), None);
+    }
+
+    #[test]
+    fn prctl_set_seccomp_is_found_and_other_prctls_are_not() {
+        // mov edi, 22; mov eax, 157; syscall
+        let set = [0xbf, 22, 0, 0, 0, 0xb8, 157, 0, 0, 0, 0x0f, 0x05];
+        assert_eq!(scan(&set, false), Some(0x1000 + 10));
+        // mov edi, 38 (PR_SET_NO_NEW_PRIVS); mov eax, 157; syscall
+        let nnp = [0xbf, 38, 0, 0, 0, 0xb8, 157, 0, 0, 0, 0x0f, 0x05];
+        assert_eq!(scan(&nnp, false), None);
+    }
+
+    #[test]
+    fn other_system_calls_are_not_found() {
+        // mov eax, 39 (getpid); syscall; xor eax, eax; syscall (read)
+        let code = [0xb8, 39, 0, 0, 0, 0x0f, 0x05, 0x31, 0xc0, 0x0f, 0x05];
+        assert_eq!(scan(&code, false), None);
+    }
+
+    #[test]
+    fn a_generic_wrapper_counts_only_with_317_in_the_module() {
+        // mov rax, rdi; mov rdi, rsi; syscall; ret
+        let wrapper = [0x48, 0x89, 0xf8, 0x48, 0x89, 0xf7, 0x0f, 0x05, 0xc3];
+        assert_eq!(scan(&wrapper, false), None);
+        assert_eq!(scan(&wrapper, true), Some(0x1000 + 6));
+        assert!(loads_317(&[0x90, 0xbf, 0x3d, 0x01, 0x00, 0x00])); // mov edi, 317
+        assert!(loads_317(&[0x48, 0xc7, 0xc0, 0x3d, 0x01, 0x00, 0x00])); // mov rax, 317
+        assert!(!loads_317(&[0x3d, 0x3d, 0x01, 0x00, 0x00])); // cmp eax, 317
+    }
+
+    #[test]
+    fn bytes_inside_another_instruction_are_not_a_syscall() {
+        // mov eax, 0x3d050f00 (0f 05 inside the immediate); ret
+        let code = [0xb8, 0x00, 0x0f, 0x05, 0x3d, 0xc3];
+        assert_eq!(scan(&code, true), None);
+    }
+
+    /// The scan's cost on a large binary's code: `RACEWATCH_SCAN_FILE=target/release/racewatch cargo test
+    /// --release -p racewatch-runtime --lib scan_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn scan_cost() {
+        let path = std::env::var("RACEWATCH_SCAN_FILE").unwrap_or_else(|_| "/proc/self/exe".into());
+        let file = std::fs::read(&path).unwrap();
+        let elf = goblin::elf::Elf::parse(&file).unwrap();
+        let mut code = Vec::new();
+        for ph in elf.program_headers.iter().filter(|ph| ph.p_type == 1 && ph.p_flags & 1 != 0) {
+            code.push((ph.p_vaddr, &file[ph.p_offset as usize..(ph.p_offset + ph.p_filesz) as usize]));
+        }
+        let bytes: usize = code.iter().map(|(_, c)| c.len()).sum();
+        let pairs: usize = code.iter().map(|(_, c)| memchr::memmem::find_iter(c, &[0x0f, 0x05]).count()).sum();
+        let start = std::time::Instant::now();
+        let evidence = code.iter().any(|(_, c)| loads_317(c));
+        let found: Vec<_> = code.iter().filter_map(|&(at, c)| scan_code(c, at, evidence)).collect();
+        let elapsed = start.elapsed();
+        println!(
+            "{path}: {bytes} bytes of code, {pairs} `0f 05` pairs, loads 317: {evidence}, found {found:x?}, {:.2} ms",
+            elapsed.as_secs_f64() * 1e3
+        );
+    }
+}

@@ -1,0 +1,58 @@
+//! The executable segments of the loaded modules, as mapped (for [`crate::sandbox_scan`]).
+
+use std::ffi::{c_int, c_void, CStr};
+
+/// One loaded module's executable, readable `PT_LOAD` segments.
+pub struct CodeModule<'a> {
+    /// The loader's name for it (empty for the main program).
+    pub name: String,
+    /// Its load bias: a segment's run-time address minus its `p_vaddr`.
+    pub bias: u64,
+    /// Run-time start address and bytes of each executable segment.
+    pub segments: Vec<(u64, &'a [u8])>,
+}
+
+const PT_LOAD: u32 = 1;
+const PF_X: u32 = 1;
+const PF_R: u32 = 4;
+
+/// Calls `f` with every loaded module and its executable segments, in the loader's order (the index
+/// counts from 0, the main program). It runs inside `dl_iterate_phdr`, under the loader's lock: no
+/// module can be unmapped meanwhile, and `f` must not load or unload one.
+pub fn for_each(f: &mut dyn FnMut(usize, &CodeModule<'_>)) {
+    struct Walk<'f> {
+        f: &'f mut dyn FnMut(usize, &CodeModule<'_>),
+        index: usize,
+    }
+    extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: `data` is the `Walk` passed below, alive for the whole walk; `info` and its
+        // program headers are the loader's, valid during this callback.
+        let (walk, info) = unsafe { (&mut *(data as *mut Walk<'_>), &*info) };
+        let name = if info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a non-null `dlpi_name` is a NUL-terminated string of the loader's.
+            unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+        };
+        let mut segments = Vec::new();
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: `dlpi_phdr` points to `dlpi_phnum` program headers.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type != PT_LOAD || ph.p_flags & (PF_X | PF_R) != (PF_X | PF_R) || ph.p_memsz == 0 {
+                continue;
+            }
+            let start = info.dlpi_addr.wrapping_add(ph.p_vaddr);
+            let len = ph.p_filesz.min(ph.p_memsz) as usize;
+            // SAFETY: a readable PT_LOAD segment of a loaded module is mapped at `start` for
+            // `p_filesz` bytes; the loader's lock, held during this callback, keeps it loaded.
+            let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, len) };
+            segments.push((start, bytes));
+        }
+        (walk.f)(walk.index, &CodeModule { name, bias: info.dlpi_addr, segments });
+        walk.index += 1;
+        0
+    }
+    let mut walk = Walk { f, index: 0 };
+    // SAFETY: the callback only reads the loader's records and calls `f`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut walk as *mut Walk<'_>).cast()) };
+}

@@ -37,6 +37,13 @@ const RED_ZONE: u64 = 128;
 /// The sampling timer's descriptor (-1: not open in this process).
 static TIMER: AtomicI32 = AtomicI32::new(-1);
 static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Sample periods from which watch windows spin instead of sleeping: the production default (100 ms)
+/// and the host-checking rate (1 ms) spin, so a busy-polling thread never shows a voluntary context
+/// switch; the test profile (`racewatch cargo`, 250 µs) sleeps, so that on a machine busy with a test
+/// suite the threads that may touch the watched memory run during the window.
+const SPIN_FROM_PERIOD_US: u64 = 1000;
+/// Whether windows sleep ([`SPIN_FROM_PERIOD_US`]).
+static SLEEPY_WINDOWS: AtomicBool = AtomicBool::new(false);
 static DELAY_US: AtomicU64 = AtomicU64::new(0);
 static REPORT_ATOMIC_RACES: AtomicBool = AtomicBool::new(true);
 static SEED: AtomicU64 = AtomicU64::new(0);
@@ -54,6 +61,7 @@ fn timer() -> Option<SampleTimer> {
 /// no room for descriptors) leave the program untouched.
 pub fn start(options: &Options) -> Result<(), String> {
     DELAY_US.store(options.delay_us, Ordering::Relaxed);
+    SLEEPY_WINDOWS.store(options.sample_period_us < SPIN_FROM_PERIOD_US, Ordering::Relaxed);
     REPORT_ATOMIC_RACES.store(options.report_atomic_races, Ordering::Relaxed);
     SEED.store(options.seed.unwrap_or(0x9e37_79b9_7f4a_7c15), Ordering::Relaxed);
     COLD_BIAS.store(options.cold_bias, Ordering::Relaxed);
@@ -286,6 +294,7 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
         regs,
         path,
         delay_us,
+        sleep: SLEEPY_WINDOWS.load(Ordering::Relaxed),
         report_atomic_races: REPORT_ATOMIC_RACES.load(Ordering::Relaxed),
     };
     if watch::watch(&request) == watch::Outcome::Busy {

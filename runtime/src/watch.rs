@@ -236,6 +236,9 @@ pub struct Watch<'a> {
     pub path: CallPath,
     /// How long to keep the window open.
     pub delay_us: u64,
+    /// Sleep through the window (the test rates: the threads that may touch the memory get this CPU)
+    /// rather than spin (production: no voluntary context switch, a bounded cost).
+    pub sleep: bool,
     pub report_atomic_races: bool,
 }
 
@@ -283,7 +286,11 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
     profile::count_watch(access.pc);
     // Not a sleep: a program that counts its threads' voluntary context switches (a busy-polling thread
     // that must never block) sees none of racewatch's.
-    thread::stall_us(request.delay_us);
+    if request.sleep {
+        thread::sleep_us(request.delay_us);
+    } else {
+        thread::stall_us(request.delay_us);
+    }
     let slept_ns = thread::monotonic_ns();
     let _ = wp.disarm();
     stats::add(stats::Counter::ArmNs, arm_ns - opened_ns + thread::monotonic_ns() - slept_ns);

@@ -177,6 +177,7 @@ fn stepped_aside() {
 /// `syscall` instruction: detection goes off for good. Runs in the reporter thread, which ends after
 /// this round.
 fn sandbox_capable(found: &sandbox_scan::Finding) {
+    thread::stop_syscalls_in_program_threads();
     if STATE.compare_exchange(RUNNING, OFF, Ordering::AcqRel, Ordering::Acquire).is_err() {
         return;
     }
@@ -272,6 +273,7 @@ pub fn entering_sandbox() {
     if SANDBOXED.swap(true, Ordering::AcqRel) {
         return;
     }
+    thread::stop_syscalls_in_program_threads();
     switch_off("the program enters a seccomp sandbox", false);
 }
 

@@ -130,7 +130,8 @@ pub fn note_process() {
 /// `CLONE_THREAD`): the records here are the parent's. One `getpid` system call.
 pub fn in_borrowed_memory() -> bool {
     let process = PROCESS.load(Ordering::Acquire);
-    process != 0 && process != raw::getpid()
+    // Inside a sandbox, no system call (a vfork child there is taken as its parent).
+    process != 0 && thread::syscalls_allowed() && process != raw::getpid()
 }
 
 static CLAIMS: AtomicUsize = AtomicUsize::new(0);

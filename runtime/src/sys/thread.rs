@@ -257,9 +257,29 @@ extern "C" fn thread_leave() -> usize {
     RETURN_TO.load(Ordering::Acquire)
 }
 
+/// Set once a seccomp filter may be in place: program threads make no system call of racewatch's any
+/// more (a filter may kill the process for one).
+static NO_SYSCALLS: AtomicBool = AtomicBool::new(false);
+/// Set once a thread registered (the detector ran): only then may an ending thread hold anything.
+static ANY_KNOWN: AtomicBool = AtomicBool::new(false);
+
+/// Whether racewatch may still make system calls in program threads.
+pub fn syscalls_allowed() -> bool {
+    !NO_SYSCALLS.load(Ordering::Acquire)
+}
+
+/// From now on, threads that end release nothing (no system call): a sandbox may be in place.
+pub fn stop_syscalls_in_program_threads() {
+    NO_SYSCALLS.store(true, Ordering::Release);
+}
+
 /// The calling thread is ending (its start routine returned, or it calls `pthread_exit`): releases its
-/// runtime alternate stack and its known-thread slot. Not for signal handlers.
+/// runtime alternate stack and its known-thread slot. Not for signal handlers. Makes no system call
+/// when the detector never ran or a sandbox may be in place.
 pub fn thread_ending() {
+    if NO_SYSCALLS.load(Ordering::Acquire) || !ANY_KNOWN.load(Ordering::Acquire) {
+        return;
+    }
     let tid = raw::gettid();
     let slot = known_slot(tid);
     super::stacks::thread_ending(slot);
@@ -293,6 +313,7 @@ fn probe(tid: i32) -> impl Iterator<Item = usize> {
 /// Registers the calling thread as known; returns its slot (a slot that an ended thread held before
 /// is handed over: the caller may reuse what it left there), or `None` when the table has no room.
 pub fn register_current() -> Option<usize> {
+    ANY_KNOWN.store(true, Ordering::Release);
     let tid = raw::gettid();
     if let Some(slot) = known_slot(tid) {
         return Some(slot);

@@ -532,10 +532,7 @@ pub extern "C" fn posix_spawn(
     argv: Argv,
     envp: Argv,
 ) -> c_int {
-    if sets_own_mask(attr) {
-        return real::posix_spawn(pid, path, actions, attr, argv, envp);
-    }
-    exec(|| real::posix_spawn(pid, path, actions, attr, argv, envp))
+    spawn(real::posix_spawn, pid, path, actions, attr, argv, envp)
 }
 
 /// Interposed `posix_spawnp`.
@@ -548,10 +545,23 @@ pub extern "C" fn posix_spawnp(
     argv: Argv,
     envp: Argv,
 ) -> c_int {
+    spawn(real::posix_spawnp, pid, file, actions, attr, argv, envp)
+}
+
+/// A spawn whose child gets the caller's mask (no `POSIX_SPAWN_SETSIGMASK`) runs as an `exec` does.
+fn spawn(
+    real_fn: real::SpawnFn,
+    pid: *mut libc::pid_t,
+    path: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: Argv,
+    envp: Argv,
+) -> c_int {
     if sets_own_mask(attr) {
-        return real::posix_spawnp(pid, file, actions, attr, argv, envp);
+        return real_fn(pid, path, actions, attr, argv, envp);
     }
-    exec(|| real::posix_spawnp(pid, file, actions, attr, argv, envp))
+    exec(|| real_fn(pid, path, actions, attr, argv, envp))
 }
 
 /// Interposed `system`: its shell starts with the caller's mask (glibc spawns it internally).

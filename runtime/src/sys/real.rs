@@ -304,6 +304,16 @@ pub fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
     call!(FEXECVE, -1, fn(c_int, Argv, Argv) -> c_int, fd, argv, envp)
 }
 
+/// `posix_spawn`'s and `posix_spawnp`'s signature (a path or a file name to look up).
+pub type SpawnFn = fn(
+    *mut libc::pid_t,
+    *const libc::c_char,
+    *const libc::posix_spawn_file_actions_t,
+    *const libc::posix_spawnattr_t,
+    Argv,
+    Argv,
+) -> c_int;
+
 /// The real `posix_spawn`.
 pub fn posix_spawn(
     pid: *mut libc::pid_t,
@@ -313,8 +323,32 @@ pub fn posix_spawn(
     argv: Argv,
     envp: Argv,
 ) -> c_int {
+    spawn(&POSIX_SPAWN, pid, path, actions, attr, argv, envp)
+}
+
+/// The real `posix_spawnp`.
+pub fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: Argv,
+    envp: Argv,
+) -> c_int {
+    spawn(&POSIX_SPAWNP, pid, file, actions, attr, argv, envp)
+}
+
+fn spawn(
+    real: &Real,
+    pid: *mut libc::pid_t,
+    path: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: Argv,
+    envp: Argv,
+) -> c_int {
     call!(
-        POSIX_SPAWN,
+        real,
         libc::ENOSYS,
         fn(
             *mut libc::pid_t,
@@ -329,36 +363,7 @@ pub fn posix_spawn(
         actions,
         attr,
         argv,
-        envp
-    )
-}
-
-/// The real `posix_spawnp`.
-pub fn posix_spawnp(
-    pid: *mut libc::pid_t,
-    file: *const libc::c_char,
-    actions: *const libc::posix_spawn_file_actions_t,
-    attr: *const libc::posix_spawnattr_t,
-    argv: Argv,
-    envp: Argv,
-) -> c_int {
-    call!(
-        POSIX_SPAWNP,
-        libc::ENOSYS,
-        fn(
-            *mut libc::pid_t,
-            *const libc::c_char,
-            *const libc::posix_spawn_file_actions_t,
-            *const libc::posix_spawnattr_t,
-            Argv,
-            Argv,
-        ) -> c_int,
-        pid,
-        file,
-        actions,
-        attr,
-        argv,
-        envp
+        envp,
     )
 }
 

@@ -114,6 +114,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "children_mask", source: include_str!("host/children_mask.c"), metadata: true, flags: &[] },
     Program { name: "trap_readback", source: include_str!("host/trap_readback.c"), metadata: true, flags: &[] },
     Program { name: "handler_mask", source: include_str!("host/handler_mask.c"), metadata: true, flags: &[] },
+    Program { name: "pid1", source: include_str!("host/pid1.c"), metadata: true, flags: &[] },
     Program { name: "seccomp_raw", source: include_str!("host/seccomp_raw.c"), metadata: true, flags: &[] },
     Program { name: "probe_timeouts", source: include_str!("host/probe_timeouts.c"), metadata: true, flags: &[] },
     // `siglongjmp` is `__longjmp_chk`, which checks where the jump goes.
@@ -1325,6 +1326,44 @@ fn the_programs_really_race_under_the_detector() {
     assert!(
         results.iter().any(|(_, armed, _)| *armed > 0),
         "no program armed a watchpoint at {SAMPLE_PERIOD}: the suite would test nothing"
+    );
+}
+
+#[test]
+fn a_namespace_init_keeps_sampling_after_a_sigtrap_from_inside() {
+    if skip_detection() {
+        return;
+    }
+    let Some(bin) = program("pid1") else { return };
+    // The init of a PID namespace: a SIGTRAP its child sends at the default disposition is dropped by
+    // the kernel; racewatch must drop it too, not hand SIGTRAP back to SIG_DFL (which stopped sampling
+    // for good). Samples with and without the signal, each run once, in the same conditions.
+    let samples = |arg: &str| {
+        let out = Command::new("unshare")
+            .args(["--pid", "--fork", "--"])
+            .arg(env!("CARGO_BIN_EXE_racewatch"))
+            .args(["run", "-o", "fail_on_race=0", "-o", "sample_period_us=1000", "-o", "stats=1", "--"])
+            .arg(&bin)
+            .arg(arg)
+            .env_remove("RACEWATCH_OPTIONS")
+            .output()
+            .expect("run unshare");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (stdout, stat(&stderr, "samples"), stats_summary(&stderr))
+    };
+    let probe = samples("quiet");
+    if !probe.0.contains("pid 1 survived") {
+        eprintln!("SKIP: no PID namespace here (unshare --pid --fork): {}", probe.0);
+        return;
+    }
+    let (out, with_kill, summary) = samples("kill");
+    assert!(out.contains("pid 1 survived"), "{out}");
+    let without = probe.1.unwrap_or(0);
+    let with_kill = with_kill.unwrap_or(0);
+    assert!(
+        with_kill * 2 >= without,
+        "samples fell from {without} to {with_kill} after a SIGTRAP from inside the namespace (sampling stopped); {summary}"
     );
 }
 

@@ -260,7 +260,10 @@ fn detector_core_on_the_real_kernel() {
     // 2. Adjacent bytes of one word (bytes 3..5 vs byte 0): watched, trapped, never a race.
     let traps_before = stats::get(Counter::Traps);
     let races_before = stats::get(Counter::Races);
-    run_pair(Loop::Store16At3, Loop::Store8, Duration::from_secs(3), || false);
+    // At least 3 s, and on until a trap (a loaded machine may leave the other thread off the CPU for a while).
+    let started = std::time::Instant::now();
+    let trapped_for_3s = || started.elapsed() >= Duration::from_secs(3) && stats::get(Counter::Traps) > traps_before;
+    run_pair(Loop::Store16At3, Loop::Store8, Duration::from_secs(20), trapped_for_3s);
     print_stats("adjacent fields");
     assert!(drain().is_empty());
     assert_eq!(stats::get(Counter::Races), races_before, "adjacent fields are not a race");
@@ -270,7 +273,9 @@ fn detector_core_on_the_real_kernel() {
     // Samples rarely land on the XADD itself and the look-ahead stops at LOCK, so the store is watched.
     let traps_before = stats::get(Counter::Traps);
     let races_before = stats::get(Counter::Races);
-    run_pair(Loop::AtomicStore64, Loop::Xadd64, Duration::from_secs(3), || false);
+    let started = std::time::Instant::now();
+    let trapped_for_3s = || started.elapsed() >= Duration::from_secs(3) && stats::get(Counter::Traps) > traps_before;
+    run_pair(Loop::AtomicStore64, Loop::Xadd64, Duration::from_secs(20), trapped_for_3s);
     print_stats("both atomic");
     // The tagged store is atomic on its tag alone: such pairs go to the reporter for review (a tag can be
     // a compiler-only fence's label), flagged atomic on both sides, never counted as races.

@@ -4,7 +4,7 @@
 #
 # Builds every C micro-benchmark of a DataRaceBench checkout except GPU offload (`omp target`,
 # `teams`) and SIMD-only programs (no parallel, task or worksharing construct): 87 racy (`-yes`) and
-# 88 race-free (`-no`) programs at LLNL/dataracebench e1bffc5. Each program's `main` is renamed
+# 85 race-free (`-no`) programs at LLNL/dataracebench e1bffc5. Each program's `main` is renamed
 # (`-Dmain=drb_main`) and called in a loop by a small driver until SECONDS have passed (the process
 # is started again when the program exits by itself before that); OMP_NUM_THREADS=2. Programs run
 # one at a time, and for each program every configuration runs in turn (drifting machine load hits
@@ -75,6 +75,11 @@ else
 fi
 
 ARCHER=${ARCHER:-$(ls /usr/lib/llvm-19/lib/libarcher.so 2> /dev/null || true)}
+# A snapshot of the CLI and its runtime: a rebuild while this runs does not change what is measured.
+cp "$RACEWATCH" "$TMP/racewatch"
+cp "$("$RACEWATCH" runtime-path)" "$TMP/libracewatch.so"
+RACEWATCH=$TMP/racewatch
+RUNTIME_DEFAULT=$TMP/libracewatch.so
 
 # The selection: C programs, no offload, not SIMD-only.
 select_programs() {
@@ -193,7 +198,7 @@ run_config() {
             local kv
             for kv in ${C_OPTS[$i]//:/ } ${OPTS//:/ }; do cmd+=(-o "$kv"); done
             cmd+=(-- "$bin")
-            [ -n "${C_RUNTIME[$i]}" ] && env+=("RACEWATCH_RUNTIME=${C_RUNTIME[$i]}")
+            env+=("RACEWATCH_RUNTIME=${C_RUNTIME[$i]:-$RUNTIME_DEFAULT}")
             ;;
         tsan)
             env+=("TSAN_OPTIONS=halt_on_error=1 exitcode=66 ignore_noninstrumented_modules=1")

@@ -92,8 +92,9 @@ echo
 echo "bench/threads.c, $WORK rounds per thread over 1 MiB each, $ROUNDS runs per cell, $(nproc) CPUs, load average" \
     "at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-printf '| %7s | %-10s | %7s | %6s | %7s | %6s | %6s | %9s | %9s |\n' threads config "wall s" ratio "CPU s" ratio "sys s" "watches" "us/watch"
-printf '|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n' --------- ------------ --------- -------- --------- -------- -------- ----------- -----------
+printf '| %7s | %-10s | %7s | %6s | %7s | %6s | %6s | %9s | %9s | %13s |\n' threads config "wall s" ratio "CPU s" ratio "sys s" \
+    "watches" "us/watch" "us arm+disarm"
+printf '|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n' --------- ------------ --------- -------- --------- -------- -------- ----------- ----------- ---------------
 for n in $THREADS; do
     base_wall=$(median 1 "$TMP/0.$n.times")
     base_cpu=$(median 2 "$TMP/0.$n.times")
@@ -103,10 +104,11 @@ for n in $THREADS; do
         sys=$(median 3 "$TMP/$i.$n.times")
         watches=$(stat "$i" "$n" "watches armed")
         watch_ns=$(stat "$i" "$n" "ns in armed watch windows")
+        arm_ns=$(stat "$i" "$n" "ns arming and disarming watchpoints")
         awk -v n="$n" -v l="${LABEL[$i]}" -v w="$wall" -v bw="$base_wall" -v c="$cpu" -v bc="$base_cpu" -v s="$sys" \
-            -v wa="$watches" -v wn="$watch_ns" -v rounds="$ROUNDS" 'BEGIN {
-            printf "| %7d | %-10s | %7.2f | %6.2f | %7.2f | %6.2f | %6.2f | %9.0f | %9s |\n", n, l, w, w / bw, c, c / bc, s,
-                wa / rounds, wa > 0 ? sprintf("%.0f", wn / wa / 1000) : "-"
+            -v wa="$watches" -v wn="$watch_ns" -v an="$arm_ns" -v rounds="$ROUNDS" 'BEGIN {
+            printf "| %7d | %-10s | %7.2f | %6.2f | %7.2f | %6.2f | %6.2f | %9.0f | %9s | %13s |\n", n, l, w, w / bw, c, c / bc, s,
+                wa / rounds, wa > 0 ? sprintf("%.0f", wn / wa / 1000) : "-", wa > 0 ? sprintf("%.1f", an / wa / 1000) : "-"
         }'
     done
 done

@@ -108,7 +108,7 @@ for n in $THREADS; do
         awk -v n="$n" -v l="${LABEL[$i]}" -v w="$wall" -v bw="$base_wall" -v c="$cpu" -v bc="$base_cpu" -v s="$sys" \
             -v wa="$watches" -v wn="$watch_ns" -v an="$arm_ns" -v rounds="$ROUNDS" 'BEGIN {
             printf "| %7d | %-10s | %7.2f | %6.2f | %7.2f | %6.2f | %6.2f | %9.0f | %9s | %13s |\n", n, l, w, w / bw, c, c / bc, s,
-                wa / rounds, wa > 0 ? sprintf("%.0f", wn / wa / 1000) : "-", wa > 0 ? sprintf("%.1f", an / wa / 1000) : "-"
+                wa / rounds, (wa > 0 ? sprintf("%.0f", wn / wa / 1000) : "-"), (wa > 0 ? sprintf("%.1f", an / wa / 1000) : "-")
         }'
     done
 done

@@ -192,9 +192,10 @@ fn on_sample(regs: &Regs) {
     // a signal in code that cannot be watched (libomp spinning at a barrier, the uncovered standard
     // library) saves its share up, and the thread spends it on its next signals in covered code. Each
     // thread keeps at most one sample per THINNING signals over time (so a program that runs nothing
-    // but covered code is sampled exactly as before), with random gaps (a kept sample takes a random
-    // bit as well), but a program that spends 99% of its time elsewhere gets up to THINNING / 2 times
-    // more samples where its races can be (DataRaceBench, issue 24).
+    // but covered code is sampled as before, with random gaps: without a surplus a kept sample takes a
+    // random bit as well), but a program that spends 99% of its time elsewhere keeps every signal that
+    // lands in covered code while its savings last: up to THINNING times more samples where its races
+    // can be (DataRaceBench, issue 24).
     let credits = &CREDITS[tid as usize % CREDITS.len()];
     let credit = credits.load(Ordering::Relaxed).saturating_add(1).min(CREDIT_CAP);
     if !watchable(regs.rip) {
@@ -205,7 +206,7 @@ fn on_sample(regs: &Regs) {
         }
         return;
     }
-    if credit < THINNING as u32 || (random & 1 != 0 && credit < CREDIT_CAP) {
+    if credit < THINNING as u32 || (random & 1 != 0 && credit < 2 * THINNING as u32) {
         credits.store(credit, Ordering::Relaxed);
         return;
     }

@@ -125,6 +125,28 @@ pub fn body_containing(pc: u64) -> Option<(u64, u64)> {
     body(pc).map(|b| (b.start, b.end))
 }
 
+/// The body `[start, end)` containing `pc` when it is that of libc's `memcpy`, `memmove`, `mempcpy` or
+/// `memset` (or a `__*_chk` form): functions that touch exactly the bytes their arguments name, never
+/// past either end (unlike the string functions, which read whole aligned blocks around the NUL).
+/// Async-signal-safe.
+pub fn copy_body_containing(pc: u64) -> Option<(u64, u64)> {
+    body(pc)
+        .filter(|b| {
+            matches!(
+                b.name,
+                "memcpy"
+                    | "memmove"
+                    | "mempcpy"
+                    | "memset"
+                    | "__memcpy_chk"
+                    | "__memmove_chk"
+                    | "__mempcpy_chk"
+                    | "__memset_chk"
+            )
+        })
+        .map(|b| (b.start, b.end))
+}
+
 /// The name racewatch gives the libc function whose body contains `pc` (`memcpy`, `strlen`, …).
 pub fn name_at(pc: u64) -> Option<&'static str> {
     body(pc).map(|b| b.name)

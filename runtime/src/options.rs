@@ -58,6 +58,8 @@ pub struct Options {
     pub seed: Option<u64>,
     /// Watch a PC less often the more often it was watched (cold code gets the watches).
     pub cold_bias: bool,
+    /// Watch even while no other program thread runs (by default such a sample declines: nobody can race).
+    pub watch_alone: bool,
     /// Substrings of source paths or function names whose accesses are atomic (inline-assembly atomics).
     pub atomic_code: Vec<String>,
     /// Text reports keep every frame and full names (no folding of standard-library frames).
@@ -92,6 +94,7 @@ impl Options {
         stats: false,
         seed: None,
         cold_bias: true,
+        watch_alone: false,
         atomic_code: Vec::new(),
         full_stacks: false,
         coverage_path: None,
@@ -176,6 +179,7 @@ fn apply(o: &mut Options, key: &str, v: &str, warnings: &mut Vec<String>) -> Opt
         .map(|f| o.report_format = f),
         "seed" => parse_u64(v).map(|n| o.seed = Some(n)),
         "cold_bias" => parse_bool(v).map(|b| o.cold_bias = b),
+        "watch_alone" => parse_bool(v).map(|b| o.watch_alone = b),
         "full_stacks" => parse_bool(v).map(|b| o.full_stacks = b),
         "symbolize" => parse_bool(v).map(|b| o.symbolize = b),
         "host" => non_empty(v).map(|h| o.host = h),
@@ -269,6 +273,7 @@ mod tests {
                 stats: true,
                 seed: Some(42),
                 cold_bias: false,
+                watch_alone: false,
                 atomic_code: vec!["vendor/lock.c".into(), "my_asm_".into()],
                 full_stacks: true,
                 coverage_path: Some("/tmp/cov".into()),

@@ -27,7 +27,7 @@ use crate::sys::signal::{self, PerfSignal, Regs};
 use crate::sys::thread;
 use crate::watch::{self, OwnMemory, Watch};
 use crate::{bias, decode, libcalls, profile, registry, stack};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Timer signals per kept sample.
 pub const THINNING: u64 = 4;
@@ -48,6 +48,8 @@ static DELAY_US: AtomicU64 = AtomicU64::new(0);
 static REPORT_ATOMIC_RACES: AtomicBool = AtomicBool::new(true);
 static SEED: AtomicU64 = AtomicU64::new(0);
 static COLD_BIAS: AtomicBool = AtomicBool::new(true);
+/// Whether a sample declines to watch while no other program thread runs (`watch_alone=0`).
+static SKIP_ALONE: AtomicBool = AtomicBool::new(true);
 
 fn timer() -> Option<SampleTimer> {
     let fd = TIMER.load(Ordering::Acquire);
@@ -65,6 +67,7 @@ pub fn start(options: &Options) -> Result<(), String> {
     REPORT_ATOMIC_RACES.store(options.report_atomic_races, Ordering::Relaxed);
     SEED.store(options.seed.unwrap_or(0x9e37_79b9_7f4a_7c15), Ordering::Relaxed);
     COLD_BIAS.store(options.cold_bias, Ordering::Relaxed);
+    SKIP_ALONE.store(!options.watch_alone, Ordering::Relaxed);
     open_events(options)?;
     decode::warm_up();
     libcalls::init();
@@ -81,6 +84,7 @@ pub fn open_events(options: &Options) -> Result<(), String> {
         return Ok(());
     }
     let period_ns = options.sample_period_us.saturating_mul(1000) / THINNING;
+    running::set_horizon(period_ns);
     let timer = SampleTimer::open(period_ns.max(1)).map_err(|e| match crate::sys::fd::no_room_message(&e) {
         Some(why) => why,
         None => format!("cannot open the sampling timer (perf_event_open: {e})"),
@@ -144,6 +148,7 @@ pub fn close() {
 /// In a forked child: forgets the parent's events without touching them (the child's copies of their
 /// descriptors are closed by the caller), so the child can start its own.
 pub fn forget_after_fork() {
+    running::reset();
     TIMER.store(-1, Ordering::Release);
     PAUSED.store(false, Ordering::Release);
     ENABLED.store(false, Ordering::Release);
@@ -179,16 +184,137 @@ fn next_random(tid: i32, seed: u64) -> u64 {
     value
 }
 
+/// Per-thread sample credits, indexed by tid like [`RNG`]: one per timer signal, [`THINNING`] spent per
+/// kept sample, at most [`CREDIT_CAP`] saved.
+static CREDITS: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
+/// Credits a thread may save while it runs code that cannot be watched: [`THINNING`] times the kept
+/// samples it may then spend at once in code that can.
+const CREDIT_CAP: u32 = 8 * THINNING as u32;
+
 fn on_sample(regs: &Regs) {
     let tid = thread::gettid();
+    let now = thread::monotonic_ns();
+    running::note(tid, now);
     let random = next_random(tid, SEED.load(Ordering::Relaxed));
-    if random % THINNING != 0 {
+    // Samples are a budget of one per THINNING signals of a thread, spent where a watch is possible:
+    // a signal in code that cannot be watched (libomp spinning at a barrier, the uncovered standard
+    // library) saves its share up, and the thread spends it on its next signals in covered code. Each
+    // thread keeps at most one sample per THINNING signals over time (so a program that runs nothing
+    // but covered code is sampled as before, with random gaps: without a surplus a kept sample takes a
+    // random bit as well), but a program that spends 99% of its time elsewhere keeps every signal that
+    // lands in covered code while its savings last: up to THINNING times more samples where its races
+    // can be (DataRaceBench, issue 24).
+    let credits = &CREDITS[tid as usize % CREDITS.len()];
+    let credit = credits.load(Ordering::Relaxed).saturating_add(1).min(CREDIT_CAP);
+    if !watchable(regs.rip) {
+        credits.store(credit, Ordering::Relaxed);
+        if random % THINNING == 0 {
+            stats::bump(Counter::Samples);
+            stats::bump(Counter::SamplesUncovered);
+        }
         return;
     }
-    let start = thread::monotonic_ns();
+    if credit < THINNING as u32 || (random & 1 != 0 && credit < 2 * THINNING as u32) {
+        credits.store(credit, Ordering::Relaxed);
+        return;
+    }
+    credits.store(credit - THINNING as u32, Ordering::Relaxed);
     stats::bump(Counter::Samples);
-    sample(regs, tid, random);
-    stats::add(Counter::SampleNs, thread::monotonic_ns().saturating_sub(start));
+    sample(regs, tid, random >> 1);
+    stats::add(Counter::SampleNs, thread::monotonic_ns().saturating_sub(now));
+}
+
+/// Whether a sample at `pc` may arm a watch: covered code, or the body of libc's memcpy, memmove or
+/// memset (whether a covered function called it is checked later).
+fn watchable(pc: u64) -> bool {
+    registry::with_index(|idx| idx.function_containing(pc).is_some()) || libcalls::copy_body_containing(pc).is_some()
+}
+
+/// Which program threads ran lately: the time of each thread's last timer signal. The timer counts a
+/// thread's CPU time, so a thread that gets no signal for a while is blocked (in `pthread_join`, on a
+/// lock the sampled thread holds, in a system call) or has exited; while the sampled thread is the
+/// only one that ran, no other thread can touch memory during its window, and a watch would only cost.
+mod running {
+    use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+
+    const SLOTS: usize = 256;
+    const PROBES: usize = 8;
+    static TIDS: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
+    static SEEN_NS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+    /// How long without a signal makes a thread not running (set at start from the timer period).
+    static HORIZON_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+    /// Sets the horizon for a timer signal every `signal_period_ns` of a thread's CPU time: 64 periods,
+    /// at least 100 ms (a thread that runs in short bursts, or shares its CPU, gets its signals far apart:
+    /// at the test rate a thread using 0.06% of a CPU still counts as running).
+    pub fn set_horizon(signal_period_ns: u64) {
+        HORIZON_NS.store(signal_period_ns.saturating_mul(64).max(100_000_000), Ordering::Relaxed);
+    }
+
+    fn probes(tid: i32) -> impl Iterator<Item = usize> {
+        let start = (tid as u32).wrapping_mul(0x9e37_79b9) as usize % SLOTS;
+        (0..PROBES).map(move |i| (start + i) % SLOTS)
+    }
+
+    /// Records that `tid` got a timer signal at `now`. A full neighbourhood takes the stalest slot.
+    /// Async-signal-safe.
+    pub fn note(tid: i32, now: u64) {
+        let mut stalest = None::<(usize, u64)>;
+        for slot in probes(tid) {
+            let owner = TIDS[slot].load(Ordering::Relaxed);
+            if owner == tid || owner == 0 {
+                TIDS[slot].store(tid, Ordering::Relaxed);
+                SEEN_NS[slot].store(now, Ordering::Relaxed);
+                return;
+            }
+            let seen = SEEN_NS[slot].load(Ordering::Relaxed);
+            if stalest.is_none_or(|(_, oldest)| seen < oldest) {
+                stalest = Some((slot, seen));
+            }
+        }
+        if let Some((slot, _)) = stalest {
+            TIDS[slot].store(tid, Ordering::Relaxed);
+            SEEN_NS[slot].store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a thread other than `tid` got a timer signal within the horizon before `now`.
+    /// Async-signal-safe.
+    pub fn others(tid: i32, now: u64) -> bool {
+        let horizon = HORIZON_NS.load(Ordering::Relaxed);
+        TIDS.iter().zip(&SEEN_NS).any(|(owner, seen)| {
+            let owner = owner.load(Ordering::Relaxed);
+            owner != 0 && owner != tid && now.saturating_sub(seen.load(Ordering::Relaxed)) < horizon
+        })
+    }
+
+    /// Forgets every thread (a forked child has one).
+    pub fn reset() {
+        for (tid, seen) in TIDS.iter().zip(&SEEN_NS) {
+            tid.store(0, Ordering::Relaxed);
+            seen.store(0, Ordering::Relaxed);
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn only_recent_other_threads_count() {
+            set_horizon(1_000);
+            note(101, 1_000_000_000);
+            assert!(!others(101, 1_000_000_100), "the thread itself is not another");
+            note(102, 1_000_000_000);
+            assert!(others(101, 1_050_000_000));
+            assert!(!others(101, 1_200_000_000), "200 ms without a signal: not running");
+            // Many threads colliding: the newest are kept.
+            for tid in 1000..1600 {
+                note(tid, 2_000_000_000);
+            }
+            assert!(others(1000, 2_000_000_001));
+        }
+    }
 }
 
 /// A kept sample of thread `tid`: find its access and watch it.
@@ -197,12 +323,20 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
         return;
     }
     let Some(function) = registry::with_index(|idx| idx.function_containing(regs.rip)) else {
-        stats::bump(Counter::SamplesUncovered);
+        // Inside the body of libc's memcpy, memmove or memset called from covered code: watch the bytes
+        // that call is about to touch, judged as an access of the call.
+        match libcalls::copy_body_containing(regs.rip).and_then(|body| library_caller(regs).map(|call| (body, call))) {
+            Some((body, call)) => sample_in_library(regs, tid, random, body, call),
+            None => stats::bump(Counter::SamplesUncovered),
+        }
         return;
     };
     profile::count(function.start, profile::Event::Sample);
     if !watch::any_free() {
         stats::bump(Counter::SamplesBusy);
+        return;
+    }
+    if alone(tid) {
         return;
     }
     // The frame-pointer walk only bounds the thread's own stack (its accesses are not watched).
@@ -215,19 +349,13 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
     let found = match ahead.and_then(|ahead| least_watched(&ahead).ok_or(decode::Miss::NoAccess)) {
         Ok(found) => found,
         Err(miss) => {
-            stats::bump(match miss {
-                decode::Miss::OwnStack => Counter::SamplesOwnStack,
-                decode::Miss::NoAccess => Counter::SamplesNoAccess,
-                decode::Miss::Unemulated => Counter::SamplesUnemulated,
-                decode::Miss::AddressUnknown => Counter::SamplesAddressUnknown,
-                decode::Miss::LeftCovered => Counter::SamplesLeftCovered,
-            });
+            stats::bump(miss_counter(miss));
             return;
         }
     };
     // What to watch: the access's record (its PC is where covered code makes it), the PC heading its stack
     // (a libc function's entry for a call to it) and how it was reached.
-    let (access, frame_pc, path) = match found {
+    let (access, frame_pc, path, bias_key) = match found {
         Reached::Access(found) => {
             let class = registry::with_index(|idx| idx.classify(found.pc));
             if class == Access::Uncovered {
@@ -245,7 +373,7 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
                 // Unwound (CFI) only if the watch finds a race: most watches find none.
                 stack: Stack::EMPTY,
             };
-            (access, found.pc, found.path)
+            (access, found.pc, found.path, found.pc)
         }
         Reached::Ranges(found) => {
             stats::bump(match found.function {
@@ -270,26 +398,137 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
                 locked: false,
                 stack: Stack::EMPTY,
             };
-            (access, found.pc, found.path)
+            (access, found.pc, found.path, range_bias_key(found.site, addr))
         }
     };
+    watch_sampled(regs, random, &access, frame_pc, path, bias_key);
+}
+
+/// Whether no other program thread ran lately (see [`running`]): nobody can touch memory during a
+/// window, so none is opened. Counted.
+fn alone(tid: i32) -> bool {
+    if !SKIP_ALONE.load(Ordering::Relaxed) || running::others(tid, thread::monotonic_ns()) {
+        return false;
+    }
+    stats::bump(Counter::SamplesAlone);
+    true
+}
+
+/// The covered code that called the libc memory function the thread interrupted at `regs` is in: the
+/// call's PC (return address - 1) of the first frame outside libc's memory and string functions (a
+/// `__memcpy_chk` calls `memcpy`), when that frame is covered.
+fn library_caller(regs: &Regs) -> Option<u64> {
+    let mut callers = [0u64; 4];
+    let found = crate::unwind::capture(regs, &mut callers);
+    let call = callers
+        .get(..found)?
+        .iter()
+        .map(|ra| ra.wrapping_sub(1))
+        .find(|&pc| libcalls::body_containing(pc).is_none())?;
+    (registry::with_index(|idx| idx.classify(call)) != Access::Uncovered).then_some(call)
+}
+
+/// A kept sample inside `body` (libc's memcpy, memmove or memset) called from covered code at `call`:
+/// decodes the next access of the body from the interrupted registers and watches one word of it, as an
+/// access of `call` (as a trap inside such a body is judged). These functions touch exactly the bytes
+/// their arguments name (overlapping unaligned loads and stores, never past either end), so the access
+/// is one the call makes.
+fn sample_in_library(regs: &Regs, tid: i32, random: u64, body: (u64, u64), call: u64) {
+    stats::bump(Counter::SamplesInMemoryFunction);
+    if let Some(function) = registry::with_index(|idx| idx.function_containing(call)) {
+        profile::count(function.start, profile::Event::Sample);
+    }
+    if !watch::any_free() {
+        stats::bump(Counter::SamplesBusy);
+        return;
+    }
+    if alone(tid) {
+        return;
+    }
+    // Only the registers' stack pointer bounds the own stack here: the body has no frame of its own.
+    let own_stack = own_stack(regs, 0);
+    let in_body = |pc: u64| (body.0..body.1).contains(&pc);
+    let no_library = |_: u64| None;
+    let bounds = decode::Bounds { own_stack, covered: &in_body, library: &no_library };
+    let ahead = decode::reach_ahead(&OwnMemory, &watch::decoder_regs(regs), &bounds, decode::MAX_STEPS, decode::AHEAD);
+    let ahead = match ahead {
+        Ok(ahead) => ahead,
+        Err(miss) => {
+            stats::bump(miss_counter(miss));
+            return;
+        }
+    };
+    // One of the accesses ahead, at random: loads of the source, stores to the destination.
+    let n = ahead.iter().count().max(1) as u64;
+    let (frame_pc, range, path) = match ahead.get(((random >> 40) % n) as usize) {
+        Some(Reached::Access(found)) => {
+            (found.pc, Range { addr: found.addr, len: u64::from(found.size), is_write: found.is_write }, found.path)
+        }
+        // A REP string instruction of the body (rdi, rsi and rcx give what is left of the call's bytes).
+        Some(Reached::Ranges(found)) => match found.ranges.as_slice() {
+            [] => {
+                stats::bump(Counter::SamplesNoAccess);
+                return;
+            }
+            ranges => (found.pc, ranges[((random >> 40) as usize) % ranges.len()], found.path),
+        },
+        None => {
+            stats::bump(Counter::SamplesNoAccess);
+            return;
+        }
+    };
+    let (addr, size, is_write) = pick_word(&[range], next_random(tid, random));
+    let access =
+        AccessRecord { tid, pc: call, addr, size, is_write, is_atomic: false, locked: false, stack: Stack::EMPTY };
+    watch_sampled(regs, random, &access, frame_pc, path, range_bias_key(call, addr));
+}
+
+/// The cold-code bias's key for a word of a range access (a call to a libc memory function, a REP
+/// string instruction) made at `site`: the site and the 64-byte line of the word. A scalar access is
+/// keyed by its PC alone (its address is usually the same field), but one site of a range access
+/// touches many lines, each of which another thread may be the one to touch: keyed by the site alone,
+/// a hot `memcpy` of a shared buffer was declined at the floor (1/256) after its first watches, before
+/// they had covered any of the buffer (issue 24).
+fn range_bias_key(site: u64, addr: u64) -> u64 {
+    site ^ (addr >> 6).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+fn miss_counter(miss: decode::Miss) -> Counter {
+    match miss {
+        decode::Miss::OwnStack => Counter::SamplesOwnStack,
+        decode::Miss::NoAccess => Counter::SamplesNoAccess,
+        decode::Miss::Unemulated => Counter::SamplesUnemulated,
+        decode::Miss::AddressUnknown => Counter::SamplesAddressUnknown,
+        decode::Miss::LeftCovered => Counter::SamplesLeftCovered,
+    }
+}
+
+/// The common end of a kept sample: suppressions, the cold-code bias (keyed by `bias_key`), the watch.
+fn watch_sampled(
+    regs: &Regs,
+    random: u64,
+    access: &AccessRecord,
+    frame_pc: u64,
+    path: decode::CallPath,
+    bias_key: u64,
+) {
     if crate::suppressed_pcs::contains(access.pc) {
         stats::bump(Counter::SamplesSuppressed);
         return;
     }
     if COLD_BIAS.load(Ordering::Relaxed) {
-        if !bias::should_watch(access.pc, random >> 2) {
+        if !bias::should_watch(bias_key, random >> 2) {
             stats::bump(Counter::SamplesBackedOff);
             return;
         }
     } else {
-        bias::count_watch(access.pc);
+        bias::count_watch(bias_key);
     }
     // Jitter the window too: uniform in [delay/2, 3*delay/2].
     let delay = DELAY_US.load(Ordering::Relaxed);
     let delay_us = delay / 2 + (random >> 32) % delay.max(1);
     let request = Watch {
-        access: &access,
+        access,
         frame_pc,
         regs,
         path,

@@ -106,7 +106,7 @@ static atomic_long busy_polls;
 static void *busy_worker(void *arg) {
   (void)arg;
   long before = status_field("/proc/thread-self/status", "voluntary_ctxt_switches");
-  double end = rw_now() + 1.0;
+  double end = rw_now() + 2.0;
   while (rw_now() < end)
     for (int i = 0; i < 1000; i++) {
       rw_bump();
@@ -117,15 +117,17 @@ static void *busy_worker(void *arg) {
 }
 
 static int busy_mode(void) {
-  rw_start(1, 1.0, 0);
+  rw_start(1, 2.0, 0);
   pthread_t t;
   pthread_create(&t, NULL, busy_worker, NULL);
   void *switches;
   pthread_join(t, &switches);
   rw_join();
-  /* Without racewatch: 0. A watch window that sleeps made 7-14 at the debug rate; what is left (0-1 in
-   * a second: a kernel mutex on the arm/disarm path taken while contended) is allowed. */
-  printf("busy thread's voluntary context switches at most 4: %d\n", (long)switches <= 4);
+  /* Without racewatch: 0. A watch window that sleeps made 7-14 a second at the debug rate (14-28 in these
+   * 2 s); what is left (0 on most runs, a few under heavy load: a kernel mutex on the arm/disarm path
+   * taken while contended) is allowed. */
+  printf("busy thread's voluntary context switches at most 8: %d\n", (long)switches <= 8);
+  if (getenv("FOOTPRINT_VERBOSE")) fprintf(stderr, "voluntary switches: %ld\n", (long)switches);
   return 0;
 }
 
@@ -185,7 +187,9 @@ static int churn_mode(void) {
   rw_join();
   printf("threads that failed to start: %d\n", failed);
   printf("maps lines grew by less than 20: %d\n", lines1 - lines0 < 20);
-  printf("VmSize grew by less than 16 MiB: %d\n", vm1 - vm0 < (16 << 10));
+  /* What each thread left behind was 1 MiB (3,000 threads: +3 GB); the reporter's first report within the
+   * loop (its malloc arena, 64 MiB reserved) is a one-time cost, not per thread. */
+  printf("VmSize grew by less than 128 MiB: %d\n", vm1 - vm0 < (128 << 10));
   if (getenv("FOOTPRINT_VERBOSE"))
     fprintf(stderr, "maps lines %ld -> %ld, VmSize %ld -> %ld kB\n", lines0, lines1, vm0, vm1);
   return 0;

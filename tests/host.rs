@@ -573,9 +573,12 @@ fn cases() -> Vec<Case> {
         // watch window that does not sleep (a busy thread's voluntary context switches), and nothing per
         // thread that outlives it (3000 short-lived threads: returning, pthread_exit, cancelled).
         case("thread_stack_depth_to_guard_page", "footprint", &["depth"]).repeat(3),
+        // At a production rate (20 ms: windows spin there; the debug rate's sleep, which lets racers run
+        // on a busy machine, is a voluntary switch).
         case("busy_thread_no_voluntary_switches", "footprint", &["busy"])
+            .options(&["sample_period_us=20000"])
             .repeat(3)
-            .expect(&["busy thread's voluntary context switches at most 8: 1"]),
+            .expect(&["busy thread's voluntary context switches at most 3: 1"]),
         case("thread_churn_maps_and_vmsize", "footprint", &["churn"]).repeat(2).expect(&[
             "threads that failed to start: 0",
             "maps lines grew by less than 20: 1",
@@ -653,7 +656,7 @@ fn cases() -> Vec<Case> {
         // 38. A handler whose sa_mask blocks everything is not interrupted by the program's SIGTRAP handler.
         case("full_sa_mask_holds_off_the_programs_sigtrap", "handler_mask", &[])
             .repeat(3)
-            .expect(&["SIGTRAP handled: 200, inside the SIGUSR1 handler: 0"]),
+            .expect(&["SIGTRAP handled at least 190 times: 1, inside the SIGUSR1 handler: 0"]),
         // 33. Seccomp filters installed with the program's own `syscall` instruction (no libc call racewatch
         // sees), PR_SET_NO_NEW_PRIVS by a raw prctl first: racewatch finds the instruction before the
         // detector starts and steps aside (one line). RET_TRAP counted by the program's SIGSYS handler

@@ -37,11 +37,12 @@ const RED_ZONE: u64 = 128;
 /// The sampling timer's descriptor (-1: not open in this process).
 static TIMER: AtomicI32 = AtomicI32::new(-1);
 static ENABLED: AtomicBool = AtomicBool::new(false);
-/// Sample periods from which watch windows spin instead of sleeping: the production default (100 ms)
-/// and the host-checking rate (1 ms) spin, so a busy-polling thread never shows a voluntary context
-/// switch; the test profile (`racewatch cargo`, 250 µs) sleeps, so that on a machine busy with a test
-/// suite the threads that may touch the watched memory run during the window.
-const SPIN_FROM_PERIOD_US: u64 = 1000;
+/// Sample periods from which watch windows spin instead of sleeping: production rates (the default is
+/// 100 ms) spin, so a busy-polling thread never shows a voluntary context switch; the debug and test
+/// rates (1 ms, 250 µs) sleep, so that on a busy machine the threads that may touch the watched memory
+/// get the CPU during the window (spinning at 1 ms, crossbeam-deque's by-design race went unreported in
+/// 20 runs on a loaded 2-core machine; sleeping, it was reported within 30 s).
+const SPIN_FROM_PERIOD_US: u64 = 10_000;
 /// Whether windows sleep ([`SPIN_FROM_PERIOD_US`]).
 static SLEEPY_WINDOWS: AtomicBool = AtomicBool::new(false);
 static DELAY_US: AtomicU64 = AtomicU64::new(0);

@@ -123,10 +123,10 @@ static int busy_mode(void) {
   void *switches;
   pthread_join(t, &switches);
   rw_join();
-  /* Without racewatch: 0. A watch window that sleeps made 7-14 a second at the debug rate (14-28 in these
-   * 2 s); what is left (0 on most runs, a few under heavy load: a kernel mutex on the arm/disarm path
-   * taken while contended) is allowed. */
-  printf("busy thread's voluntary context switches at most 8: %d\n", (long)switches <= 8);
+  /* Run at a production rate (20 ms, the host case's option). Without racewatch: 0. A watch window that
+   * sleeps made 4-9 in these 2 s; what is left (0-1: a kernel mutex on the arm/disarm path taken while
+   * contended) is allowed. */
+  printf("busy thread's voluntary context switches at most 3: %d\n", (long)switches <= 3);
   if (getenv("FOOTPRINT_VERBOSE")) fprintf(stderr, "voluntary switches: %ld\n", (long)switches);
   return 0;
 }

@@ -30,6 +30,8 @@ int main(void) {
   rw_start(2, 0.8, 0);
   for (int i = 0; i < 200; i++) raise(SIGUSR1);
   rw_join();
-  printf("SIGTRAP handled: %d, inside the SIGUSR1 handler: %d\n", (int)traps, (int)nested);
+  /* A racewatch sample pending while SIGUSR1's handler holds SIGTRAP off can absorb the program's raise
+   * (signals below SIGRTMIN do not queue): a rare loss, not what this program checks. */
+  printf("SIGTRAP handled at least 190 times: %d, inside the SIGUSR1 handler: %d\n", traps >= 190, (int)nested);
   return 0;
 }

@@ -58,12 +58,6 @@ pub fn thread_alive(tid: i32) -> bool {
     tgkill(getpid(), tid, 0) != -i64::from(libc::ESRCH)
 }
 
-/// `sched_yield`: offers the CPU to another runnable thread; the kernel counts a switch it makes as
-/// involuntary (the caller stays runnable).
-pub fn sched_yield() {
-    syscall6(libc::SYS_sched_yield, [0; 6]);
-}
-
 /// Sleeps `ns` nanoseconds of monotonic time, resuming after signals (not a cancellation point).
 pub fn sleep_ns(ns: u64) {
     let mut req = libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as _ };

@@ -520,8 +520,16 @@ fn cases() -> Vec<Case> {
             "handler with SA_ONSTACK: SS_ONSTACK 1, on the alternate stack 1",
             "handler ran: 6",
         ]),
-        case("own_sigtrap_blocked_process_directed_sigtimedwait", "trap_disposition", &["sigtimedwait"])
-            .expect(&["sigtimedwait: 5, si_code SI_USER: 1, from us: 1", "handler ran: 0, still pending: 0"]),
+        case("own_sigtrap_blocked_process_directed_sigtimedwait", "trap_disposition", &["sigtimedwait"]).expect(&[
+            "sigtimedwait: 5, si_code SI_USER: 1, SI_QUEUE: 0, value 0, from us: 1",
+            "handler ran: 0, still pending: 0",
+        ]),
+        case("own_sigtrap_blocked_sigqueue_payload_sigtimedwait", "trap_disposition", &["sigqueue"]).repeat(3).expect(
+            &[
+                "sigtimedwait: 5, si_code SI_USER: 0, SI_QUEUE: 1, value 4242, from us: 1",
+                "handler ran: 0, still pending: 0",
+            ],
+        ),
         case("own_sigtrap_handler_int3_on_altstack", "trap_disposition", &["int3_altstack"])
             .repeat(3)
             .expect(&["SIGUSR1 handled: 100, SIGTRAP handled: 100"]),
@@ -1226,6 +1234,7 @@ host_cases!(
     own_sigtrap_ignored_sleep_not_interrupted,
     own_sigtrap_handler_without_sa_onstack,
     own_sigtrap_blocked_process_directed_sigtimedwait,
+    own_sigtrap_blocked_sigqueue_payload_sigtimedwait,
     own_sigtrap_handler_int3_on_altstack,
     exec_keeps_sigtrap_blocked,
     pthread_attr_sigmask_everything_blocked,

@@ -7,6 +7,7 @@
  *                  SA_ONSTACK one runs on it (sigaltstack's SS_ONSTACK and a local's address);
  *   "sigtimedwait": SIGTRAP blocked in every thread, kill(getpid(), SIGTRAP): the thread waiting in
  *                  sigtimedwait for it gets it;
+ *   "sigqueue":    the same with sigqueue(getpid(), SIGTRAP, 4242): the waiting thread gets the payload;
  *   "int3_altstack": an SA_ONSTACK SIGUSR1 handler on a 16 KiB alternate stack executes int3; the program's
  *                  SIGTRAP handler runs and the program continues. */
 static atomic_int traps;
@@ -155,12 +156,13 @@ static void *waiter(void *arg) {
   if (sig < 0)
     printf("sigtimedwait: -1 %s\n", err == EAGAIN ? "EAGAIN (timed out)" : rw_errname(err));
   else
-    printf("sigtimedwait: %d, si_code SI_USER: %d, from us: %d\n", sig, info.si_code == SI_USER,
+    printf("sigtimedwait: %d, si_code SI_USER: %d, SI_QUEUE: %d, value %d, from us: %d\n", sig,
+           info.si_code == SI_USER, info.si_code == SI_QUEUE, info.si_code == SI_QUEUE ? info.si_value.sival_int : 0,
            info.si_pid == getpid());
   return NULL;
 }
 
-static int timedwait(void) {
+static int timedwait(int queued) {
   set_trap(on_trap, SA_RESTART);
   sigset_t set;
   sigemptyset(&set);
@@ -172,7 +174,12 @@ static int timedwait(void) {
   pthread_create(&t, NULL, waiter, NULL);
   while (atomic_load(&in_call) == 0) rw_sleep(0.001);
   rw_race_until(rw_now() + 0.2);
-  kill(getpid(), SIGTRAP);
+  if (queued) {
+    union sigval value = {.sival_int = 4242};
+    sigqueue(getpid(), SIGTRAP, value);
+  } else {
+    kill(getpid(), SIGTRAP);
+  }
   pthread_join(t, NULL);
   rw_join();
   sigset_t pending;
@@ -226,7 +233,8 @@ static int int3_altstack(void) {
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
-  if (strcmp(mode, "sigtimedwait") == 0) return timedwait();
+  if (strcmp(mode, "sigtimedwait") == 0) return timedwait(0);
+  if (strcmp(mode, "sigqueue") == 0) return timedwait(1);
   rw_start(2, 1.0, 0);
   rw_sleep(0.05);
   int rc;

@@ -513,8 +513,8 @@ fn ignored_by_namespace_init(info: *const libc::siginfo_t) -> bool {
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, known: bool) {
     if known && trap_blocked() && !info.is_null() && !ctx.is_null() {
         // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
-        if unsafe { (*info).si_code } == libc::SI_USER {
-            pass_on_to_process(ctx);
+        if process_directed(unsafe { (*info).si_code }) {
+            pass_on_to_process(info, ctx);
         } else {
             make_pending(sig, info, ctx);
         }
@@ -589,14 +589,24 @@ pub fn step_aside_requested() -> bool {
     STEP_ASIDE.swap(false, Ordering::AcqRel)
 }
 
-/// A `kill()` of `SIGTRAP` to the process reached a thread that has it blocked (for the program; the
-/// kernel could only pick threads that do not block it for real). The kernel lets a thread hand such
-/// a signal on only to itself, so the program's masks must become real for the signal to wait, shared,
-/// for a thread that unblocks or `sigwaitinfo`s it: racewatch steps aside (sampling stops here; the
-/// lifecycle switches detection off and says so), this thread returns with `SIGTRAP` blocked for
-/// real, and the signal is sent to the process again (`kill`: same code, sender this process), to go
-/// round the threads that block it until one takes it or all block it and it stays pending.
-fn pass_on_to_process(ctx: *mut libc::c_void) {
+/// Whether a signal with this `si_code` was sent to the whole process (any of its threads may take it):
+/// `kill`, `sigqueue`, a POSIX timer or message queue notifying the process, and the like. Only `tgkill`
+/// (`SI_TKILL`) names a thread among the senders' codes; a positive code is the kernel's own, raised
+/// by the thread itself (`int3`, a breakpoint). `pthread_sigqueue` also says `SI_QUEUE`: taken as
+/// process-directed, it reaches a thread that takes `SIGTRAP`, not necessarily the one it named.
+fn process_directed(code: libc::c_int) -> bool {
+    code <= 0 && code != libc::SI_TKILL
+}
+
+/// A process-directed `SIGTRAP` (`kill`, `sigqueue`, …) reached a thread that has it blocked (for the
+/// program; the kernel could only pick threads that do not block it for real). The kernel lets a
+/// thread hand such a signal on only to itself, so the program's masks must become real for the
+/// signal to wait, shared, for a thread that unblocks or `sigwaitinfo`s it: racewatch steps aside
+/// (sampling stops here; the lifecycle switches detection off and says so), this thread returns with
+/// `SIGTRAP` blocked for real, and the signal is sent to the process again with its own `siginfo`
+/// (`rt_sigqueueinfo` keeps the sender's code, pid, uid and payload), to go round the threads that block it until one takes it or all block it and
+/// it stays pending.
+fn pass_on_to_process(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     mute();
     let stop = STOP_SAMPLING.load(Ordering::Acquire);
     if stop != 0 {
@@ -607,7 +617,12 @@ fn pass_on_to_process(ctx: *mut libc::c_void) {
     STEP_ASIDE.store(true, Ordering::Release);
     // SAFETY: `ctx` is the kernel's ucontext for this delivery: the mask in it is restored on return.
     unsafe { libc::sigaddset(&mut (*(ctx as *mut libc::ucontext_t)).uc_sigmask, libc::SIGTRAP) };
-    raw::syscall6(libc::SYS_kill, [raw::getpid() as u64, libc::SIGTRAP as u64, 0, 0, 0, 0]);
+    let (pid, info) = (raw::getpid() as u64, info as u64);
+    if raw::syscall6(libc::SYS_rt_sigqueueinfo, [pid, libc::SIGTRAP as u64, info, 0, 0, 0]) != 0 {
+        // A non-negative code (`kill`'s `SI_USER`) is accepted only from the thread whose id is the
+        // pid: sent again by `kill`, the signal names this process as its sender.
+        raw::syscall6(libc::SYS_kill, [pid, libc::SIGTRAP as u64, 0, 0, 0, 0]);
+    }
 }
 
 /// The program has `SIGTRAP` blocked: queue this foreign one to the thread again and return with

@@ -381,20 +381,37 @@ pub fn block_trap_for_exec() -> bool {
     if raw::sigprocmask(libc::SIG_BLOCK, Some(trap)).is_none() {
         return false;
     }
-    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: zeroed siginfo is a valid out-parameter; the sets are live locals.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let set = with_trap(&from_bits(0), true);
-    // SAFETY: sigtimedwait with a zero timeout only dequeues a pending SIGTRAP of this thread or process.
-    while unsafe { libc::sigtimedwait(&set, &mut info, &zero) } == libc::SIGTRAP {
-        if claimed(&info).is_none() {
-            let (pid, tid) = (raw::getpid(), raw::gettid());
-            let info = &info as *const libc::siginfo_t as u64;
-            raw::syscall6(libc::SYS_rt_tgsigqueueinfo, [pid as u64, tid as u64, libc::SIGTRAP as u64, info, 0, 0]);
-            break;
+    discard_own_pending_trap();
+    true
+}
+
+/// Takes back the `SIGTRAP`s of the runtime's pending on this thread (with `SIGTRAP` blocked for real);
+/// a program's `SIGTRAP` found there is queued to the thread again, and stays pending.
+pub fn discard_own_pending_trap() {
+    // SAFETY: zeroed siginfo is a valid out-parameter for the kernel to fill.
+    let mut taken: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    while take_pending_trap(&mut taken) {
+        if claimed(&taken).is_none() {
+            queue_trap_to_self(&taken);
+            return;
         }
     }
-    true
+}
+
+/// Dequeues a `SIGTRAP` pending on this thread (or the process) into `info`, without waiting.
+fn take_pending_trap(info: &mut libc::siginfo_t) -> bool {
+    let trap: u64 = 1 << (libc::SIGTRAP - 1);
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let (set, out, timeout) =
+        (&trap as *const u64 as u64, info as *mut libc::siginfo_t as u64, &zero as *const _ as u64);
+    raw::syscall6(libc::SYS_rt_sigtimedwait, [set, out, timeout, 8, 0, 0]) == i64::from(libc::SIGTRAP)
+}
+
+/// Queues a `SIGTRAP` with `info` to this thread (`rt_tgsigqueueinfo` to one's own thread accepts the
+/// kernel's siginfo unchanged).
+fn queue_trap_to_self(info: *const libc::siginfo_t) {
+    let (pid, tid) = (raw::getpid() as u64, raw::gettid() as u64);
+    raw::syscall6(libc::SYS_rt_tgsigqueueinfo, [pid, tid, libc::SIGTRAP as u64, info as u64, 0, 0]);
 }
 
 /// After a failed `exec`: `SIGTRAP` leaves the kernel's mask again (the program's view stays blocked).
@@ -636,14 +653,9 @@ fn make_pending(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_
         let uc = &mut *(ctx as *mut libc::ucontext_t);
         libc::sigaddset(&mut uc.uc_sigmask, libc::SIGTRAP);
     }
-    let trap: u64 = 1 << (libc::SIGTRAP - 1);
-    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: zeroed siginfo is a valid out-parameter for the kernel to fill.
     let mut taken: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let (set, out, timeout) =
-        (&trap as *const u64 as u64, &mut taken as *mut libc::siginfo_t as u64, &zero as *const _ as u64);
-    while raw::syscall6(libc::SYS_rt_sigtimedwait, [set, out, timeout, 8, 0, 0]) == i64::from(libc::SIGTRAP) {}
-    // rt_tgsigqueueinfo to our own thread accepts the kernel's siginfo unchanged.
-    let (pid, tid) = (raw::getpid(), raw::gettid());
-    raw::syscall6(libc::SYS_rt_tgsigqueueinfo, [pid as u64, tid as u64, sig as u64, info as u64, 0, 0]);
+    while take_pending_trap(&mut taken) {}
+    debug_assert_eq!(sig, libc::SIGTRAP);
+    queue_trap_to_self(info);
 }

@@ -54,6 +54,9 @@ pub fn is_sandboxed() -> bool {
 /// Called by the interposed `pthread_create` before the real call: starts the detector when this is the
 /// process's second thread and covered code is indexed.
 pub fn before_thread_create() {
+    if is_running() {
+        reporter::wake_from_rest();
+    }
     if STATE.load(Ordering::Acquire) != IDLE || !registry::with_index(|i| i.functions() > 0) {
         return;
     }
@@ -102,6 +105,7 @@ fn start(opts: &Options) -> bool {
     }
     reporter::on_tick(on_tick);
     signal::on_step_aside(sampler::stop);
+    thread::on_last_but_one_ending(one_thread_left);
     reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
         log::warn(format_args!("{err}; race detection disabled"));
@@ -124,6 +128,15 @@ pub fn thread_hook(start: &thread::ThreadStart) {
     signal::virtualise_thread_mask();
     if is_running() {
         stacks::thread_started(thread::register_current(), start.stack, start.alt_stack);
+    }
+}
+
+/// The program's last thread but one is ending: while one thread runs nothing can race, and the
+/// process must look single-threaded to the kernel and to `/proc` (no reporter thread, no sampling)
+/// until the program creates a thread again ([`before_thread_create`]).
+fn one_thread_left() {
+    if is_running() {
+        reporter::rest();
     }
 }
 
@@ -285,6 +298,7 @@ pub fn descriptors_taken() {
 /// `pthread_atfork` child handler: leave the parent's detector behind.
 extern "C" fn after_fork_in_child() {
     signal::note_process();
+    sandbox_scan::forget_after_fork();
     unwind_info::forget_readers_after_fork();
     registry::forget_readers_after_fork();
     if STATE.load(Ordering::Acquire) == RUNNING {

@@ -536,6 +536,30 @@ static THREAD: AtomicU64 = AtomicU64::new(0);
 static REPORTER_TID: AtomicI32 = AtomicI32::new(0);
 /// Set to make the reporter thread drain the queue once more and end.
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Set while the reporter thread rests: ended because the program runs on one thread ([`rest`]), to be
+/// started again with the program's next thread ([`wake_from_rest`]).
+static RESTING: AtomicBool = AtomicBool::new(false);
+/// Held by [`rest`] and [`wake_from_rest`], so that a thread the program creates while another one ends
+/// finds the reporter either running or resting, never half-way (a flag, reset in a forked child).
+static CONTROL: AtomicBool = AtomicBool::new(false);
+
+/// Holds [`CONTROL`] while alive.
+struct Control;
+
+impl Control {
+    fn take() -> Control {
+        while CONTROL.swap(true, Ordering::AcqRel) {
+            std::thread::yield_now();
+        }
+        Control
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        CONTROL.store(false, Ordering::Release);
+    }
+}
 
 /// How long exit, and a sandbox entry, wait for the reporter to print what is queued: about a second,
 /// longer (up to `DRAIN_SYMBOLIZING_MS`) while it is reading debug info, never for a blocked write.
@@ -621,6 +645,10 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
     sys::thread::mark_runtime_thread();
     sys::thread::set_name(c"racewatch-repor");
     let _ = std::panic::catch_unwind(|| loop {
+        if STOP.load(Ordering::Acquire) {
+            drain();
+            break;
+        }
         let token = sys::wake::token();
         sys::unwind_info::refresh_if_stale();
         if let Some(tick) = TICK.get() {
@@ -686,6 +714,42 @@ fn install_suppressed_pcs(suppressions: &Suppressions) {
             "suppressions: {left_out} pc: entries beyond the first {} are watched anyway",
             resolved - left_out
         ));
+    }
+}
+
+/// Ends the reporter thread while the program runs on one thread: a process whose other threads have
+/// ended is single-threaded again, as the kernel checks it (`unshare(CLONE_NEWUSER)`, `setns` into a
+/// user namespace) and as `/proc/self/task` shows it. Call from the program's last thread but one as
+/// it ends; its `pthread_join` in the other returns after the reporter is gone. Nothing happens while a
+/// report is queued or being printed. [`wake_from_rest`] starts it again.
+pub fn rest() {
+    let _control = Control::take();
+    let thread = THREAD.load(Ordering::Acquire);
+    if thread == 0 || !queue::is_empty() || BUSY.load(Ordering::SeqCst) {
+        return;
+    }
+    STOP.store(true, Ordering::Release);
+    sys::wake::notify();
+    if sys::thread::join_for(thread, DRAIN_MS) {
+        THREAD.store(0, Ordering::Release);
+        REPORTER_TID.store(0, Ordering::Release);
+        sys::fd::forget_private_table();
+        STOP.store(false, Ordering::Release);
+        RESTING.store(true, Ordering::Release);
+    }
+    // Otherwise it is still printing: it ends after that round, and exit joins it.
+}
+
+/// Starts the reporter thread again if it rests ([`rest`]): the program is creating a thread.
+pub fn wake_from_rest() {
+    if !RESTING.load(Ordering::Acquire) {
+        return;
+    }
+    let _control = Control::take();
+    if RESTING.swap(false, Ordering::AcqRel) {
+        if let Some(thread) = sys::thread::spawn_runtime_thread(reporter_main) {
+            THREAD.store(thread, Ordering::Release);
+        }
     }
 }
 
@@ -820,6 +884,8 @@ pub fn forget_after_fork() {
     THREAD.store(0, Ordering::Release);
     REPORTER_TID.store(0, Ordering::Release);
     STOP.store(false, Ordering::Release);
+    RESTING.store(false, Ordering::Release);
+    CONTROL.store(false, Ordering::Release);
     sys::fd::forget_private_table();
 }
 

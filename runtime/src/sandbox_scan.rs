@@ -62,6 +62,13 @@ enum Value {
 /// The modules scanned so far (load bias, path): a `dlopen` scans only what is new.
 static SCANNED: spin::Mutex<Vec<(u64, String)>> = spin::Mutex::new(Vec::new());
 
+/// In a forked child: the parent's reporter may have been scanning (holding the lock) when another
+/// thread forked, and the child's first thread would spin on that lock forever. The child scans
+/// everything again when its detector starts.
+pub fn forget_after_fork() {
+    crate::sys::fork::reset_lock_in_child(&SCANNED);
+}
+
 /// Scans every loaded module not scanned before; the first finding, if any.
 pub fn scan_new_modules() -> Option<Finding> {
     let own = scan_new_modules as *const () as u64;

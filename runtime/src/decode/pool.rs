@@ -22,9 +22,11 @@ const EMPTY: Mutex<Option<InstructionInfoFactory>> = Mutex::new(None);
 static POOL: [Mutex<Option<InstructionInfoFactory>>; POOL_SIZE] = [EMPTY; POOL_SIZE];
 
 /// Creates every factory of the pool (allocates; call at init, not from a signal handler). Idempotent.
+/// A slot that is held is in use, so filled already: skipped, never waited for (in a forked child, a
+/// slot its parent's thread held at the fork stays held for good).
 pub(super) fn fill() {
     for slot in POOL.iter() {
-        let mut guard = slot.lock();
+        let Some(mut guard) = slot.try_lock() else { continue };
         if guard.is_none() {
             let mut factory = InstructionInfoFactory::new();
             for bytes in GROW {

@@ -9,6 +9,7 @@ pub mod dl;
 pub mod exec_list;
 pub mod fatal;
 pub mod fd;
+pub mod fork;
 pub mod handlers;
 pub mod hugepage;
 pub mod identity;

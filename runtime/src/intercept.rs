@@ -58,8 +58,10 @@ pub extern "C" fn pthread_create(
     if rc == libc::EAGAIN && detector::give_back_reporter_thread() {
         // The program is at its thread limit (RLIMIT_NPROC, threads-max): the reporter thread was
         // racewatch's one thread in it, and the program gets it back. The kernel counts an ended thread
-        // off a little after `pthread_join` returns: a few tries, a millisecond apart.
-        for _ in 0..50 {
+        // off a little after `pthread_join` returns, later on a loaded machine (50 tries lost the
+        // program a thread in 2 of 6 runs while a test suite shared the 2 cores): up to 250 tries, a
+        // millisecond apart (only a program at its limit, which would fail without them, waits).
+        for _ in 0..250 {
             rc = thread::create_hooked(thread, attr, start, arg, detector::thread_hook, info);
             if rc != libc::EAGAIN {
                 break;

@@ -720,24 +720,28 @@ fn install_suppressed_pcs(suppressions: &Suppressions) {
 /// Ends the reporter thread while the program runs on one thread: a process whose other threads have
 /// ended is single-threaded again, as the kernel checks it (`unshare(CLONE_NEWUSER)`, `setns` into a
 /// user namespace) and as `/proc/self/task` shows it. Call from the program's last thread but one as
-/// it ends; its `pthread_join` in the other returns after the reporter is gone. Nothing happens while a
-/// report is queued or being printed. [`wake_from_rest`] starts it again.
+/// it ends; its `pthread_join` in the other returns after the reporter is gone. What is queued is
+/// printed first, waited for as at exit (about a second, longer while it reads debug info); a reporter
+/// still printing after that ends after its round. [`wake_from_rest`] starts it again.
 pub fn rest() {
     let _control = Control::take();
     let thread = THREAD.load(Ordering::Acquire);
-    if thread == 0 || !queue::is_empty() || BUSY.load(Ordering::SeqCst) {
+    if thread == 0 {
         return;
     }
     STOP.store(true, Ordering::Release);
     sys::wake::notify();
-    if sys::thread::join_for(thread, DRAIN_MS) {
-        THREAD.store(0, Ordering::Release);
-        REPORTER_TID.store(0, Ordering::Release);
-        sys::fd::forget_private_table();
-        STOP.store(false, Ordering::Release);
-        RESTING.store(true, Ordering::Release);
+    let start = sys::thread::monotonic_ns();
+    while !sys::thread::join_for(thread, 100) {
+        if waited_too_long(start) {
+            return; // Exit joins it.
+        }
     }
-    // Otherwise it is still printing: it ends after that round, and exit joins it.
+    THREAD.store(0, Ordering::Release);
+    REPORTER_TID.store(0, Ordering::Release);
+    sys::fd::forget_private_table();
+    STOP.store(false, Ordering::Release);
+    RESTING.store(true, Ordering::Release);
 }
 
 /// Starts the reporter thread again if it rests ([`rest`]): the program is creating a thread.

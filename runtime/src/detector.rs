@@ -325,6 +325,7 @@ extern "C" fn after_fork_in_child() {
 /// Registers the fork handler (call once, from the constructor).
 pub fn init_fork_handling() {
     thread::at_fork_child(after_fork_in_child);
+    crate::sys::fork::guard_module_walks();
 }
 
 /// The exit hook: stop sampling, print what is queued (bounded), then `stats`.

@@ -48,22 +48,26 @@ impl LoadedModule {
 
 fn loaded() -> Vec<LoadedModule> {
     let mut out = Vec::new();
-    TargetSharedLibrary::each(|lib| {
-        let bias = lib.virtual_memory_bias().0 as u64;
-        let segments = lib
-            .segments()
-            .filter(|s| s.is_load())
-            .map(|s| {
-                let start = s.actual_virtual_memory_address(lib).0 as u64;
-                (start, start + s.len() as u64)
-            })
-            .collect();
-        let path = lib.name().to_string_lossy().into_owned();
-        let build_id = match lib.id() {
-            Some(findshlibs::SharedLibraryId::GnuBuildId(bytes)) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
-            _ => String::new(),
-        };
-        out.push(LoadedModule { path, bias, build_id, sections: Vec::new(), segments });
+    crate::sys::fork::walking_modules(|| {
+        TargetSharedLibrary::each(|lib| {
+            let bias = lib.virtual_memory_bias().0 as u64;
+            let segments = lib
+                .segments()
+                .filter(|s| s.is_load())
+                .map(|s| {
+                    let start = s.actual_virtual_memory_address(lib).0 as u64;
+                    (start, start + s.len() as u64)
+                })
+                .collect();
+            let path = lib.name().to_string_lossy().into_owned();
+            let build_id = match lib.id() {
+                Some(findshlibs::SharedLibraryId::GnuBuildId(bytes)) => {
+                    bytes.iter().map(|b| format!("{b:02x}")).collect()
+                }
+                _ => String::new(),
+            };
+            out.push(LoadedModule { path, bias, build_id, sections: Vec::new(), segments });
+        })
     });
     out
 }

@@ -54,5 +54,5 @@ pub fn for_each(f: &mut dyn FnMut(usize, &CodeModule<'_>)) {
     }
     let mut walk = Walk { f, index: 0 };
     // SAFETY: the callback only reads the loader's records and calls `f`.
-    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut walk as *mut Walk<'_>).cast()) };
+    super::fork::walking_modules(|| unsafe { libc::dl_iterate_phdr(Some(visit), (&mut walk as *mut Walk<'_>).cast()) });
 }

@@ -169,7 +169,9 @@ fn loaded_modules() -> Vec<Module> {
     let mut modules: Vec<Module> = Vec::new();
     // SAFETY: the callback only reads the `dl_phdr_info` the loader passes for the duration of the
     // call, and `data` is the `&mut Vec` above, alive for the whole iteration.
-    unsafe { libc::dl_iterate_phdr(Some(collect), (&mut modules as *mut Vec<Module>).cast()) };
+    super::fork::walking_modules(|| unsafe {
+        libc::dl_iterate_phdr(Some(collect), (&mut modules as *mut Vec<Module>).cast())
+    });
     modules.sort_by_key(|m| m.lo);
     modules
 }

@@ -537,12 +537,10 @@ fn cases() -> Vec<Case> {
             "sigtimedwait: 5, si_code SI_USER: 1, SI_QUEUE: 0, value 0, from us: 1",
             "handler ran: 0, still pending: 0",
         ]),
-        case("own_sigtrap_blocked_sigqueue_payload_sigtimedwait", "trap_disposition", &["sigqueue"]).repeat(3).expect(
-            &[
-                "sigtimedwait: 5, si_code SI_USER: 0, SI_QUEUE: 1, value 4242, from us: 1",
-                "handler ran: 0, still pending: 0",
-            ],
-        ),
+        case("own_sigtrap_blocked_sigqueue_payload_sigtimedwait", "trap_disposition", &["sigqueue"]).expect(&[
+            "sigtimedwait: 5, si_code SI_USER: 0, SI_QUEUE: 1, value 4242, from us: 1",
+            "handler ran: 0, still pending: 0",
+        ]),
         case("own_sigtrap_handler_int3_on_altstack", "trap_disposition", &["int3_altstack"])
             .repeat(3)
             .expect(&["SIGUSR1 handled: 100, SIGTRAP handled: 100"]),

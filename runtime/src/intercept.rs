@@ -263,6 +263,16 @@ fn errno_result(rc: i32) -> c_int {
     -1
 }
 
+/// Interposed `sigpending`: what glibc's does (`rt_sigpending` with the kernel's 8-byte set), after a
+/// `SIGTRAP` of racewatch's left pending on this thread was taken back ([`signal::before_program_sigpending`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn sigpending(set: *mut libc::sigset_t) -> c_int {
+    signal::before_program_sigpending();
+    // SAFETY: the kernel writes at most 8 bytes to the program's `sigset_t` (128 bytes), or fails with
+    // EFAULT, which `syscall` reports through errno as glibc's `sigpending` does.
+    unsafe { libc::syscall(libc::SYS_rt_sigpending, set as usize, 8usize) as c_int }
+}
+
 /// Interposed `sigprocmask`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn sigprocmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {

@@ -385,14 +385,37 @@ pub fn block_trap_for_exec() -> bool {
     true
 }
 
+/// The program asks which signals are pending (`sigpending`): a `SIGTRAP` of the runtime's left pending
+/// on this thread (a watch trap or a sample that fired after the thread's `SIGTRAP` became blocked for
+/// real, when racewatch stepped aside) is taken back first, so the program sees only its own. One
+/// `rt_sigpending` when nothing of `SIGTRAP` is pending.
+pub fn before_program_sigpending() {
+    let ours_possible = is_installed() || STEP_ASIDE_DONE.load(Ordering::Acquire);
+    if !ours_possible || !thread::syscalls_allowed() || in_borrowed_memory() {
+        return;
+    }
+    let mut pending: u64 = 0;
+    let rc = raw::syscall6(libc::SYS_rt_sigpending, [&mut pending as *mut u64 as u64, 8, 0, 0, 0, 0]);
+    if rc == 0 && pending & 1 << (libc::SIGTRAP - 1) != 0 {
+        discard_own_pending_trap();
+    }
+}
+
+/// Set once racewatch stepped aside in a signal handler (its `SIGTRAP`s may be left pending).
+static STEP_ASIDE_DONE: AtomicBool = AtomicBool::new(false);
+
 /// Takes back the `SIGTRAP`s of the runtime's pending on this thread (with `SIGTRAP` blocked for real);
-/// a program's `SIGTRAP` found there is queued to the thread again, and stays pending.
+/// a program's `SIGTRAP` found there is sent again where it was (to this thread, or to the process).
 pub fn discard_own_pending_trap() {
     // SAFETY: zeroed siginfo is a valid out-parameter for the kernel to fill.
     let mut taken: libc::siginfo_t = unsafe { std::mem::zeroed() };
     while take_pending_trap(&mut taken) {
         if claimed(&taken).is_none() {
-            queue_trap_to_self(&taken);
+            if process_directed(taken.si_code) {
+                send_to_process(&taken);
+            } else {
+                queue_trap_to_self(&taken);
+            }
             return;
         }
     }
@@ -632,8 +655,14 @@ fn pass_on_to_process(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
         stop();
     }
     STEP_ASIDE.store(true, Ordering::Release);
+    STEP_ASIDE_DONE.store(true, Ordering::Release);
     // SAFETY: `ctx` is the kernel's ucontext for this delivery: the mask in it is restored on return.
     unsafe { libc::sigaddset(&mut (*(ctx as *mut libc::ucontext_t)).uc_sigmask, libc::SIGTRAP) };
+    send_to_process(info);
+}
+
+/// Sends a process-directed `SIGTRAP` with `info` to the process again.
+fn send_to_process(info: *const libc::siginfo_t) {
     let (pid, info) = (raw::getpid() as u64, info as u64);
     if raw::syscall6(libc::SYS_rt_sigqueueinfo, [pid, libc::SIGTRAP as u64, info, 0, 0, 0]) != 0 {
         // A non-negative code (`kill`'s `SI_USER`) is accepted only from the thread whose id is the

@@ -726,7 +726,10 @@ fn install_suppressed_pcs(suppressions: &Suppressions) {
 pub fn rest() {
     let _control = Control::take();
     let thread = THREAD.load(Ordering::Acquire);
-    if thread == 0 {
+    // Once memory ran out in this process, the reporter stays: it is the one thread whose allocations
+    // wait as long as it takes, and what it would leave to the program's exiting thread (printing,
+    // counting) could find no memory there.
+    if thread == 0 || sys::alloc::waits() > 0 {
         return;
     }
     STOP.store(true, Ordering::Release);
@@ -742,6 +745,15 @@ pub fn rest() {
     sys::fd::forget_private_table();
     STOP.store(false, Ordering::Release);
     RESTING.store(true, Ordering::Release);
+}
+
+/// A resting reporter is started again to print what was queued since: on its own thread, whose
+/// allocations may wait for memory as long as it takes (the program's thread that exits or settles
+/// would abort when memory is gone). Without a thread it is printed in place, as before.
+fn wake_for_queue() {
+    if !queue::is_empty() {
+        wake_from_rest();
+    }
 }
 
 /// Starts the reporter thread again if it rests ([`rest`]): the program is creating a thread.
@@ -800,6 +812,7 @@ pub fn is_reporter_thread(tid: i32) -> bool {
 /// (a reader that does not empty stderr cannot hold the program's exit). What is left in the queue is
 /// counted as dropped. Without a reporter thread, drains here. Call at exit and before a sandbox.
 pub fn shutdown() {
+    wake_for_queue();
     let thread = THREAD.swap(0, Ordering::AcqRel);
     if thread == 0 {
         // A second call after a reporter was left writing would wait for its lock forever.
@@ -860,6 +873,7 @@ fn write_counts() {
 /// like [`shutdown`] (about a second, up to five while it reads debug info). Call once no new race can
 /// be queued (sampling stopped, watch windows closed). Without a reporter thread, drains here.
 pub fn settle() {
+    wake_for_queue();
     if THREAD.load(Ordering::Acquire) == 0 {
         if !ABANDONED.load(Ordering::Acquire) {
             drain();

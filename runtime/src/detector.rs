@@ -54,9 +54,6 @@ pub fn is_sandboxed() -> bool {
 /// Called by the interposed `pthread_create` before the real call: starts the detector when this is the
 /// process's second thread and covered code is indexed.
 pub fn before_thread_create() {
-    if is_running() {
-        reporter::wake_from_rest();
-    }
     if STATE.load(Ordering::Acquire) != IDLE || !registry::with_index(|i| i.functions() > 0) {
         return;
     }
@@ -105,7 +102,6 @@ fn start(opts: &Options) -> bool {
     }
     reporter::on_tick(on_tick);
     signal::on_step_aside(sampler::stop);
-    thread::on_last_but_one_ending(one_thread_left);
     reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
         log::warn(format_args!("{err}; race detection disabled"));
@@ -128,15 +124,6 @@ pub fn thread_hook(start: &thread::ThreadStart) {
     signal::virtualise_thread_mask();
     if is_running() {
         stacks::thread_started(thread::register_current(), start.stack, start.alt_stack);
-    }
-}
-
-/// The program's last thread but one is ending: while one thread runs nothing can race, and the
-/// process must look single-threaded to the kernel and to `/proc` (no reporter thread, no sampling)
-/// until the program creates a thread again ([`before_thread_create`]).
-fn one_thread_left() {
-    if is_running() {
-        reporter::rest();
     }
 }
 

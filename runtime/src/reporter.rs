@@ -536,30 +536,6 @@ static THREAD: AtomicU64 = AtomicU64::new(0);
 static REPORTER_TID: AtomicI32 = AtomicI32::new(0);
 /// Set to make the reporter thread drain the queue once more and end.
 static STOP: AtomicBool = AtomicBool::new(false);
-/// Set while the reporter thread rests: ended because the program runs on one thread ([`rest`]), to be
-/// started again with the program's next thread ([`wake_from_rest`]).
-static RESTING: AtomicBool = AtomicBool::new(false);
-/// Held by [`rest`] and [`wake_from_rest`], so that a thread the program creates while another one ends
-/// finds the reporter either running or resting, never half-way (a flag, reset in a forked child).
-static CONTROL: AtomicBool = AtomicBool::new(false);
-
-/// Holds [`CONTROL`] while alive.
-struct Control;
-
-impl Control {
-    fn take() -> Control {
-        while CONTROL.swap(true, Ordering::AcqRel) {
-            std::thread::yield_now();
-        }
-        Control
-    }
-}
-
-impl Drop for Control {
-    fn drop(&mut self) {
-        CONTROL.store(false, Ordering::Release);
-    }
-}
 
 /// How long exit, and a sandbox entry, wait for the reporter to print what is queued: about a second,
 /// longer (up to `DRAIN_SYMBOLIZING_MS`) while it is reading debug info, never for a blocked write.
@@ -645,10 +621,6 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
     sys::thread::mark_runtime_thread();
     sys::thread::set_name(c"racewatch-repor");
     let _ = std::panic::catch_unwind(|| loop {
-        if STOP.load(Ordering::Acquire) {
-            drain();
-            break;
-        }
         let token = sys::wake::token();
         sys::unwind_info::refresh_if_stale();
         if let Some(tick) = TICK.get() {
@@ -717,58 +689,6 @@ fn install_suppressed_pcs(suppressions: &Suppressions) {
     }
 }
 
-/// Ends the reporter thread while the program runs on one thread: a process whose other threads have
-/// ended is single-threaded again, as the kernel checks it (`unshare(CLONE_NEWUSER)`, `setns` into a
-/// user namespace) and as `/proc/self/task` shows it. Call from the program's last thread but one as
-/// it ends; its `pthread_join` in the other returns after the reporter is gone. What is queued is
-/// printed first, waited for as at exit (about a second, longer while it reads debug info); a reporter
-/// still printing after that ends after its round. [`wake_from_rest`] starts it again.
-pub fn rest() {
-    let _control = Control::take();
-    let thread = THREAD.load(Ordering::Acquire);
-    // Once memory ran out in this process, the reporter stays: it is the one thread whose allocations
-    // wait as long as it takes, and what it would leave to the program's exiting thread (printing,
-    // counting) could find no memory there.
-    if thread == 0 || sys::alloc::waits() > 0 {
-        return;
-    }
-    STOP.store(true, Ordering::Release);
-    sys::wake::notify();
-    let start = sys::thread::monotonic_ns();
-    while !sys::thread::join_for(thread, 100) {
-        if waited_too_long(start) {
-            return; // Exit joins it.
-        }
-    }
-    THREAD.store(0, Ordering::Release);
-    REPORTER_TID.store(0, Ordering::Release);
-    sys::fd::forget_private_table();
-    STOP.store(false, Ordering::Release);
-    RESTING.store(true, Ordering::Release);
-}
-
-/// A resting reporter is started again to print what was queued since: on its own thread, whose
-/// allocations may wait for memory as long as it takes (the program's thread that exits or settles
-/// would abort when memory is gone). Without a thread it is printed in place, as before.
-fn wake_for_queue() {
-    if !queue::is_empty() {
-        wake_from_rest();
-    }
-}
-
-/// Starts the reporter thread again if it rests ([`rest`]): the program is creating a thread.
-pub fn wake_from_rest() {
-    if !RESTING.load(Ordering::Acquire) {
-        return;
-    }
-    let _control = Control::take();
-    if RESTING.swap(false, Ordering::AcqRel) {
-        if let Some(thread) = sys::thread::spawn_runtime_thread(reporter_main) {
-            THREAD.store(thread, Ordering::Release);
-        }
-    }
-}
-
 /// Makes the reporter thread end after the round it is in (call from the reporter thread itself, e.g.
 /// from its tick; [`shutdown`] still joins it).
 pub fn stop_after_this_round() {
@@ -812,7 +732,6 @@ pub fn is_reporter_thread(tid: i32) -> bool {
 /// (a reader that does not empty stderr cannot hold the program's exit). What is left in the queue is
 /// counted as dropped. Without a reporter thread, drains here. Call at exit and before a sandbox.
 pub fn shutdown() {
-    wake_for_queue();
     let thread = THREAD.swap(0, Ordering::AcqRel);
     if thread == 0 {
         // A second call after a reporter was left writing would wait for its lock forever.
@@ -873,7 +792,6 @@ fn write_counts() {
 /// like [`shutdown`] (about a second, up to five while it reads debug info). Call once no new race can
 /// be queued (sampling stopped, watch windows closed). Without a reporter thread, drains here.
 pub fn settle() {
-    wake_for_queue();
     if THREAD.load(Ordering::Acquire) == 0 {
         if !ABANDONED.load(Ordering::Acquire) {
             drain();
@@ -902,8 +820,6 @@ pub fn forget_after_fork() {
     THREAD.store(0, Ordering::Release);
     REPORTER_TID.store(0, Ordering::Release);
     STOP.store(false, Ordering::Release);
-    RESTING.store(false, Ordering::Release);
-    CONTROL.store(false, Ordering::Release);
     sys::fd::forget_private_table();
 }
 

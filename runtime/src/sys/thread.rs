@@ -286,23 +286,6 @@ pub fn thread_ending() {
     if let Some(slot) = slot {
         let _ = KNOWN[slot].compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed);
     }
-    // glibc still counts this thread: 2 means one of the program's threads stays.
-    if libc_thread_count().is_some_and(|count| count.load(Ordering::Acquire) == 2) {
-        let last_but_one = ON_LAST_BUT_ONE.load(Ordering::Acquire);
-        if last_but_one != 0 {
-            // SAFETY: ON_LAST_BUT_ONE only ever holds a `fn()` stored by `on_last_but_one_ending`.
-            unsafe { std::mem::transmute::<usize, fn()>(last_but_one)() };
-        }
-    }
-}
-
-/// Called as the program's last thread but one ends ([`on_last_but_one_ending`]).
-static ON_LAST_BUT_ONE: AtomicUsize = AtomicUsize::new(0);
-
-/// Makes `f` run in a program thread that ends leaving one thread of the program's (by glibc's count:
-/// runtime threads are not in it), before the thread is gone.
-pub fn on_last_but_one_ending(f: fn()) {
-    ON_LAST_BUT_ONE.store(f as usize, Ordering::Release);
 }
 
 // ---- The program threads the runtime knows ----

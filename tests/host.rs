@@ -338,7 +338,7 @@ fn cases() -> Vec<Case> {
         // 5b. Children forked while the parent's threads (and their samples) run start thread pools.
         case("forked_children_start_thread_pools", "fork_pools", &[])
             .repeat(3)
-            .expect(&["worker children that exited 0: 20 of 20"]),
+            .expect(&["worker children that exited 0: 60 of 60"]),
         // 6. Every signal reset to SIG_DFL, then racing.
         case("all_signals_default", "sig_default", &[]).expect(&["survived"]),
         // 7. The program's own SIGTRAP handler.

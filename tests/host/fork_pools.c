@@ -1,4 +1,4 @@
-/* A pre-fork server whose parent keeps two threads racing while it forks 20 workers in turn, each of
+/* A pre-fork server whose parent keeps two threads racing while it forks 60 workers in turn, each of
  * which starts and joins a pool of 3 threads and exits 0. A lock one of the parent's threads (or its
  * signal handler) held at the fork must not hold up the child's first pthread_create. */
 static void *pool_worker(void *arg) {
@@ -9,7 +9,7 @@ static void *pool_worker(void *arg) {
 int main(void) {
   rw_start(2, 60, 0);
   int ok = 0;
-  for (int k = 0; k < 20; k++) {
+  for (int k = 0; k < 60; k++) {
     rw_race_iterations(300000);
     pid_t pid = fork();
     if (pid == 0) {
@@ -23,6 +23,6 @@ int main(void) {
   }
   rw_stop_racing();
   rw_join();
-  printf("worker children that exited 0: %d of 20\n", ok);
+  printf("worker children that exited 0: %d of 60\n", ok);
   return 0;
 }

@@ -66,6 +66,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "sighup_thread", source: include_str!("host/sighup_thread.c"), metadata: true, flags: &[] },
     Program { name: "itimer_longjmp", source: include_str!("host/itimer_longjmp.c"), metadata: true, flags: &[] },
     Program { name: "unshare", source: include_str!("host/unshare.c"), metadata: true, flags: &[] },
+    Program { name: "single_again", source: include_str!("host/single_again.c"), metadata: true, flags: &[] },
     Program { name: "fork_pools", source: include_str!("host/fork_pools.c"), metadata: true, flags: &[] },
     Program { name: "sig_default", source: include_str!("host/sig_default.c"), metadata: true, flags: &[] },
     Program { name: "trap_handler", source: include_str!("host/trap_handler.c"), metadata: true, flags: &[] },
@@ -335,7 +336,14 @@ fn cases() -> Vec<Case> {
         case("itimer_siglongjmp", "itimer_longjmp", &[]).expect(&["jumps: 20"]),
         // 5. unshare(CLONE_NEWUSER) while single-threaded.
         case("unshare_newuser_single_threaded", "unshare", &[]).expect(&["done"]),
-        // 5b. Children forked while the parent's threads (and their samples) run start thread pools.
+        // 5b. Single-threaded again after every thread was joined: no thread of racewatch's is left in
+        // the process (the kernel's check, /proc/self/task), and the next threads start it again.
+        case("single_threaded_again_after_join", "single_again", &[]).repeat(3).expect(&[
+            "round 1: tasks after join 1",
+            "round 3: tasks after join 1",
+            "unshare(CLONE_NEWUSER) after the threads: ok",
+        ]),
+        // 5c. Children forked while the parent's threads (and their samples) run start thread pools.
         case("forked_children_start_thread_pools", "fork_pools", &[])
             .repeat(3)
             .expect(&["worker children that exited 0: 60 of 60"]),
@@ -1185,6 +1193,7 @@ host_cases!(
     sigwait_thread_sighup,
     itimer_siglongjmp,
     unshare_newuser_single_threaded,
+    single_threaded_again_after_join,
     forked_children_start_thread_pools,
     all_signals_default,
     own_sigtrap_handler_after_threads,

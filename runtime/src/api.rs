@@ -337,6 +337,9 @@ fn callback(call: Call) {
     if detector::is_sandboxed() {
         return; // A seccomp filter may kill any syscall the index update would make.
     }
+    if !call.add && detector::is_exiting() {
+        return; // A destructor at exit: nothing is unmapped (see `detector::is_exiting`).
+    }
     {
         let mut pending = PENDING.lock();
         if !pending.ready {

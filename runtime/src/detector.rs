@@ -46,6 +46,23 @@ pub fn is_running() -> bool {
     STATE.load(Ordering::Acquire) == RUNNING
 }
 
+/// The process whose `exit` (or `main`'s return) began: 0 until then.
+static EXITING: AtomicI32 = AtomicI32::new(0);
+
+/// The program called `exit` or returned from `main` (seen by the interposers in
+/// [`crate::exit_status`]): from here the modules' destructors run.
+pub fn process_exiting() {
+    EXITING.store(thread::getpid(), Ordering::Release);
+}
+
+/// Whether this process is exiting ([`process_exiting`]): a module destructor's table removal then
+/// changes nothing (its code stays mapped until the process is gone) and is skipped, so that the
+/// exiting thread never rebuilds the index (its allocations cannot wait for memory: where the program
+/// used it all, Rust's allocator would end the process).
+pub fn is_exiting() -> bool {
+    EXITING.load(Ordering::Acquire) == thread::getpid()
+}
+
 /// Whether the runtime must stay out of the kernel's way (a seccomp filter may kill any syscall).
 pub fn is_sandboxed() -> bool {
     SANDBOXED.load(Ordering::Acquire)
@@ -54,6 +71,9 @@ pub fn is_sandboxed() -> bool {
 /// Called by the interposed `pthread_create` before the real call: starts the detector when this is the
 /// process's second thread and covered code is indexed.
 pub fn before_thread_create() {
+    if is_running() {
+        reporter::wake_from_rest();
+    }
     if STATE.load(Ordering::Acquire) != IDLE || !registry::with_index(|i| i.functions() > 0) {
         return;
     }
@@ -102,6 +122,7 @@ fn start(opts: &Options) -> bool {
     }
     reporter::on_tick(on_tick);
     signal::on_step_aside(sampler::stop);
+    thread::on_program_thread_ending(program_thread_ending);
     reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
         log::warn(format_args!("{err}; race detection disabled"));
@@ -124,6 +145,18 @@ pub fn thread_hook(start: &thread::ThreadStart) {
     signal::virtualise_thread_mask();
     if is_running() {
         stacks::thread_started(thread::register_current(), start.stack, start.alt_stack);
+    }
+}
+
+/// A program thread is ending, leaving `left` of the program's threads. With one left, nothing can
+/// race, and the process must look single-threaded to the kernel and to `/proc` (no reporter thread)
+/// until the program creates a thread again ([`before_thread_create`]). With none left, glibc's `exit(0)`
+/// follows.
+fn program_thread_ending(left: u32) {
+    match left {
+        0 => process_exiting(),
+        1 if is_running() => reporter::rest(),
+        _ => {}
     }
 }
 

@@ -192,6 +192,11 @@ impl Reporter {
         repeated.map(|(key, count)| report::render_count_json(&self.process, self.pid, key, *count)).collect()
     }
 
+    /// Whether [`Reporter::counts`] has anything to write.
+    fn has_counts(&self) -> bool {
+        self.config.format == ReportFormat::Json && self.races.iter().any(|(_, count)| *count > 1)
+    }
+
     fn count_repeat(&mut self, race: usize) {
         stats::bump(stats::Counter::RacesRepeated);
         if let Some((_, count)) = self.races.get_mut(race) {
@@ -536,6 +541,30 @@ static THREAD: AtomicU64 = AtomicU64::new(0);
 static REPORTER_TID: AtomicI32 = AtomicI32::new(0);
 /// Set to make the reporter thread drain the queue once more and end.
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Set while the reporter thread rests: ended because the program runs on one thread ([`rest`]), to be
+/// started again with the program's next thread ([`wake_from_rest`]).
+static RESTING: AtomicBool = AtomicBool::new(false);
+/// Held by [`rest`] and [`wake_from_rest`], so that a thread the program creates while another one ends
+/// finds the reporter either running or resting, never half-way (a flag, reset in a forked child).
+static CONTROL: AtomicBool = AtomicBool::new(false);
+
+/// Holds [`CONTROL`] while alive.
+struct Control;
+
+impl Control {
+    fn take() -> Control {
+        while CONTROL.swap(true, Ordering::AcqRel) {
+            std::thread::yield_now();
+        }
+        Control
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        CONTROL.store(false, Ordering::Release);
+    }
+}
 
 /// How long exit, and a sandbox entry, wait for the reporter to print what is queued: about a second,
 /// longer (up to `DRAIN_SYMBOLIZING_MS`) while it is reading debug info, never for a blocked write.
@@ -621,6 +650,10 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
     sys::thread::mark_runtime_thread();
     sys::thread::set_name(c"racewatch-repor");
     let _ = std::panic::catch_unwind(|| loop {
+        if STOP.load(Ordering::Acquire) {
+            drain();
+            break;
+        }
         let token = sys::wake::token();
         sys::unwind_info::refresh_if_stale();
         if let Some(tick) = TICK.get() {
@@ -632,6 +665,8 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
         }
         sys::wake::wait(token, MAX_WAIT_MS);
     });
+    sys::thread::unmark_runtime_thread();
+    sys::alloc::set_patient_thread(0, while_waiting_for_memory);
     std::ptr::null_mut()
 }
 
@@ -689,6 +724,66 @@ fn install_suppressed_pcs(suppressions: &Suppressions) {
     }
 }
 
+/// Ends the reporter thread while the program runs on one thread: a process whose other threads have
+/// ended is single-threaded again, as the kernel checks it (`unshare(CLONE_NEWUSER)`, `setns` into a
+/// user namespace) and as `/proc/self/task` shows it. Call from the program's last thread but one as
+/// it ends; its `pthread_join` in the other returns after the reporter is gone. What is queued is
+/// printed first, waited for as at exit (about a second, longer while it reads debug info); a reporter
+/// still printing after that ends after its round. [`wake_from_rest`] starts it again.
+pub fn rest() {
+    let _control = Control::take();
+    let thread = THREAD.load(Ordering::Acquire);
+    if thread == 0 {
+        return;
+    }
+    STOP.store(true, Ordering::Release);
+    sys::wake::notify();
+    let start = sys::thread::monotonic_ns();
+    while !sys::thread::join_for(thread, 100) {
+        if waited_too_long(start) {
+            return; // Exit joins it.
+        }
+    }
+    THREAD.store(0, Ordering::Release);
+    REPORTER_TID.store(0, Ordering::Release);
+    sys::fd::forget_private_table();
+    STOP.store(false, Ordering::Release);
+    RESTING.store(true, Ordering::Release);
+}
+
+/// A resting reporter is started again to print what was queued since (and, for JSON reports, the
+/// counts of repeated races): on its own thread, whose allocations may wait for memory as long as it
+/// takes. The program's thread that exits or settles never does that work for it: its allocations
+/// cannot wait, and where memory is gone Rust's allocator would end the process.
+fn wake_for_queue() {
+    let counts_due = || state().is_some_and(|guard| guard.as_ref().is_some_and(|r| r.has_counts()));
+    if RESTING.load(Ordering::Acquire) && (!queue::is_empty() || counts_due()) {
+        wake_from_rest();
+    }
+}
+
+/// Where nobody can print: a resting reporter that could not be started again (no memory, or no room
+/// for a thread, for it). What is queued is dropped and counted rather than printed on the program's
+/// thread; true when that is the case.
+fn unable_to_print() -> bool {
+    RESTING.load(Ordering::Acquire) || ABANDONED.load(Ordering::Acquire)
+}
+
+/// Starts the reporter thread again if it rests ([`rest`]): the program is creating a thread.
+pub fn wake_from_rest() {
+    if !RESTING.load(Ordering::Acquire) {
+        return;
+    }
+    let _control = Control::take();
+    if RESTING.load(Ordering::Acquire) {
+        // Without a thread (no memory or no room for one) it rests on: the next try starts it.
+        if let Some(thread) = sys::thread::spawn_runtime_thread(reporter_main) {
+            THREAD.store(thread, Ordering::Release);
+            RESTING.store(false, Ordering::Release);
+        }
+    }
+}
+
 /// Makes the reporter thread end after the round it is in (call from the reporter thread itself, e.g.
 /// from its tick; [`shutdown`] still joins it).
 pub fn stop_after_this_round() {
@@ -732,10 +827,11 @@ pub fn is_reporter_thread(tid: i32) -> bool {
 /// (a reader that does not empty stderr cannot hold the program's exit). What is left in the queue is
 /// counted as dropped. Without a reporter thread, drains here. Call at exit and before a sandbox.
 pub fn shutdown() {
+    wake_for_queue();
     let thread = THREAD.swap(0, Ordering::AcqRel);
     if thread == 0 {
         // A second call after a reporter was left writing would wait for its lock forever.
-        if !ABANDONED.load(Ordering::Acquire) {
+        if !unable_to_print() {
             drain();
         }
     } else {
@@ -773,7 +869,7 @@ fn waited_too_long(start: u64) -> bool {
 /// Writes the `race_count` lines of races seen more than once (JSON reports), once per process.
 fn write_counts() {
     static WRITTEN_BY: AtomicI32 = AtomicI32::new(0);
-    if ABANDONED.load(Ordering::Acquire) {
+    if unable_to_print() {
         return;
     }
     let pid = sys::thread::getpid();
@@ -792,8 +888,9 @@ fn write_counts() {
 /// like [`shutdown`] (about a second, up to five while it reads debug info). Call once no new race can
 /// be queued (sampling stopped, watch windows closed). Without a reporter thread, drains here.
 pub fn settle() {
+    wake_for_queue();
     if THREAD.load(Ordering::Acquire) == 0 {
-        if !ABANDONED.load(Ordering::Acquire) {
+        if !unable_to_print() {
             drain();
         }
         return;
@@ -820,6 +917,8 @@ pub fn forget_after_fork() {
     THREAD.store(0, Ordering::Release);
     REPORTER_TID.store(0, Ordering::Release);
     STOP.store(false, Ordering::Release);
+    RESTING.store(false, Ordering::Release);
+    CONTROL.store(false, Ordering::Release);
     sys::fd::forget_private_table();
 }
 

@@ -286,6 +286,23 @@ pub fn thread_ending() {
     if let Some(slot) = slot {
         let _ = KNOWN[slot].compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed);
     }
+    // glibc still counts this thread: what stays is one fewer (0: glibc's `exit(0)` follows).
+    let hook = ON_ENDING.load(Ordering::Acquire);
+    if let (Some(count), true) = (libc_thread_count(), hook != 0) {
+        // SAFETY: ON_ENDING only ever holds a `fn(u32)` stored by `on_program_thread_ending`.
+        let hook = unsafe { std::mem::transmute::<usize, fn(u32)>(hook) };
+        hook(count.load(Ordering::Acquire).saturating_sub(1));
+    }
+}
+
+/// Called as a program thread ends ([`on_program_thread_ending`]).
+static ON_ENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes `f(left)` run in each program thread that ends, before it is gone, with the number of the
+/// program's threads that stay (by glibc's count, which leaves runtime threads out; never called where
+/// that count cannot be found).
+pub fn on_program_thread_ending(f: fn(u32)) {
+    ON_ENDING.store(f as usize, Ordering::Release);
 }
 
 // ---- The program threads the runtime knows ----
@@ -399,6 +416,14 @@ pub fn mark_runtime_thread() -> bool {
         return true;
     }
     RUNTIME_TIDS.iter().any(|slot| slot.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+}
+
+/// The calling runtime thread is ending: its tid may be reused by a program thread.
+pub fn unmark_runtime_thread() {
+    let tid = gettid();
+    for slot in &RUNTIME_TIDS {
+        let _ = slot.compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
 }
 
 /// Forgets every runtime thread (in a forked child, where none of them exists).

@@ -84,6 +84,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "race_only_no_metadata", source: include_str!("host/race_only.c"), metadata: false, flags: &[] },
     Program { name: "nofile", source: include_str!("host/nofile.c"), metadata: true, flags: &[] },
     Program { name: "fork_parent", source: include_str!("host/fork_parent.c"), metadata: true, flags: &[] },
+    Program { name: "fork_status", source: include_str!("host/fork_status.c"), metadata: true, flags: &[] },
     Program { name: "fork_storm", source: include_str!("host/fork_storm.c"), metadata: true, flags: &[] },
     Program { name: "prefork", source: include_str!("host/prefork.c"), metadata: true, flags: &[] },
     Program { name: "many_races", source: include_str!("host/many_races.c"), metadata: true, flags: &[] },
@@ -462,6 +463,11 @@ fn cases() -> Vec<Case> {
             .expect(&["RLIMIT_NOFILE 16/16", "done"]),
         // 16. fork, parent side: children exit(0) while the parent races.
         case("fork_children_exit", "fork_parent", &[]).expect(&["children that exited 0: 20", "done"]),
+        // 16b. A child forked while the parent races sees SIGTRAP as the program set it: no handler in
+        // its SigCgt, and a raise with the default disposition kills it.
+        case("forked_child_signal_state_is_the_programs", "fork_status", &[])
+            .repeat(3)
+            .expect(&["child: signal 5", "done"]),
         // 17. 200 forks while reporting.
         case("fork_storm_while_reporting", "fork_storm", &[]).expect(&["children that exited 0: 200", "no hang"]),
         // 18. A pre-fork server.
@@ -1226,6 +1232,7 @@ host_cases!(
     nofile_16_after_threads,
     nofile_16_from_shell_ulimit,
     fork_children_exit,
+    forked_child_signal_state_is_the_programs,
     fork_storm_while_reporting,
     prefork_workers,
     stderr_pipe_without_reader,

@@ -322,6 +322,10 @@ extern "C" fn after_fork_in_child() {
     unwind_info::forget_readers_after_fork();
     registry::forget_readers_after_fork();
     if STATE.load(Ordering::Acquire) == RUNNING {
+        // The child has no perf event (they follow threads, not processes) and no pending signal: until
+        // it starts its own detector (its second thread), SIGTRAP is the program's in the kernel again
+        // (`/proc/self/status`'s SigCgt, an `exec`), as if racewatch were not there.
+        signal::hand_back();
         fd::close_all_own();
         sampler::forget_after_fork();
         watch::forget_after_fork();

@@ -517,6 +517,24 @@ fn a_thread_alone_does_not_watch() {
     assert!(armed > 10 && alone == 0, "watch_alone=1: armed {armed}, declined {alone}: {}", stats_summary(&run.stderr));
 }
 
+/// Two threads stream over buffers of their own: after each 64 KiB region's first watches, the sampler
+/// watches one sample in eight there (the rest are counted as declined), so the test profile stops
+/// stalling threads on memory no other thread touches; nothing is reported.
+#[test]
+fn threads_on_their_own_memory_are_rarely_watched() {
+    let Some(clang) = common::clang() else { return };
+    let dir = common::scratch("detect_own_buffers");
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/own_buffers.c")).unwrap();
+    let bin = common::build_c(&clang, &dir, "own_buffers", &src, &["-pthread"]);
+    let profile = ["sample_period_us=250", "watchpoints=4", "cold_bias=0", "stats=1"];
+    let run = run_under(&profile, &bin, &["2"]);
+    assert!(!has_report(&run.stderr), "{}", run.stderr);
+    let private = stat(&run.stderr, "samples declined in memory only their own thread was seen in").unwrap_or(0);
+    let armed = stat(&run.stderr, "watches armed").unwrap_or(u64::MAX);
+    // 2 threads x 16 regions x 2 watches of grace, then 1 in 8: declined ~ 7 x (armed - 64).
+    assert!(private > 200 && armed < private, "declined {private}, armed {armed}: {}", stats_summary(&run.stderr));
+}
+
 /// The lines of `demo`'s source carrying `marker`, 1-based.
 fn marked_lines(demo: &Demo, marker: &str) -> Vec<u32> {
     let text = std::fs::read_to_string(&demo.source).expect("read demo source");

@@ -339,6 +339,7 @@ extern "C" fn after_fork_in_child() {
         STATS_PRINTED.store(false, Ordering::Release);
         profile::reset_after_fork();
         crate::bias::reset();
+        crate::sharing::reset();
         OWNER.store(0, Ordering::Release);
         STATE.store(IDLE, Ordering::Release);
     } else if STATE.load(Ordering::Acquire) == STARTING {

@@ -34,6 +34,7 @@ pub mod report;
 pub mod reporter;
 pub mod sampler;
 pub mod sandbox_scan;
+pub mod sharing;
 pub mod stack;
 pub mod stats;
 pub mod suppressed_pcs;

@@ -26,7 +26,7 @@ use crate::sys::perf::{PerfFd, SampleTimer, SAMPLE_SIG_DATA};
 use crate::sys::signal::{self, PerfSignal, Regs};
 use crate::sys::thread;
 use crate::watch::{self, OwnMemory, Watch};
-use crate::{bias, decode, libcalls, profile, registry, stack};
+use crate::{bias, decode, libcalls, profile, registry, sharing, stack};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Timer signals per kept sample.
@@ -515,6 +515,10 @@ fn watch_sampled(
 ) {
     if crate::suppressed_pcs::contains(access.pc) {
         stats::bump(Counter::SamplesSuppressed);
+        return;
+    }
+    if !sharing::should_watch(access.addr, access.tid, random >> 20) {
+        stats::bump(Counter::SamplesPrivate);
         return;
     }
     if COLD_BIAS.load(Ordering::Relaxed) {

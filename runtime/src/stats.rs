@@ -30,6 +30,7 @@ counters! {
     SamplesInMemoryFunction: "samples inside libc's memcpy/memmove/memset called from covered code",
     SamplesBackedOff: "samples declined by the cold-code bias (PC watched often)",
     SamplesAlone: "samples declined while no other thread ran (nobody to race with)",
+    SamplesPrivate: "samples declined in memory only their own thread was seen in",
     SamplesSuppressed: "samples declined at a PC of a suppressed race (pc: suppressions)",
     SamplesBusy: "samples with every watchpoint busy",
     WatchesArmed: "watches armed",
@@ -94,13 +95,14 @@ pub fn render_into(out: &mut impl fmt::Write) -> fmt::Result {
     }
     let covered_samples = get(Counter::Samples)
         .saturating_sub(get(Counter::SamplesUncovered))
-        .saturating_sub(get(Counter::SamplesBackedOff));
+        .saturating_sub(get(Counter::SamplesBackedOff))
+        .saturating_sub(get(Counter::SamplesPrivate));
     let armed = get(Counter::WatchesArmed);
     let yield_pct = if covered_samples == 0 { 0.0 } else { 100.0 * armed as f64 / covered_samples as f64 };
     writeln!(
         out,
         "racewatch: stats: sample yield: {yield_pct:.1}% ({armed} watches armed of {covered_samples} samples in covered \
-         code, not declined by the bias)"
+         code, not declined by the biases)"
     )?;
     let (per_sample, per_watch) = mean_costs();
     writeln!(out, "racewatch: stats: mean ns per sample: {per_sample}")?;

@@ -363,6 +363,7 @@ pub fn on_trap(signal: &PerfSignal) -> bool {
     if tid == slot.owner.load(Ordering::Relaxed) {
         return true;
     }
+    crate::sharing::trapped_elsewhere(signal.addr);
     // Every record of this window is taken (a loop trips it again and again): nothing to decode for.
     if slot.count.load(Ordering::Acquire) as usize >= MAX_RECORDS {
         return true;

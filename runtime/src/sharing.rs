@@ -1,0 +1,130 @@
+//! Private-memory bias: a region that only one thread was ever seen to use is watched less often.
+//!
+//! A race needs two threads on the same bytes. Most memory a thread touches is its own (its heap
+//! objects, its buffers): a watch there stalls the thread for a whole window and can never trap. The
+//! sampler sees which thread makes each watched access, so each region of memory remembers the first thread
+//! whose access was watched on it and how often; a region is *shared* from the moment a second thread's
+//! access lands on it, or a watch on it traps in another thread. A sample on a shared region is watched
+//! as before; on a region only its own thread was seen on, the first [`GRACE`] watches happen as before
+//! and then one sample in [`PRIVATE_ODDS`]. Regions are 64 KiB ([`REGION_SHIFT`]): a thread's buffer
+//! of a megabyte is 16 of them, so its grace is soon spent; a global or a shared array lies in a region
+//! both threads are seen on. A clean program whose threads each stream over their own
+//! memory then arms a small fraction of the watches it used to (issue 24: the test profile's cost on
+//! such a workload), while any region two threads were seen on (a shared array, a global, a queue's
+//! slots) keeps every watch.
+//!
+//! Async-signal-safe: one fixed table of atomics, linear probing over a few slots, no allocation, no
+//! lock. A full neighbourhood, or a lost update between two threads, only ever errs towards watching.
+
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+/// Table slots (a power of two): distinct regions remembered.
+const SLOTS: usize = 1 << 13;
+/// Slots probed per lookup.
+const PROBES: usize = 8;
+/// log2 of the bytes of a region.
+const REGION_SHIFT: u32 = 16;
+/// Watches a region gets as before while only one thread was seen on it.
+const GRACE: u32 = 2;
+/// After that, a private region is watched with probability 1 / PRIVATE_ODDS (a power of two).
+const PRIVATE_ODDS: u64 = 8;
+/// `WATCHES` bit: a second thread was seen in the region.
+const SHARED: u32 = 1 << 31;
+
+static REGIONS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+static OWNERS: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
+static WATCHES: [AtomicU32; SLOTS] = [const { AtomicU32::new(0) }; SLOTS];
+
+/// The region key of `addr` (never 0: the key 0 marks a free slot).
+fn region(addr: u64) -> u64 {
+    (addr >> REGION_SHIFT).max(1)
+}
+
+/// The slots `addr`'s region may occupy, in probe order, and its key.
+fn probes(addr: u64) -> (u64, impl Iterator<Item = usize>) {
+    let region = region(addr);
+    let start = (region.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 51) as usize;
+    (region, (0..PROBES).map(move |i| (start + i) & (SLOTS - 1)))
+}
+
+/// The slot of `addr`'s region, taken for it when it has none yet.
+fn slot_of(addr: u64) -> Option<usize> {
+    let (region, mut slots) = probes(addr);
+    slots.find(|&slot| match REGIONS[slot].compare_exchange(0, region, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => true,
+        Err(key) => key == region,
+    })
+}
+
+/// Whether to watch an access of thread `tid` at `addr` now, given a uniform random `random`; notes the
+/// access (and the watch, when yes).
+pub fn should_watch(addr: u64, tid: i32, random: u64) -> bool {
+    let Some(slot) = slot_of(addr) else { return true };
+    let owner = match OWNERS[slot].compare_exchange(0, tid, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => tid,
+        Err(owner) => owner,
+    };
+    if owner != tid {
+        WATCHES[slot].fetch_or(SHARED, Ordering::Relaxed);
+        return true;
+    }
+    let watches = WATCHES[slot].load(Ordering::Relaxed);
+    if watches & SHARED == 0 && watches >= GRACE && random % PRIVATE_ODDS != 0 {
+        return false;
+    }
+    WATCHES[slot].fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+/// A watch on `addr` trapped in a thread other than the watcher: its region is shared.
+pub fn trapped_elsewhere(addr: u64) {
+    if let Some(slot) = slot_of(addr) {
+        WATCHES[slot].fetch_or(SHARED, Ordering::Relaxed);
+    }
+}
+
+/// Whether `addr`'s region is known to be shared (for tests and `stats`).
+pub fn is_shared(addr: u64) -> bool {
+    let (region, mut slots) = probes(addr);
+    slots
+        .find(|&slot| REGIONS[slot].load(Ordering::Acquire) == region)
+        .is_some_and(|slot| WATCHES[slot].load(Ordering::Relaxed) & SHARED != 0)
+}
+
+/// Forgets every region (a forked child starts afresh).
+pub fn reset() {
+    for ((region, owner), watches) in REGIONS.iter().zip(&OWNERS).zip(&WATCHES) {
+        region.store(0, Ordering::Relaxed);
+        owner.store(0, Ordering::Relaxed);
+        watches.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_region_of_one_thread_is_thinned_after_its_grace_and_a_second_thread_shares_it() {
+        let private = 0x7100_0000_0000u64;
+        let watched = (0..GRACE as u64).filter(|&r| should_watch(private + r * 8, 41, r * PRIVATE_ODDS + 1)).count();
+        assert_eq!(watched, GRACE as usize, "the first watches of a region happen as before");
+        let later = (0..800u64).filter(|&r| should_watch(private + 64, 41, r)).count();
+        assert_eq!(later, 100, "then one sample in {PRIVATE_ODDS}");
+        assert!(!is_shared(private));
+        assert!(should_watch(private + 60_000, 42, 1), "another thread's access in the region is watched");
+        assert!(is_shared(private));
+        assert_eq!((0..64u64).filter(|&r| should_watch(private, 41, r)).count(), 64, "shared: every sample");
+    }
+
+    #[test]
+    fn a_trap_from_another_thread_makes_a_region_shared() {
+        let addr = 0x7200_0000_1234u64;
+        for r in 0..GRACE as u64 * 2 {
+            should_watch(addr, 51, r * PRIVATE_ODDS);
+        }
+        assert!(!should_watch(addr, 51, 1));
+        trapped_elsewhere(addr + 8);
+        assert!(should_watch(addr, 51, 1));
+    }
+}

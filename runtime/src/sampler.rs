@@ -37,6 +37,14 @@ const RED_ZONE: u64 = 128;
 /// The sampling timer's descriptor (-1: not open in this process).
 static TIMER: AtomicI32 = AtomicI32::new(-1);
 static ENABLED: AtomicBool = AtomicBool::new(false);
+/// At the test and debug rates, the boost timer's descriptor (-1: none): a second task-clock event of
+/// three signals per sample period, enabled only while most signals land where no watch is possible
+/// (see [`boost`]).
+static BOOST: AtomicI32 = AtomicI32::new(-1);
+/// Whether the boost timer is enabled (wanted, and sampling on).
+static BOOST_ON: AtomicBool = AtomicBool::new(false);
+/// Whether the boost is wanted now (the signals' mix decides, see [`boost::note`]).
+static BOOST_WANTED: AtomicBool = AtomicBool::new(true);
 /// Sample periods from which watch windows spin instead of sleeping: production rates (the default is
 /// 100 ms) spin, so a busy-polling thread never shows a voluntary context switch; the debug and test
 /// rates (1 ms, 250 µs) sleep, so that on a busy machine the threads that may touch the watched memory
@@ -55,6 +63,21 @@ static SKIP_ALONE: AtomicBool = AtomicBool::new(true);
 fn timer() -> Option<SampleTimer> {
     let fd = TIMER.load(Ordering::Acquire);
     (fd >= 0).then(|| SampleTimer::from_fd(PerfFd::from_raw(fd)))
+}
+
+fn boost_timer() -> Option<SampleTimer> {
+    let fd = BOOST.load(Ordering::Acquire);
+    (fd >= 0).then(|| SampleTimer::from_fd(PerfFd::from_raw(fd)))
+}
+
+/// Timer signals per sample period now: [`THINNING`] with one timer at a quarter of the period (the
+/// production rates), or with the boost on; 1 with the base timer alone.
+fn signals_per_sample() -> u64 {
+    if BOOST.load(Ordering::Relaxed) < 0 || BOOST_ON.load(Ordering::Relaxed) {
+        THINNING
+    } else {
+        1
+    }
 }
 
 /// Starts the detector: opens the sampler and `options.watchpoints` watchpoints for the calling thread and
@@ -84,8 +107,13 @@ pub fn open_events(options: &Options) -> Result<(), String> {
     if TIMER.load(Ordering::Acquire) >= 0 {
         return Ok(());
     }
-    let period_ns = options.sample_period_us.saturating_mul(1000) / THINNING;
-    running::set_horizon(period_ns);
+    let sample_ns = options.sample_period_us.saturating_mul(1000);
+    // Production rates: one timer at a quarter of the period. The test and debug rates, where the timer
+    // signals themselves are the cost (15-30 µs each on a VM): one timer at the period, and a boost timer
+    // that adds three signals per period only where they buy samples.
+    let boosted = options.sample_period_us < SPIN_FROM_PERIOD_US;
+    let period_ns = if boosted { sample_ns } else { sample_ns / THINNING };
+    running::set_horizon(period_ns / if boosted { THINNING } else { 1 });
     let timer = SampleTimer::open(period_ns.max(1)).map_err(|e| match crate::sys::fd::no_room_message(&e) {
         Some(why) => why,
         None => format!("cannot open the sampling timer (perf_event_open: {e})"),
@@ -95,6 +123,10 @@ pub fn open_events(options: &Options) -> Result<(), String> {
         return Err(err);
     }
     TIMER.store(timer.fd().raw(), Ordering::Release);
+    // Without room for it, sampling goes on at the base rate.
+    if let Some(boost) = boosted.then(|| SampleTimer::open((sample_ns / (THINNING - 1)).max(1)).ok()).flatten() {
+        BOOST.store(boost.fd().raw(), Ordering::Release);
+    }
     Ok(())
 }
 
@@ -107,6 +139,19 @@ pub fn refresh() {
         let result = if wanted { timer.enable() } else { timer.disable() };
         if result.is_ok() {
             ENABLED.store(wanted, Ordering::Release);
+        }
+    }
+    set_boost(wanted && BOOST_WANTED.load(Ordering::Acquire));
+}
+
+/// Enables or disables the boost timer (when there is one). Async-signal-safe.
+fn set_boost(on: bool) {
+    let Some(boost) = boost_timer() else { return };
+    if BOOST_ON.load(Ordering::Acquire) != on {
+        let result = if on { boost.enable() } else { boost.disable() };
+        if result.is_ok() {
+            BOOST_ON.store(on, Ordering::Release);
+            stats::bump(Counter::BoostSwitches);
         }
     }
 }
@@ -134,14 +179,17 @@ pub fn stop() {
         let _ = timer.disable();
         ENABLED.store(false, Ordering::Release);
     }
+    set_boost(false);
 }
 
 /// Closes the sampler's and the watchpoints' descriptors (detection is over in this process).
 pub fn close() {
     stop();
-    let fd = TIMER.swap(-1, Ordering::AcqRel);
-    if fd >= 0 {
-        PerfFd::from_raw(fd).close();
+    for timer in [&TIMER, &BOOST] {
+        let fd = timer.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            PerfFd::from_raw(fd).close();
+        }
     }
     watch::close();
 }
@@ -151,6 +199,10 @@ pub fn close() {
 pub fn forget_after_fork() {
     running::reset();
     TIMER.store(-1, Ordering::Release);
+    BOOST.store(-1, Ordering::Release);
+    BOOST_ON.store(false, Ordering::Release);
+    BOOST_WANTED.store(true, Ordering::Release);
+    boost::reset();
     PAUSED.store(false, Ordering::Release);
     ENABLED.store(false, Ordering::Release);
     watch::forget_after_fork();
@@ -185,12 +237,60 @@ fn next_random(tid: i32, seed: u64) -> u64 {
     value
 }
 
-/// Per-thread sample credits, indexed by tid like [`RNG`]: one per timer signal, [`THINNING`] spent per
-/// kept sample, at most [`CREDIT_CAP`] saved.
+/// Per-thread sample credits, indexed by tid like [`RNG`]: one per timer signal, the signals per sample
+/// period ([`signals_per_sample`]) spent per kept sample, at most [`SAVED_SAMPLES`] samples' worth saved.
 static CREDITS: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
-/// Credits a thread may save while it runs code that cannot be watched: [`THINNING`] times the kept
-/// samples it may then spend at once in code that can.
-const CREDIT_CAP: u32 = 8 * THINNING as u32;
+/// Samples a thread may save up while it runs code that cannot be watched, to spend at once in code
+/// that can.
+const SAVED_SAMPLES: u32 = 8;
+
+/// The boost timer's switch: on while most timer signals land where no watch is possible (libomp
+/// spinning at a barrier, uncovered library code), where the extra signals are what lets a thread
+/// save up samples for its covered code; off while most land in covered code, where each would only
+/// be dropped again (a sample per period is all the rate asks for) and costs a kernel round trip.
+mod boost {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Signals per look at the mix.
+    const WINDOW: u32 = 1024;
+    static SIGNALS: AtomicU32 = AtomicU32::new(0);
+    static UNWATCHABLE: AtomicU32 = AtomicU32::new(0);
+
+    /// Counts one timer signal (`watchable`: it landed where a watch is possible); every [`WINDOW`]
+    /// signals of the process, returns whether the boost is wanted: on above one half unwatchable,
+    /// off below one fifth, as it was in between. Async-signal-safe.
+    pub fn note(watchable: bool, was_on: bool) -> Option<bool> {
+        if !watchable {
+            UNWATCHABLE.fetch_add(1, Ordering::Relaxed);
+        }
+        if SIGNALS.fetch_add(1, Ordering::Relaxed) + 1 != WINDOW {
+            return None;
+        }
+        let unwatchable = UNWATCHABLE.swap(0, Ordering::Relaxed);
+        SIGNALS.store(0, Ordering::Relaxed);
+        Some(if was_on { unwatchable * 5 >= WINDOW } else { unwatchable * 2 > WINDOW })
+    }
+
+    pub fn reset() {
+        SIGNALS.store(0, Ordering::Relaxed);
+        UNWATCHABLE.store(0, Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_boost_follows_the_mix_with_hysteresis() {
+            reset();
+            let window = |unwatchable: u32, on: bool| (0..WINDOW).filter_map(|i| note(i >= unwatchable, on)).last();
+            assert_eq!(window(900, false), Some(true), "mostly unwatchable: on");
+            assert_eq!(window(300, true), Some(true), "between a fifth and a half: stays on");
+            assert_eq!(window(100, true), Some(false), "mostly covered: off");
+            assert_eq!(window(300, false), Some(false), "between: stays off");
+        }
+    }
+}
 
 fn on_sample(regs: &Regs) {
     let tid = thread::gettid();
@@ -205,21 +305,30 @@ fn on_sample(regs: &Regs) {
     // random bit as well), but a program that spends 99% of its time elsewhere keeps every signal that
     // lands in covered code while its savings last: up to THINNING times more samples where its races
     // can be (DataRaceBench, issue 24).
+    let per_sample = signals_per_sample();
     let credits = &CREDITS[tid as usize % CREDITS.len()];
-    let credit = credits.load(Ordering::Relaxed).saturating_add(1).min(CREDIT_CAP);
-    if !watchable(regs.rip) {
+    let credit = credits.load(Ordering::Relaxed).saturating_add(1).min(SAVED_SAMPLES * per_sample as u32);
+    let watchable = watchable(regs.rip);
+    if BOOST.load(Ordering::Relaxed) >= 0 {
+        if let Some(wanted) = boost::note(watchable, BOOST_WANTED.load(Ordering::Relaxed)) {
+            BOOST_WANTED.store(wanted, Ordering::Relaxed);
+            set_boost(wanted && ENABLED.load(Ordering::Acquire));
+        }
+    }
+    if !watchable {
         credits.store(credit, Ordering::Relaxed);
-        if random % THINNING == 0 {
+        if random % per_sample == 0 {
             stats::bump(Counter::Samples);
             stats::bump(Counter::SamplesUncovered);
         }
         return;
     }
-    if credit < THINNING as u32 || (random & 1 != 0 && credit < 2 * THINNING as u32) {
+    // With the base timer alone (one signal per period) every covered signal with credit is kept.
+    if credit < per_sample as u32 || (per_sample > 1 && random & 1 != 0 && credit < 2 * per_sample as u32) {
         credits.store(credit, Ordering::Relaxed);
         return;
     }
-    credits.store(credit - THINNING as u32, Ordering::Relaxed);
+    credits.store(credit - per_sample as u32, Ordering::Relaxed);
     stats::bump(Counter::Samples);
     sample(regs, tid, random >> 1);
     stats::add(Counter::SampleNs, thread::monotonic_ns().saturating_sub(now));
@@ -247,7 +356,7 @@ mod running {
 
     /// Sets the horizon for a timer signal every `signal_period_ns` of a thread's CPU time: 64 periods,
     /// at least 100 ms (a thread that runs in short bursts, or shares its CPU, gets its signals far apart:
-    /// at the test rate a thread using 0.06% of a CPU still counts as running).
+    /// at the test rate a thread using 0.25% of a CPU still counts as running, 0.06% with the boost on).
     pub fn set_horizon(signal_period_ns: u64) {
         HORIZON_NS.store(signal_period_ns.saturating_mul(64).max(100_000_000), Ordering::Relaxed);
     }

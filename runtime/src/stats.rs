@@ -33,6 +33,7 @@ counters! {
     SamplesPrivate: "samples declined in memory only their own thread was seen in",
     SamplesSuppressed: "samples declined at a PC of a suppressed race (pc: suppressions)",
     SamplesBusy: "samples with every watchpoint busy",
+    BoostSwitches: "boost timer switched on or off",
     WatchesArmed: "watches armed",
     Traps: "watchpoint traps",
     TrapsInMemoryFunction: "traps judged inside a libc memory or string function",

@@ -367,3 +367,20 @@ fn access_at_reads_across_buffer_refills_too() {
     assert_eq!(at_with(&code, &r, 70), Some(access(BASE + 320, 4, r.gpr[RAX] + 8, 8, false, true, false)));
     assert_eq!(at_with(&code, &r, 69), None);
 }
+
+#[test]
+fn vector_and_other_unmodelled_instructions_are_stepped_over_forgetting_what_they_write() {
+    let r = regs();
+    // paddd xmm0, xmm1 ; mov rax, qword ptr [rbx + 8]
+    assert_eq!(
+        at(b"\x66\x0f\xfe\xc1\x48\x8b\x43\x08"),
+        Some(access(BASE + 4, 4, r.gpr[RBX] + 8, 8, true, false, false))
+    );
+    // popcnt rcx, rdx ; mov rax, qword ptr [rbx + 8]: rcx and the flags unknown, rbx still known
+    assert_eq!(
+        at(b"\xf3\x48\x0f\xb8\xca\x48\x8b\x43\x08"),
+        Some(access(BASE + 5, 4, r.gpr[RBX] + 8, 8, true, false, false))
+    );
+    // movd ebx, xmm0 ; mov rax, qword ptr [rbx + 8]: the address now depends on a vector register
+    assert_eq!(at(b"\x66\x0f\x7e\xc3\x48\x8b\x43\x08"), None);
+}

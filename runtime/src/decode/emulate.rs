@@ -25,7 +25,8 @@
 //! caller provides the decoder factory and the memory reader.
 
 use super::calls::{self, MemFn, Ranges};
-use super::classify::{address, classify, string_op, Candidate, Class};
+use super::classify::{address, classify, string_op, Candidate, Class, GprMask};
+use racewatch_instrument::x86;
 use super::{access_of, CallPath, CodeReader, MemAccess, RangeAccess, Reached, Regs};
 use iced_x86::{
     ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind,
@@ -167,7 +168,7 @@ fn walk(
             }
             _ => return Err(Miss::Unemulated),
         }
-        let (class, _) = classify(factory, &insn);
+        let (class, written) = classify(factory, &insn);
         let stack_op = insn.is_stack_instruction();
         match class {
             Class::Stop => return Err(Miss::Unemulated),
@@ -191,7 +192,7 @@ fn walk(
                 } else {
                     saw_own_stack = true;
                 }
-                m.execute(code, &insn, Some((addr, cand)))?;
+                m.execute(code, &insn, Some((addr, cand)), written)?;
             }
             Class::Skip if !stack_op => {
                 // A REP string instruction with rcx = 0 touches nothing and changes nothing: step on.
@@ -200,7 +201,7 @@ fn walk(
                     return Ok(());
                 }
             }
-            _ => m.execute(code, &insn, None)?,
+            _ => m.execute(code, &insn, None, written)?,
         }
         m.rip = insn.next_ip();
     }
@@ -217,11 +218,11 @@ pub fn step(
 ) -> Result<(Regs, u16, u64), Miss> {
     let mut m = Machine::new(regs);
     let insn = decode_at(code, m.rip).ok_or(Miss::Unemulated)?;
-    let (class, _) = classify(factory, &insn);
+    let (class, written) = classify(factory, &insn);
     if !matches!(class, Class::NoMem) || insn.flow_control() != FlowControl::Next {
         return Err(Miss::Unemulated);
     }
-    m.execute(code, &insn, None)?;
+    m.execute(code, &insn, None, written)?;
     m.rip = insn.next_ip();
     Ok((m.regs(), m.known, m.flags_known))
 }
@@ -596,11 +597,13 @@ impl Machine {
         }
     }
 
+    /// Steps over `insn` (which writes the general-purpose registers in `written`).
     fn execute(
         &mut self,
         code: &dyn CodeReader,
         insn: &Instruction,
         mem: Option<(u64, Candidate)>,
+        written: GprMask,
     ) -> Result<(), Miss> {
         use Mnemonic::*;
         let bits = Self::width(insn, mem);
@@ -747,8 +750,44 @@ impl Machine {
                     }
                 }
             }
-            _ => return Err(Miss::Unemulated),
+            _ => return self.forget(insn, mem, written),
         }
+        Ok(())
+    }
+
+    /// Steps over an instruction the machine does not model (SSE and AVX moves and arithmetic,
+    /// `popcnt`, `crc32`, `rdtsc`, …) by forgetting what it changes: the general-purpose registers it
+    /// writes and the status flags it modifies become unknown, and memory it writes through its operand
+    /// on the own stack becomes unknown to later loads. Vectorised loops are mostly such instructions,
+    /// and the addresses of the accesses ahead rarely depend on them. Not for an instruction that changes
+    /// the direction flag, writes memory it does not name (`push`-like, `fxsave`), or overwrites a store
+    /// the walk made.
+    fn forget(&mut self, insn: &Instruction, mem: Option<(u64, Candidate)>, written: GprMask) -> Result<(), Miss> {
+        let modified = insn.rflags_modified();
+        if modified & iced_x86::RflagsBits::DF != 0 || insn.is_stack_instruction() {
+            return Err(Miss::Unemulated);
+        }
+        match mem {
+            Some((addr, cand)) if cand.is_write => {
+                let (lo, hi) = (u128::from(addr), u128::from(addr) + u128::from(cand.size));
+                let overlaps = |at: u64, len: u8| lo < u128::from(at) + u128::from(len) && u128::from(at) < hi;
+                if self.stores[..self.nstores].iter().any(|&(at, len, _)| overlaps(at, len)) {
+                    return Err(Miss::Unemulated);
+                }
+                if !self.opaque[..self.nopaque].iter().any(|&(at, len)| at == addr && len >= cand.size) {
+                    let slot = self.opaque.get_mut(self.nopaque).ok_or(Miss::Unemulated)?;
+                    *slot = (addr, cand.size);
+                    self.nopaque += 1;
+                }
+            }
+            Some(_) => {}
+            None if x86::memory_operand(insn).is_some() => return Err(Miss::Unemulated),
+            None => {}
+        }
+        if modified != 0 {
+            self.flags_known &= !STATUS;
+        }
+        self.known &= !written;
         Ok(())
     }
 

@@ -42,34 +42,7 @@ struct Table {
     entries: Vec<Entry>,
     /// Sorted by start, disjoint.
     bodies: Vec<Body>,
-    /// The entries of the functions of [`NORETURN`], sorted.
-    noreturn: Vec<u64>,
 }
-
-/// libc's functions that never return to their caller: a call to one ends the sampler's walk (what
-/// follows the call in the caller is not what the thread does next).
-const NORETURN: &[&str] = &[
-    "exit",
-    "_exit",
-    "_Exit",
-    "quick_exit",
-    "abort",
-    "__assert_fail",
-    "__assert_perror_fail",
-    "__stack_chk_fail",
-    "__fortify_fail",
-    "__chk_fail",
-    "__libc_fatal",
-    "pthread_exit",
-    "longjmp",
-    "_longjmp",
-    "siglongjmp",
-    "__longjmp_chk",
-    "err",
-    "errx",
-    "verr",
-    "verrx",
-];
 
 static TABLE: OnceLock<Table> = OnceLock::new();
 
@@ -80,25 +53,8 @@ pub fn init() {
     crate::sys::xsave::init();
     TABLE.get_or_init(|| {
         let resolved = resolve();
-        let mut table = build(&resolved, function_bounds);
-        table.noreturn = resolve_noreturn();
-        table
+        build(&resolved, function_bounds)
     });
-}
-
-/// The sorted entries of the functions of [`NORETURN`] that libc defines.
-fn resolve_noreturn() -> Vec<u64> {
-    let Some(libc) = dl::Loaded::find(c"libc.so.6") else { return Vec::new() };
-    let mut out: Vec<u64> =
-        NORETURN.iter().filter_map(|name| libc.symbol(&std::ffi::CString::new(*name).ok()?)).collect();
-    out.sort_unstable();
-    out
-}
-
-/// Whether `addr` is the entry of one of libc's functions that never return (`exit`, `abort`,
-/// `__assert_fail`, `longjmp`, …). Async-signal-safe.
-pub fn never_returns(addr: u64) -> bool {
-    table().is_some_and(|table| table.noreturn.binary_search(&addr).is_ok())
 }
 
 /// `(name, function, address)` of every symbol of [`SYMBOLS`] that libc defines.
@@ -144,7 +100,7 @@ fn build(resolved: &[(&'static str, MemFn, u64)], bounds: impl Fn(u64) -> Option
     }
     entries.sort_by_key(|e| e.addr);
     bodies.sort_by_key(|b| b.start);
-    Table { entries, bodies, noreturn: Vec::new() }
+    Table { entries, bodies }
 }
 
 fn table() -> Option<&'static Table> {
@@ -246,9 +202,5 @@ mod tests {
         assert_eq!(name_at(strlen), Some("strlen"));
         assert_eq!(function_at(strlen + 1), None);
         assert_eq!(function_at(memcpy.wrapping_add(0x10_0000_0000)), None);
-        let abort = resolve_noreturn();
-        assert!(abort.len() >= 10, "libc's functions that never return: {abort:x?}");
-        assert!(abort.iter().all(|&addr| never_returns(addr)));
-        assert!(!never_returns(addr), "memcpy returns");
     }
 }

@@ -484,11 +484,11 @@ impl Machine {
                         return Ok(Some((function, resolved)));
                     }
                     if !(bounds.covered)(resolved) {
-                        return self.step_over_call(code, insn, resolved);
+                        return self.step_over_call(code, insn);
                     }
                     target = resolved;
                 }
-                None => return self.step_over_call(code, insn, target),
+                None => return self.step_over_call(code, insn),
             }
         }
         if matches!(insn.flow_control(), FlowControl::Call | FlowControl::IndirectCall) {
@@ -504,20 +504,12 @@ impl Machine {
     /// machine as the callee may leave it under the ABI: the callee-saved registers (rbx, rbp, rsp,
     /// r12-r15) as they were, the others and the status flags unknown, and every byte of memory unknown
     /// (the callee may write through any pointer it was given, a loop's bounds in the caller's locals).
-    /// A jump leaves covered code for good. So does a call to `target` that does not return: one of
-    /// libc's (`exit`, `abort`, `__assert_fail`, `longjmp`, …), or one followed by what is not code that
-    /// runs after it (padding, `ud2`, the next function's prologue).
-    fn step_over_call(
-        &mut self,
-        code: &dyn CodeReader,
-        insn: &Instruction,
-        target: u64,
-    ) -> Result<Option<(MemFn, u64)>, Miss> {
+    /// A jump leaves covered code for good. So does a call followed by what is not code that runs
+    /// after it (padding, `ud2`, the next function's prologue): the callee does not return.
+    fn step_over_call(&mut self, code: &dyn CodeReader, insn: &Instruction) -> Result<Option<(MemFn, u64)>, Miss> {
         /// rax, rcx, rdx, rsi, rdi, r8-r11.
         const CALLER_SAVED: u16 = 0b0000_1111_1100_0111;
-        if !matches!(insn.flow_control(), FlowControl::Call | FlowControl::IndirectCall)
-            || crate::libcalls::never_returns(target)
-        {
+        if !matches!(insn.flow_control(), FlowControl::Call | FlowControl::IndirectCall) {
             return Err(Miss::LeftCovered);
         }
         let after = decode_at(code, insn.next_ip()).ok_or(Miss::LeftCovered)?;

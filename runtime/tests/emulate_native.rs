@@ -361,11 +361,10 @@ fn calls_and_returns_are_followed_and_unknowns_stop() {
     let access =
         decode::reach(&slice, &regs, &bounds, decode::MAX_STEPS).expect("the store after the call").access().unwrap();
     assert_eq!((access.pc, access.addr, access.is_write), (base + 5, 0x2000_0010, true));
-    // A call out of covered code is stepped over by the ABI: the store after it goes through rdi, which
-    // the callee may have changed, so its address is unknown.
+    // A call out of covered code stops the walk.
     let nowhere = |_: u64| false;
     let out = Bounds { own_stack: bounds.own_stack, covered: &nowhere, library: &|_| None };
-    assert_eq!(decode::reach(&slice, &regs, &out, decode::MAX_STEPS), Err(Miss::AddressUnknown));
+    assert_eq!(decode::reach(&slice, &regs, &out, decode::MAX_STEPS), Err(Miss::LeftCovered));
     // jcc on a flag left undefined (AF after a logic op) is not guessed: and eax, ecx; jp ... is fine
     // (PF is defined), but a branch on OF after a multi-bit shift stops.
     let shift = b"\x48\xc1\xe0\x05\x70\x00\x89\x07"; // shl rax, 5; jo +0; mov [rdi], eax

@@ -86,9 +86,6 @@ struct Machine {
     /// thread's as much as this one's, so what it holds is unknown here.
     opaque: [(u64, u8); AHEAD],
     nopaque: usize,
-    /// The walk stepped over a call it does not enter: memory holds what the callee left, unknown here
-    /// (only stores made since are known).
-    memory_unknown: bool,
 }
 
 /// Most accesses [`reach_ahead`] collects.
@@ -291,7 +288,6 @@ impl Machine {
             path: CallPath::default(),
             opaque: [(0, 0); AHEAD],
             nopaque: 0,
-            memory_unknown: false,
         }
     }
 
@@ -348,7 +344,7 @@ impl Machine {
                 return None;
             }
         }
-        if self.memory_unknown || self.opaque[..self.nopaque].iter().any(overlaps) {
+        if self.opaque[..self.nopaque].iter().any(overlaps) {
             return None;
         }
         let mut bytes = [0u8; 8];
@@ -484,11 +480,11 @@ impl Machine {
                         return Ok(Some((function, resolved)));
                     }
                     if !(bounds.covered)(resolved) {
-                        return self.step_over_call(code, insn);
+                        return Err(Miss::LeftCovered);
                     }
                     target = resolved;
                 }
-                None => return self.step_over_call(code, insn),
+                None => return Err(Miss::LeftCovered),
             }
         }
         if matches!(insn.flow_control(), FlowControl::Call | FlowControl::IndirectCall) {
@@ -496,32 +492,6 @@ impl Machine {
             self.path.called(next);
         }
         self.rip = target;
-        Ok(None)
-    }
-
-    /// A call to code the walk does not enter (uncovered: libomp's entry points, `omp_get_thread_num`,
-    /// `printf`, another module's uncovered functions): the walk goes on at the return address, with the
-    /// machine as the callee may leave it under the ABI: the callee-saved registers (rbx, rbp, rsp,
-    /// r12-r15) as they were, the others and the status flags unknown, and every byte of memory unknown
-    /// (the callee may write through any pointer it was given, a loop's bounds in the caller's locals).
-    /// A jump leaves covered code for good. So does a call followed by what is not code that runs
-    /// after it (padding, `ud2`, the next function's prologue): the callee does not return.
-    fn step_over_call(&mut self, code: &dyn CodeReader, insn: &Instruction) -> Result<Option<(MemFn, u64)>, Miss> {
-        /// rax, rcx, rdx, rsi, rdi, r8-r11.
-        const CALLER_SAVED: u16 = 0b0000_1111_1100_0111;
-        if !matches!(insn.flow_control(), FlowControl::Call | FlowControl::IndirectCall) {
-            return Err(Miss::LeftCovered);
-        }
-        let after = decode_at(code, insn.next_ip()).ok_or(Miss::LeftCovered)?;
-        let prologue = after.mnemonic() == Mnemonic::Push && after.op0_register() == Register::RBP;
-        if prologue || matches!(after.mnemonic(), Mnemonic::Ud2 | Mnemonic::Int3 | Mnemonic::Nop | Mnemonic::Endbr64 | Mnemonic::Hlt) {
-            return Err(Miss::LeftCovered);
-        }
-        self.known &= !CALLER_SAVED;
-        self.flags_known &= !STATUS;
-        self.nstores = 0;
-        self.memory_unknown = true;
-        self.rip = insn.next_ip();
         Ok(None)
     }
 

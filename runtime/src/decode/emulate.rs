@@ -759,12 +759,14 @@ impl Machine {
     /// `popcnt`, `crc32`, `rdtsc`, …) by forgetting what it changes: the general-purpose registers it
     /// writes and the status flags it modifies become unknown, and memory it writes through its operand
     /// on the own stack becomes unknown to later loads. Vectorised loops are mostly such instructions,
-    /// and the addresses of the accesses ahead rarely depend on them. Not for an instruction that changes
-    /// the direction flag, writes memory it does not name (`push`-like, `fxsave`), or overwrites a store
-    /// the walk made.
+    /// and the addresses of the accesses ahead rarely depend on them. Not for an atomic read-modify-write,
+    /// an instruction that changes the direction flag, writes memory it does not name (`push`-like,
+    /// `fxsave`), or overwrites a store the walk made.
     fn forget(&mut self, insn: &Instruction, mem: Option<(u64, Candidate)>, written: GprMask) -> Result<(), Miss> {
         let modified = insn.rflags_modified();
-        if modified & iced_x86::RflagsBits::DF != 0 || insn.is_stack_instruction() {
+        // An atomic read-modify-write (`xchg`, `lock cmpxchg`, …) may take a lock: what follows it is
+        // not concurrent with other threads while this one stalls before it.
+        if modified & iced_x86::RflagsBits::DF != 0 || insn.is_stack_instruction() || x86::is_atomic_rmw(insn) {
             return Err(Miss::Unemulated);
         }
         match mem {

@@ -66,3 +66,14 @@ fn an_address_computed_from_a_passed_load_is_not_watched() {
     let code = [0x48, 0x8b, 0x18, 0x48, 0x8b, 0x4b, 0x08, 0xc3];
     assert_eq!(places(&ahead(&code, AHEAD)), [(0, 0, false)]);
 }
+
+#[test]
+fn a_vector_access_is_passed_but_an_atomic_exchange_ends_the_walk() {
+    // paddd xmm0, [rax+16]; mov [rax+8], rdx; ret — the vector load is passed like any other.
+    let code = [0x66, 0x0f, 0xfe, 0x40, 0x10, 0x48, 0x89, 0x50, 0x08, 0xc3];
+    assert_eq!(places(&ahead(&code, AHEAD)), [(0, 0x10, false), (5, 8, true)]);
+    // xchg [rax], rcx; mov [rax+8], rdx: the exchange may take a lock, so the store after it is not
+    // concurrent with the other threads while this one stalls before it.
+    let code = [0x48, 0x87, 0x08, 0x48, 0x89, 0x50, 0x08, 0xc3];
+    assert_eq!(places(&ahead(&code, AHEAD)), [(0, 0, true)]);
+}

@@ -626,11 +626,16 @@ fn watch_sampled(
         stats::bump(Counter::SamplesSuppressed);
         return;
     }
-    if !sharing::should_watch(access.addr, access.tid, random >> 20) {
+    // Without the cold-code bias (the test profile) the private-memory bias keeps hot loops over a
+    // thread's own memory from taking every watch; with it, that bias does, and a race on a rarely
+    // run path is watched from its first samples (the private-memory bias would thin them until the
+    // other thread's samples had landed there too).
+    let cold_bias = COLD_BIAS.load(Ordering::Relaxed);
+    if !cold_bias && !sharing::should_watch(access.addr, access.tid, random >> 20) {
         stats::bump(Counter::SamplesPrivate);
         return;
     }
-    if COLD_BIAS.load(Ordering::Relaxed) {
+    if cold_bias {
         if !bias::should_watch(bias_key, random >> 2) {
             stats::bump(Counter::SamplesBackedOff);
             return;

@@ -524,10 +524,11 @@ fn a_thread_alone_does_not_watch() {
 fn threads_on_their_own_memory_are_rarely_watched() {
     let Some(clang) = common::clang() else { return };
     let dir = common::scratch("detect_own_buffers");
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/own_buffers.c")).unwrap();
-    let bin = common::build_c(&clang, &dir, "own_buffers", &src, &["-pthread"]);
+    // The clean streaming workload of bench/threads.sh: 2 threads, 4,000 passes over 1 MiB each.
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/threads.c")).unwrap();
+    let bin = common::build_c(&clang, &dir, "threads", &src, &["-pthread"]);
     let profile = ["sample_period_us=250", "watchpoints=4", "cold_bias=0", "stats=1"];
-    let run = run_under(&profile, &bin, &["2"]);
+    let run = run_under(&profile, &bin, &["2", "4000"]);
     assert!(!has_report(&run.stderr), "{}", run.stderr);
     let private = stat(&run.stderr, "samples declined in memory only their own thread was seen in").unwrap_or(0);
     let armed = stat(&run.stderr, "watches armed").unwrap_or(u64::MAX);

@@ -283,7 +283,15 @@ mod boost {
         #[test]
         fn the_boost_follows_the_mix_with_hysteresis() {
             reset();
-            let window = |unwatchable: u32, on: bool| (0..WINDOW).filter_map(|i| note(i >= unwatchable, on)).last();
+            // One window of signals, the first `unwatchable` of them where no watch is possible: the
+            // decision taken at its end (the signals are counted in order, so not `.last()`).
+            let window = |unwatchable: u32, on: bool| {
+                let mut decided = None;
+                for i in 0..WINDOW {
+                    decided = note(i >= unwatchable, on).or(decided);
+                }
+                decided
+            };
             assert_eq!(window(900, false), Some(true), "mostly unwatchable: on");
             assert_eq!(window(300, true), Some(true), "between a fifth and a half: stays on");
             assert_eq!(window(100, true), Some(false), "mostly covered: off");

@@ -26,12 +26,12 @@
 
 use super::calls::{self, MemFn, Ranges};
 use super::classify::{address, classify, string_op, Candidate, Class, GprMask};
-use racewatch_instrument::x86;
 use super::{access_of, CallPath, CodeReader, MemAccess, RangeAccess, Reached, Regs};
 use iced_x86::{
     ConditionCode, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpKind,
     Register,
 };
+use racewatch_instrument::x86;
 
 /// Why [`reach`] found no access to watch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

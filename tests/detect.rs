@@ -536,6 +536,19 @@ fn threads_on_their_own_memory_are_rarely_watched() {
     assert!(private > 200 && armed < private, "declined {private}, armed {armed}: {}", stats_summary(&run.stderr));
 }
 
+/// The reporter thread rests whenever the program is back to one thread and starts again with its next
+/// thread: a race between threads created after three such rounds is still found and printed.
+#[test]
+fn a_race_after_the_program_was_single_threaded_again_is_reported() {
+    let Some(clang) = common::clang() else { return };
+    let dir = common::scratch("detect_race_after_join");
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/race_after_join.c")).unwrap();
+    let bin = common::build_c(&clang, &dir, "race_after_join", &src, &["-pthread"]);
+    let run = run_under(&["sample_period_us=250", "watchpoints=4", "cold_bias=0", "halt_on_error=1"], &bin, &["60"]);
+    assert!(has_report(&run.stderr), "no report within 60 s: {}", run.stderr);
+    assert!(run.stderr.contains("global 'counter'"), "{}", run.stderr);
+}
+
 /// The lines of `demo`'s source carrying `marker`, 1-based.
 fn marked_lines(demo: &Demo, marker: &str) -> Vec<u32> {
     let text = std::fs::read_to_string(&demo.source).expect("read demo source");

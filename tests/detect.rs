@@ -542,7 +542,8 @@ fn threads_on_their_own_memory_are_rarely_watched() {
 fn a_race_after_the_program_was_single_threaded_again_is_reported() {
     let Some(clang) = common::clang() else { return };
     let dir = common::scratch("detect_race_after_join");
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/race_after_join.c")).unwrap();
+    let src =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/race_after_join.c")).unwrap();
     let bin = common::build_c(&clang, &dir, "race_after_join", &src, &["-pthread"]);
     let run = run_under(&["sample_period_us=250", "watchpoints=4", "cold_bias=0", "halt_on_error=1"], &bin, &["60"]);
     assert!(has_report(&run.stderr), "no report within 60 s: {}", run.stderr);

@@ -13,45 +13,28 @@
 //! Async-signal-safe: one fixed table of atomics, linear probing over a few
 //! slots, no allocation, no lock. A full neighbourhood counts the PC as new.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use crate::fixed::KeySlots;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Table slots (a power of two): distinct access PCs remembered.
 const SLOTS: usize = 1 << 13;
-/// Slots probed per lookup.
-const PROBES: usize = 8;
 /// Watches per halving of the probability.
 const STEP: u32 = 2;
 /// Lowest probability: 2^-MAX_HALVINGS.
 const MAX_HALVINGS: u32 = 8;
 
-static KEYS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+static KEYS: KeySlots<SLOTS> = KeySlots::new();
 static COUNTS: [AtomicU32; SLOTS] = [const { AtomicU32::new(0) }; SLOTS];
-
-/// The slots `pc` may occupy, in probe order.
-fn probes(pc: u64) -> impl Iterator<Item = usize> {
-    let start = (pc.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 51) as usize;
-    (0..PROBES).map(move |i| (start + i) & (SLOTS - 1))
-}
-
-/// `pc`'s slot, taken for it when it has none yet.
-fn slot_of(pc: u64) -> Option<usize> {
-    probes(pc).find(|&slot| match KEYS[slot].compare_exchange(0, pc, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => true,
-        Err(key) => key == pc,
-    })
-}
 
 /// How many times `pc` was watched (as far as the table remembers). Only looks: a PC asked about is not
 /// given a slot (the sampler asks about every access ahead, and watches one).
 pub fn watches(pc: u64) -> u32 {
-    probes(pc)
-        .find(|&slot| KEYS[slot].load(Ordering::Acquire) == pc)
-        .map_or(0, |slot| COUNTS[slot].load(Ordering::Relaxed))
+    KEYS.find(pc).map_or(0, |slot| COUNTS[slot].load(Ordering::Relaxed))
 }
 
 /// Whether to watch an access at `pc` now, given a uniform random `random`; counts the watch when yes.
 pub fn should_watch(pc: u64, random: u64) -> bool {
-    let Some(slot) = slot_of(pc) else { return true };
+    let Some(slot) = KEYS.claim(pc) else { return true };
     let halvings = (COUNTS[slot].load(Ordering::Relaxed) / STEP).min(MAX_HALVINGS);
     let mask = (1u64 << halvings) - 1;
     if random & mask != 0 {
@@ -64,15 +47,15 @@ pub fn should_watch(pc: u64, random: u64) -> bool {
 /// Counts a watch of `pc` without the bias deciding (`cold_bias=0`: the sampler still prefers the least
 /// watched of the accesses ahead). Async-signal-safe.
 pub fn count_watch(pc: u64) {
-    if let Some(slot) = slot_of(pc) {
+    if let Some(slot) = KEYS.claim(pc) {
         COUNTS[slot].fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// Forgets every count (a forked child starts afresh).
 pub fn reset() {
-    for (key, count) in KEYS.iter().zip(&COUNTS) {
-        key.store(0, Ordering::Relaxed);
+    KEYS.clear();
+    for count in &COUNTS {
         count.store(0, Ordering::Relaxed);
     }
 }
@@ -99,7 +82,7 @@ mod tests {
     fn asking_takes_no_slot_and_counted_watches_count() {
         let pc = 0x7777_0040;
         assert_eq!(watches(pc), 0);
-        assert!(probes(pc).all(|slot| KEYS[slot].load(Ordering::Acquire) != pc), "a look took a slot");
+        assert!(KEYS.find(pc).is_none(), "a look took a slot");
         count_watch(pc);
         count_watch(pc);
         assert_eq!(watches(pc), 2);

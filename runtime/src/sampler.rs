@@ -113,7 +113,8 @@ pub fn open_events(options: &Options) -> Result<(), String> {
     // that adds three signals per period only where they buy samples.
     let boosted = options.sample_period_us < SPIN_FROM_PERIOD_US;
     let period_ns = if boosted { sample_ns } else { sample_ns / THINNING };
-    running::set_horizon(period_ns / if boosted { THINNING } else { 1 });
+    // Measured in the boost's signal periods either way, so that it is the same with the boost on or off.
+    running::set_horizon(sample_ns / THINNING);
     let timer = SampleTimer::open(period_ns.max(1)).map_err(|e| match crate::sys::fd::no_room_message(&e) {
         Some(why) => why,
         None => format!("cannot open the sampling timer (perf_event_open: {e})"),

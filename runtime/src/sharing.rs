@@ -18,15 +18,14 @@
 //! its first samples (here they would be thinned until the other thread's samples landed there too:
 //! the default rate's time to a cold race went from 6 s to 10 s, median of 5).
 //!
-//! Async-signal-safe: one fixed table of atomics, linear probing over a few slots, no allocation, no
-//! lock. A full neighbourhood, or a lost update between two threads, only ever errs towards watching.
+//! Async-signal-safe: one fixed table of atomics ([`KeySlots`]), no allocation, no lock. A full
+//! neighbourhood, or a lost update between two threads, only ever errs towards watching.
 
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use crate::fixed::KeySlots;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 /// Table slots (a power of two): distinct regions remembered.
 const SLOTS: usize = 1 << 13;
-/// Slots probed per lookup.
-const PROBES: usize = 8;
 /// log2 of the bytes of a region.
 const REGION_SHIFT: u32 = 16;
 /// Watches a region gets as before while only one thread was seen on it.
@@ -36,7 +35,7 @@ const PRIVATE_ODDS: u64 = 8;
 /// `WATCHES` bit: a second thread was seen in the region.
 const SHARED: u32 = 1 << 31;
 
-static REGIONS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+static REGIONS: KeySlots<SLOTS> = KeySlots::new();
 static OWNERS: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
 static WATCHES: [AtomicU32; SLOTS] = [const { AtomicU32::new(0) }; SLOTS];
 
@@ -45,26 +44,10 @@ fn region(addr: u64) -> u64 {
     (addr >> REGION_SHIFT).max(1)
 }
 
-/// The slots `addr`'s region may occupy, in probe order, and its key.
-fn probes(addr: u64) -> (u64, impl Iterator<Item = usize>) {
-    let region = region(addr);
-    let start = (region.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 51) as usize;
-    (region, (0..PROBES).map(move |i| (start + i) & (SLOTS - 1)))
-}
-
-/// The slot of `addr`'s region, taken for it when it has none yet.
-fn slot_of(addr: u64) -> Option<usize> {
-    let (region, mut slots) = probes(addr);
-    slots.find(|&slot| match REGIONS[slot].compare_exchange(0, region, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => true,
-        Err(key) => key == region,
-    })
-}
-
 /// Whether to watch an access of thread `tid` at `addr` now, given a uniform random `random`; notes the
 /// access (and the watch, when yes).
 pub fn should_watch(addr: u64, tid: i32, random: u64) -> bool {
-    let Some(slot) = slot_of(addr) else { return true };
+    let Some(slot) = REGIONS.claim(region(addr)) else { return true };
     let owner = match OWNERS[slot].compare_exchange(0, tid, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => tid,
         Err(owner) => owner,
@@ -83,23 +66,21 @@ pub fn should_watch(addr: u64, tid: i32, random: u64) -> bool {
 
 /// A watch on `addr` trapped in a thread other than the watcher: its region is shared.
 pub fn trapped_elsewhere(addr: u64) {
-    if let Some(slot) = slot_of(addr) {
+    if let Some(slot) = REGIONS.claim(region(addr)) {
         WATCHES[slot].fetch_or(SHARED, Ordering::Relaxed);
     }
 }
 
-/// Whether `addr`'s region is known to be shared (for tests and `stats`).
-pub fn is_shared(addr: u64) -> bool {
-    let (region, mut slots) = probes(addr);
-    slots
-        .find(|&slot| REGIONS[slot].load(Ordering::Acquire) == region)
-        .is_some_and(|slot| WATCHES[slot].load(Ordering::Relaxed) & SHARED != 0)
+/// Whether `addr`'s region is known to be shared.
+#[cfg(test)]
+fn is_shared(addr: u64) -> bool {
+    REGIONS.find(region(addr)).is_some_and(|slot| WATCHES[slot].load(Ordering::Relaxed) & SHARED != 0)
 }
 
 /// Forgets every region (a forked child starts afresh).
 pub fn reset() {
-    for ((region, owner), watches) in REGIONS.iter().zip(&OWNERS).zip(&WATCHES) {
-        region.store(0, Ordering::Relaxed);
+    REGIONS.clear();
+    for (owner, watches) in OWNERS.iter().zip(&WATCHES) {
         owner.store(0, Ordering::Relaxed);
         watches.store(0, Ordering::Relaxed);
     }

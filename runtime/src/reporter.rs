@@ -736,6 +736,7 @@ pub fn rest() {
     if thread == 0 {
         return;
     }
+    let tid = REPORTER_TID.load(Ordering::Acquire);
     STOP.store(true, Ordering::Release);
     sys::wake::notify();
     let start = sys::thread::monotonic_ns();
@@ -744,6 +745,8 @@ pub fn rest() {
             return; // Exit joins it.
         }
     }
+    // After a report it closes a descriptor table of its own as it exits: still listed meanwhile.
+    sys::thread::wait_gone(tid, 100);
     THREAD.store(0, Ordering::Release);
     REPORTER_TID.store(0, Ordering::Release);
     sys::fd::forget_private_table();

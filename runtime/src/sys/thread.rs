@@ -405,6 +405,18 @@ pub fn join_for(thread: libc::pthread_t, timeout_ms: u64) -> bool {
     }
 }
 
+/// Waits (at most `timeout_ms`) until thread `tid` of this process is gone from its thread group.
+/// A join returns when the kernel clears the thread's id, early in its exit; the task stays listed in
+/// `/proc/self/task`, and counted by `unshare`, until the kernel releases it, after it closed its files
+/// (a private descriptor table's included).
+pub fn wait_gone(tid: i32, timeout_ms: u64) {
+    let deadline = monotonic_ns() + timeout_ms * 1_000_000;
+    let pid = u64::from(getpid() as u32);
+    while raw::syscall6(libc::SYS_tgkill, [pid, u64::from(tid as u32), 0, 0, 0, 0]) == 0 && monotonic_ns() < deadline {
+        sleep_us(20);
+    }
+}
+
 /// Capacity of the runtime-thread table.
 const MAX_RUNTIME_THREADS: usize = 8;
 static RUNTIME_TIDS: [AtomicI32; MAX_RUNTIME_THREADS] = [const { AtomicI32::new(0) }; MAX_RUNTIME_THREADS];

@@ -24,7 +24,7 @@ use crate::options::Options;
 use crate::stats::{self, Counter};
 use crate::sys::perf::{PerfFd, SampleTimer, SAMPLE_SIG_DATA};
 use crate::sys::signal::{self, PerfSignal, Regs};
-use crate::sys::thread;
+use crate::sys::{cputime, thread};
 use crate::watch::{self, OwnMemory, Watch};
 use crate::{bias, decode, libcalls, profile, registry, sharing, stack};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -43,8 +43,9 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 static BOOST: AtomicI32 = AtomicI32::new(-1);
 /// Whether the boost timer is enabled (wanted, and sampling on).
 static BOOST_ON: AtomicBool = AtomicBool::new(false);
-/// Whether the boost is wanted now (the signals' mix decides, see [`boost::note`]).
-static BOOST_WANTED: AtomicBool = AtomicBool::new(true);
+/// Whether the boost is wanted now (the signals' mix decides, see [`boost::note`]; off until the first
+/// look: a program that runs covered code never pays for it).
+static BOOST_WANTED: AtomicBool = AtomicBool::new(false);
 /// Sample periods from which watch windows spin instead of sleeping: production rates (the default is
 /// 100 ms) spin, so a busy-polling thread never shows a voluntary context switch; the debug and test
 /// rates (1 ms, 250 µs) sleep, so that on a busy machine the threads that may touch the watched memory
@@ -53,6 +54,8 @@ static BOOST_WANTED: AtomicBool = AtomicBool::new(true);
 const SPIN_FROM_PERIOD_US: u64 = 10_000;
 /// Whether windows sleep ([`SPIN_FROM_PERIOD_US`]).
 static SLEEPY_WINDOWS: AtomicBool = AtomicBool::new(false);
+/// `sample_period_us` in nanoseconds.
+static SAMPLE_NS: AtomicU64 = AtomicU64::new(0);
 static DELAY_US: AtomicU64 = AtomicU64::new(0);
 static REPORT_ATOMIC_RACES: AtomicBool = AtomicBool::new(true);
 static SEED: AtomicU64 = AtomicU64::new(0);
@@ -115,6 +118,7 @@ pub fn open_events(options: &Options) -> Result<(), String> {
     let period_ns = if boosted { sample_ns } else { sample_ns / THINNING };
     // Measured in the boost's signal periods either way, so that it is the same with the boost on or off.
     running::set_horizon(sample_ns / THINNING);
+    SAMPLE_NS.store(sample_ns, Ordering::Relaxed);
     let timer = SampleTimer::open(period_ns.max(1)).map_err(|e| match crate::sys::fd::no_room_message(&e) {
         Some(why) => why,
         None => format!("cannot open the sampling timer (perf_event_open: {e})"),
@@ -137,6 +141,9 @@ pub fn refresh() {
     let Some(timer) = timer() else { return };
     let wanted = registry::with_index(|idx| idx.functions()) > 0 && !PAUSED.load(Ordering::Acquire);
     if wanted != ENABLED.load(Ordering::Acquire) {
+        if wanted {
+            boost::start(cputime::process_cpu_ns());
+        }
         let result = if wanted { timer.enable() } else { timer.disable() };
         if result.is_ok() {
             ENABLED.store(wanted, Ordering::Release);
@@ -202,7 +209,7 @@ pub fn forget_after_fork() {
     TIMER.store(-1, Ordering::Release);
     BOOST.store(-1, Ordering::Release);
     BOOST_ON.store(false, Ordering::Release);
-    BOOST_WANTED.store(true, Ordering::Release);
+    BOOST_WANTED.store(false, Ordering::Release);
     boost::reset();
     PAUSED.store(false, Ordering::Release);
     ENABLED.store(false, Ordering::Release);
@@ -250,10 +257,13 @@ const SAVED_SAMPLES: u32 = 8;
 /// save up samples for its covered code; off while most land in covered code, where each would only
 /// be dropped again (a sample per period is all the rate asks for) and costs a kernel round trip.
 mod boost {
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-    /// Signals per look at the mix.
-    const WINDOW: u32 = 1024;
+    static LAST_CPU_NS: AtomicU64 = AtomicU64::new(0);
+
+    /// Signals per look at the mix (at the test rate, 64 ms of one thread's CPU time with the boost
+    /// off, 16 ms with it on).
+    const WINDOW: u32 = 256;
     static SIGNALS: AtomicU32 = AtomicU32::new(0);
     static UNWATCHABLE: AtomicU32 = AtomicU32::new(0);
 
@@ -270,6 +280,24 @@ mod boost {
         let unwatchable = UNWATCHABLE.swap(0, Ordering::Relaxed);
         SIGNALS.store(0, Ordering::Relaxed);
         Some(if was_on { unwatchable * 5 >= WINDOW } else { unwatchable * 2 > WINDOW })
+    }
+
+    /// Whether the process spent most of its CPU time since the last look in user mode, given the
+    /// process's CPU time now and the time between timer signals then: the timers tick through system
+    /// calls too, but a tick in the kernel sends no signal (user mode only), so a thread that lives in
+    /// system calls (a server: 80-90% system time) gets few signals for the timer interrupts it pays
+    /// for, and the boost would mostly add interrupts (memcached: 1.5x the CPU per operation of the
+    /// base timer alone). A window of [`WINDOW`] signals then spans far more than `WINDOW` signal
+    /// periods of CPU time. The first look compares with [`start`]. Async-signal-safe.
+    pub fn mostly_user(cpu_now_ns: u64, signal_period_ns: u64) -> bool {
+        let last = LAST_CPU_NS.swap(cpu_now_ns, Ordering::Relaxed);
+        let spent = cpu_now_ns.saturating_sub(last);
+        u64::from(WINDOW).saturating_mul(signal_period_ns).saturating_mul(2) >= spent
+    }
+
+    /// Starts measuring CPU time for [`mostly_user`] from `cpu_now_ns`.
+    pub fn start(cpu_now_ns: u64) {
+        LAST_CPU_NS.store(cpu_now_ns, Ordering::Relaxed);
     }
 
     pub fn reset() {
@@ -293,10 +321,21 @@ mod boost {
                 }
                 decided
             };
-            assert_eq!(window(900, false), Some(true), "mostly unwatchable: on");
-            assert_eq!(window(300, true), Some(true), "between a fifth and a half: stays on");
-            assert_eq!(window(100, true), Some(false), "mostly covered: off");
-            assert_eq!(window(300, false), Some(false), "between: stays off");
+            let tenths = |n: u32| WINDOW * n / 10;
+            assert_eq!(window(tenths(9), false), Some(true), "mostly unwatchable: on");
+            assert_eq!(window(tenths(3), true), Some(true), "between a fifth and a half: stays on");
+            assert_eq!(window(tenths(1), true), Some(false), "mostly covered: off");
+            assert_eq!(window(tenths(3), false), Some(false), "between: stays off");
+        }
+
+        #[test]
+        fn the_boost_is_for_processes_that_run_in_user_mode() {
+            let period = 62_500;
+            start(1_000_000_000);
+            let window_ns = u64::from(WINDOW) * period;
+            assert!(mostly_user(1_000_000_000 + window_ns, period), "every tick was a signal");
+            assert!(mostly_user(1_000_000_000 + 3 * window_ns, period), "half of them");
+            assert!(!mostly_user(1_000_000_000 + 8 * window_ns, period), "a server in system calls");
         }
     }
 }
@@ -319,7 +358,9 @@ fn on_sample(regs: &Regs) {
     let credit = credits.load(Ordering::Relaxed).saturating_add(1).min(SAVED_SAMPLES * per_sample as u32);
     let watchable = watchable(regs.rip);
     if BOOST.load(Ordering::Relaxed) >= 0 {
-        if let Some(wanted) = boost::note(watchable, BOOST_WANTED.load(Ordering::Relaxed)) {
+        if let Some(mix) = boost::note(watchable, BOOST_WANTED.load(Ordering::Relaxed)) {
+            let signal_period_ns = SAMPLE_NS.load(Ordering::Relaxed) / per_sample;
+            let wanted = mix && boost::mostly_user(cputime::process_cpu_ns(), signal_period_ns);
             BOOST_WANTED.store(wanted, Ordering::Relaxed);
             set_boost(wanted && ENABLED.load(Ordering::Acquire));
         }

@@ -6,7 +6,7 @@
 //! whose access was watched on it and how often; a region is *shared* from the moment a second thread's
 //! access lands on it, or a watch on it traps in another thread. A sample on a shared region is watched
 //! as before; on a region only its own thread was seen on, the first [`GRACE`] watches happen as before
-//! and then one sample in [`PRIVATE_ODDS`]. Regions are 64 KiB ([`REGION_SHIFT`]): a thread's buffer
+//! and then one sample in [`PRIVATE_ODDS`], thinning with each watch to one in [`MAX_PRIVATE_ODDS`]. Regions are 64 KiB ([`REGION_SHIFT`]): a thread's buffer
 //! of a megabyte is 16 of them, so its grace is soon spent; a global or a shared array lies in a region
 //! both threads are seen on. A clean program whose threads each stream over their own
 //! memory then arms a small fraction of the watches it used to (issue 24: the test profile's cost on
@@ -30,8 +30,12 @@ const SLOTS: usize = 1 << 13;
 const REGION_SHIFT: u32 = 16;
 /// Watches a region gets as before while only one thread was seen on it.
 const GRACE: u32 = 2;
-/// After that, a private region is watched with probability 1 / PRIVATE_ODDS (a power of two).
+/// After that, a private region's next watch happens with probability 1 / PRIVATE_ODDS (a power of two),
+/// and each watch after it halves the odds, down to 1 / [`MAX_PRIVATE_ODDS`]: a region seen private
+/// again and again earns its thinning (a thread's own buffer is sampled hundreds of times a second).
 const PRIVATE_ODDS: u64 = 8;
+/// The thinnest a private region gets (a power of two).
+const MAX_PRIVATE_ODDS: u64 = 256;
 /// `WATCHES` bit: a second thread was seen in the region.
 const SHARED: u32 = 1 << 31;
 
@@ -57,11 +61,17 @@ pub fn should_watch(addr: u64, tid: i32, random: u64) -> bool {
         return true;
     }
     let watches = WATCHES[slot].load(Ordering::Relaxed);
-    if watches & SHARED == 0 && watches >= GRACE && random % PRIVATE_ODDS != 0 {
+    if watches & SHARED == 0 && watches >= GRACE && random % private_odds(watches) != 0 {
         return false;
     }
     WATCHES[slot].fetch_add(1, Ordering::Relaxed);
     true
+}
+
+/// The odds against watching a private region that was watched `watches` (>= [`GRACE`]) times.
+fn private_odds(watches: u32) -> u64 {
+    let doublings = (watches - GRACE).min(MAX_PRIVATE_ODDS.trailing_zeros());
+    (PRIVATE_ODDS << doublings).min(MAX_PRIVATE_ODDS)
 }
 
 /// A watch on `addr` trapped in a thread other than the watcher: its region is shared.
@@ -95,8 +105,17 @@ mod tests {
         let private = 0x7100_0000_0000u64;
         let watched = (0..GRACE as u64).filter(|&r| should_watch(private + r * 8, 41, r * PRIVATE_ODDS + 1)).count();
         assert_eq!(watched, GRACE as usize, "the first watches of a region happen as before");
-        let later = (0..800u64).filter(|&r| should_watch(private + 64, 41, r)).count();
-        assert_eq!(later, 100, "then one sample in {PRIVATE_ODDS}");
+        let later = (0..PRIVATE_ODDS).filter(|&r| should_watch(private + 64, 41, r)).count();
+        assert_eq!(later, 1, "then one sample in {PRIVATE_ODDS}");
+        let next = (0..2 * PRIVATE_ODDS).filter(|&r| should_watch(private + 64, 41, r)).count();
+        assert_eq!(next, 1, "then one in twice as many");
+        for _ in 0..64 {
+            (0..MAX_PRIVATE_ODDS).for_each(|r| {
+                should_watch(private + 64, 41, r);
+            });
+        }
+        let thinnest = (0..4 * MAX_PRIVATE_ODDS).filter(|&r| should_watch(private + 64, 41, r)).count();
+        assert_eq!(thinnest, 4, "down to one in {MAX_PRIVATE_ODDS}");
         assert!(!is_shared(private));
         assert!(should_watch(private + 60_000, 42, 1), "another thread's access in the region is watched");
         assert!(is_shared(private));

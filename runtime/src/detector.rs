@@ -160,8 +160,9 @@ fn program_thread_ending(left: u32) {
     }
 }
 
-/// The reporter thread's periodic check (every 100 ms).
-fn on_tick() {
+/// The reporter thread's periodic check (every 100 ms, or sooner while a thread runs alone); returns the
+/// ms until the next.
+fn on_tick() -> u32 {
     if signal::step_aside_requested() {
         stepped_aside();
     }
@@ -176,6 +177,11 @@ fn on_tick() {
         reporter::exit_in_place_of_the_last_thread();
     }
     check_tracer(status);
+    if sampler::resume_after_alone() {
+        sampler::ALONE_TICK_MS
+    } else {
+        u32::MAX
+    }
 }
 
 /// Pauses sampling while a tracer (a debugger, `strace`, a ptrace supervisor) is attached: every signal

@@ -656,14 +656,12 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
         }
         let token = sys::wake::token();
         sys::unwind_info::refresh_if_stale();
-        if let Some(tick) = TICK.get() {
-            tick();
-        }
+        let wait_ms = TICK.get().map_or(MAX_WAIT_MS, |tick| tick().min(MAX_WAIT_MS));
         drain();
         if STOP.load(Ordering::Acquire) {
             break;
         }
-        sys::wake::wait(token, MAX_WAIT_MS);
+        sys::wake::wait(token, wait_ms);
     });
     sys::thread::unmark_runtime_thread();
     sys::alloc::set_patient_thread(0, while_waiting_for_memory);
@@ -679,11 +677,13 @@ pub fn on_halt(halting: fn()) {
     let _ = HALTING.set(halting);
 }
 
-/// Called by the reporter thread at least every `MAX_WAIT_MS` (the detector's periodic checks).
-static TICK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+/// Called by the reporter thread at least every `MAX_WAIT_MS` (the detector's periodic checks); returns
+/// how soon it wants to be called again, in ms.
+static TICK: std::sync::OnceLock<fn() -> u32> = std::sync::OnceLock::new();
 
-/// Makes the reporter thread call `tick` at least every 100 ms (set once per process).
-pub fn on_tick(tick: fn()) {
+/// Makes the reporter thread call `tick` at least every 100 ms, or as soon as it asks (set once per
+/// process).
+pub fn on_tick(tick: fn() -> u32) {
     let _ = TICK.set(tick);
 }
 

@@ -62,6 +62,11 @@ static SEED: AtomicU64 = AtomicU64::new(0);
 static COLD_BIAS: AtomicBool = AtomicBool::new(true);
 /// Whether a sample declines to watch while no other program thread runs (`watch_alone=0`).
 static SKIP_ALONE: AtomicBool = AtomicBool::new(true);
+/// Set while the timers are off because a signal found no other program thread running (see
+/// [`pause_while_alone`]); the reporter's tick turns them on again ([`resume_after_alone`]).
+static ALONE_PAUSED: AtomicBool = AtomicBool::new(false);
+/// When sampling was last switched on (monotonic ns): no pause within the horizon after it.
+static SAMPLING_SINCE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
 
 fn timer() -> Option<SampleTimer> {
     let fd = TIMER.load(Ordering::Acquire);
@@ -143,6 +148,7 @@ pub fn refresh() {
     if wanted != ENABLED.load(Ordering::Acquire) {
         if wanted {
             boost::start(cputime::process_cpu_ns());
+            SAMPLING_SINCE_NS.store(thread::monotonic_ns(), Ordering::Relaxed);
         }
         let result = if wanted { timer.enable() } else { timer.disable() };
         if result.is_ok() {
@@ -163,6 +169,46 @@ fn set_boost(on: bool) {
         }
     }
 }
+
+/// No other program thread got a timer signal within the horizon (they are blocked, or gone): nobody
+/// can race with `tid`, and every signal would only cost. Switches the timers off (every thread's: the
+/// others are not running) until the reporter's next tick turns them on again ([`resume_after_alone`]);
+/// not within the horizon after sampling was switched on, when the other threads may not have had
+/// their first signal yet. True when sampling is paused. Async-signal-safe.
+fn pause_while_alone(tid: i32, now: u64) -> bool {
+    let since = SAMPLING_SINCE_NS.load(Ordering::Relaxed);
+    if !SKIP_ALONE.load(Ordering::Relaxed)
+        || now.saturating_sub(since) < running::horizon_ns()
+        || running::others(tid, now)
+    {
+        return false;
+    }
+    if !ALONE_PAUSED.swap(true, Ordering::AcqRel) {
+        for timer in [timer(), boost_timer()].into_iter().flatten() {
+            let _ = timer.disable();
+        }
+        stats::bump(Counter::AlonePauses);
+    }
+    true
+}
+
+/// Turns the timers on again after [`pause_while_alone`], as they were wanted; true when they had been
+/// paused (the caller looks again soon: [`ALONE_TICK_MS`]).
+pub fn resume_after_alone() -> bool {
+    if !ALONE_PAUSED.swap(false, Ordering::AcqRel) {
+        return false;
+    }
+    for (timer, on) in [(timer(), &ENABLED), (boost_timer(), &BOOST_ON)] {
+        if let Some(timer) = timer.filter(|_| on.load(Ordering::Acquire)) {
+            let _ = timer.enable();
+        }
+    }
+    true
+}
+
+/// How soon the reporter's tick should look again after [`resume_after_alone`] turned the timers on
+/// again: a thread that starts running meanwhile waits at most this long for its samples.
+pub const ALONE_TICK_MS: u32 = 10;
 
 /// Set while sampling is paused (a tracer is attached).
 static PAUSED: AtomicBool = AtomicBool::new(false);
@@ -212,6 +258,7 @@ pub fn forget_after_fork() {
     BOOST_WANTED.store(false, Ordering::Release);
     boost::reset();
     PAUSED.store(false, Ordering::Release);
+    ALONE_PAUSED.store(false, Ordering::Release);
     ENABLED.store(false, Ordering::Release);
     watch::forget_after_fork();
 }
@@ -344,6 +391,9 @@ fn on_sample(regs: &Regs) {
     let tid = thread::gettid();
     let now = thread::monotonic_ns();
     running::note(tid, now);
+    if pause_while_alone(tid, now) {
+        return;
+    }
     let random = next_random(tid, SEED.load(Ordering::Relaxed));
     // Samples are a budget of one per THINNING signals of a thread, spent where a watch is possible:
     // a signal in code that cannot be watched (libomp spinning at a barrier, the uncovered standard
@@ -409,6 +459,10 @@ mod running {
     /// at the test rate a thread using 0.25% of a CPU still counts as running, 0.06% with the boost on).
     pub fn set_horizon(signal_period_ns: u64) {
         HORIZON_NS.store(signal_period_ns.saturating_mul(64).max(100_000_000), Ordering::Relaxed);
+    }
+
+    pub fn horizon_ns() -> u64 {
+        HORIZON_NS.load(Ordering::Relaxed)
     }
 
     fn probes(tid: i32) -> impl Iterator<Item = usize> {

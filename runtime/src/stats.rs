@@ -34,6 +34,7 @@ counters! {
     SamplesSuppressed: "samples declined at a PC of a suppressed race (pc: suppressions)",
     SamplesBusy: "samples with every watchpoint busy",
     BoostSwitches: "boost timer switched on or off",
+    AlonePauses: "timers paused while one thread ran alone (until the reporter's next tick)",
     WatchesArmed: "watches armed",
     Traps: "watchpoint traps",
     TrapsInMemoryFunction: "traps judged inside a libc memory or string function",

@@ -11,7 +11,7 @@
 #   MEMCACHED_CHECKOUT  a memcached source tree (git checkout or release tarball; copied, not built in place)
 #   SECONDS             load per run (default 15)
 #   ROUNDS              rounds (default 3)
-# Environment: CONFIGS="…"  default "plain default debug test tsan"
+# Environment: CONFIGS="…"  default "plain default debug test tsan"; NAME=K=V:K=V[@RUNTIME.so] adds one
 #              BUILD=DIR    where the three builds go (default /tmp/racewatch-memcached-build; reused)
 # Needs: clang-19 (libclang-rt-19-dev for TSan), autoconf, automake, libevent-dev, python3.
 
@@ -78,6 +78,12 @@ for spec in $CONFIGS; do
         debug) LABEL+=(debug) CMD+=("$RACEWATCH run -o fail_on_race=0 -o sample_period_us=1000 -- $BUILD/racewatch/memcached") ;;
         test) LABEL+=(test) CMD+=("$RACEWATCH run -o fail_on_race=0 -o sample_period_us=250 -o watchpoints=4 -o cold_bias=0 -- $BUILD/racewatch/memcached") ;;
         tsan) LABEL+=(tsan) CMD+=("env TSAN_OPTIONS=report_signal_unsafe=0 $BUILD/tsan/memcached") ;;
+        *=*)
+            rest=${spec#*=} env=""
+            if [[ $rest == *@* ]]; then env="env RACEWATCH_RUNTIME=$(realpath "${rest#*@}") " rest=${rest%%@*}; fi
+            LABEL+=("${spec%%=*}")
+            CMD+=("$env$RACEWATCH run -o fail_on_race=0 $(sed 's/^/-o /; s/:/ -o /g' <<< "$rest") -- $BUILD/racewatch/memcached")
+            ;;
         *) echo "memcached.sh: unknown configuration $spec" >&2; exit 2 ;;
     esac
 done

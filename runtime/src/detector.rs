@@ -178,7 +178,7 @@ fn on_tick() -> u32 {
     }
     check_tracer(status);
     if sampler::resume_after_alone() {
-        sampler::ALONE_TICK_MS
+        sampler::alone_tick_ms()
     } else {
         u32::MAX
     }

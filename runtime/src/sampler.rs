@@ -190,7 +190,7 @@ fn pause_while_alone(tid: i32, now: u64) -> bool {
 }
 
 /// Turns the timers on again after [`pause_while_alone`], as they were wanted; true when they had been
-/// paused (the caller looks again soon: [`ALONE_TICK_MS`]).
+/// paused (the caller looks again soon: [`alone_tick_ms`]).
 pub fn resume_after_alone() -> bool {
     if !ALONE_PAUSED.swap(false, Ordering::AcqRel) {
         return false;
@@ -204,8 +204,16 @@ pub fn resume_after_alone() -> bool {
 }
 
 /// How soon the reporter's tick should look again after [`resume_after_alone`] turned the timers on
-/// again: a thread that starts running meanwhile waits at most this long for its samples.
-pub const ALONE_TICK_MS: u32 = 10;
+/// again: a thread that starts running meanwhile waits at most this long for its samples. 10 ms at the
+/// test and debug rates; at production rates (a signal every 25 ms or more) the usual 100 ms, so a
+/// production process with one busy thread wakes the reporter ten times a second, not a hundred.
+pub fn alone_tick_ms() -> u32 {
+    if SLEEPY_WINDOWS.load(Ordering::Relaxed) {
+        10
+    } else {
+        100
+    }
+}
 
 /// Set while sampling is paused (a tracer is attached).
 static PAUSED: AtomicBool = AtomicBool::new(false);

@@ -177,11 +177,7 @@ fn on_tick() -> u32 {
         reporter::exit_in_place_of_the_last_thread();
     }
     check_tracer(status);
-    if sampler::resume_after_alone() {
-        sampler::alone_tick_ms()
-    } else {
-        u32::MAX
-    }
+    sampler::resume_after_pause(thread::monotonic_ns())
 }
 
 /// Pauses sampling while a tracer (a debugger, `strace`, a ptrace supervisor) is attached: every signal

@@ -60,9 +60,17 @@ static SEED: AtomicU64 = AtomicU64::new(0);
 static COLD_BIAS: AtomicBool = AtomicBool::new(true);
 /// Whether a sample declines to watch while no other program thread runs (`watch_alone=0`).
 static SKIP_ALONE: AtomicBool = AtomicBool::new(true);
-/// Set while the timers are off because a signal found no other program thread running (see
-/// [`pause_while_alone`]); the reporter's tick turns them on again ([`resume_after_alone`]).
-static ALONE_PAUSED: AtomicBool = AtomicBool::new(false);
+/// When the timers were switched off because sampling could find nothing for a while (0: they are not
+/// paused): a signal found no other program thread running ([`pause_while_alone`]), or a run of samples
+/// all landed in memory only their own thread uses ([`PRIVATE_RUN`]). The reporter's tick turns them
+/// on again [`pause_ms`] later ([`resume_after_pause`]).
+static PAUSED_AT_NS: AtomicU64 = AtomicU64::new(0);
+/// Samples in a row (process-wide) that the private-memory bias declined; a watch starts it again.
+static PRIVATE_RUN: AtomicU32 = AtomicU32::new(0);
+/// A run of this many makes sampling pause ([`pause_ms`]): a clean program whose threads
+/// stream over memory of their own gets about half the timer signals (each costs 15-55 µs here, and
+/// almost all of them were declined), while one whose samples reach shared memory keeps them all.
+const PRIVATE_RUN_PAUSE: u32 = 64;
 /// When sampling was last switched on (monotonic ns): no pause within the horizon after it.
 static SAMPLING_SINCE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
 
@@ -169,7 +177,7 @@ fn set_boost(on: bool) {
 
 /// No other program thread got a timer signal within the horizon (they are blocked, or gone): nobody
 /// can race with `tid`, and every signal would only cost. Switches the timers off (every thread's: the
-/// others are not running) until the reporter's next tick turns them on again ([`resume_after_alone`]);
+/// others are not running) for [`pause_ms`] ([`pause`]);
 /// not within the horizon after sampling was switched on, when the other threads may not have had
 /// their first signal yet. True when sampling is paused. Async-signal-safe.
 fn pause_while_alone(tid: i32, now: u64) -> bool {
@@ -180,34 +188,49 @@ fn pause_while_alone(tid: i32, now: u64) -> bool {
     {
         return false;
     }
-    if !ALONE_PAUSED.swap(true, Ordering::AcqRel) {
+    pause(Counter::AlonePauses, now);
+    true
+}
+
+/// Switches the timers off (every thread's) for [`pause_ms`], counting the pause under `why` (unless
+/// they are paused already), and wakes the reporter thread, whose tick turns them on again. Async-signal-safe.
+fn pause(why: Counter, now: u64) {
+    if PAUSED_AT_NS.compare_exchange(0, now.max(1), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
         for timer in [timer(), boost_timer()].into_iter().flatten() {
             let _ = timer.disable();
         }
-        stats::bump(Counter::AlonePauses);
+        stats::bump(why);
+        crate::sys::wake::notify();
     }
-    true
 }
 
-/// Turns the timers on again after [`pause_while_alone`], as they were wanted; true when they had been
-/// paused (the caller looks again soon: [`alone_tick_ms`]).
-pub fn resume_after_alone() -> bool {
-    if !ALONE_PAUSED.swap(false, Ordering::AcqRel) {
-        return false;
+/// Called by the reporter's tick at `now`: turns the timers on again, as they were wanted, once a pause
+/// has lasted [`pause_ms`]. Returns how many ms until the tick should look again (`u32::MAX`: no pause
+/// pending; the next one wakes the reporter).
+pub fn resume_after_pause(now: u64) -> u32 {
+    let at = PAUSED_AT_NS.load(Ordering::Acquire);
+    if at == 0 {
+        return u32::MAX;
     }
-    for (timer, on) in [(timer(), &ENABLED), (boost_timer(), &BOOST_ON)] {
-        if let Some(timer) = timer.filter(|_| on.load(Ordering::Acquire)) {
-            let _ = timer.enable();
+    let due = at.saturating_add(u64::from(pause_ms()) * 1_000_000);
+    if now < due {
+        return ((due - now).div_ceil(1_000_000)) as u32;
+    }
+    if PAUSED_AT_NS.compare_exchange(at, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        for (timer, on) in [(timer(), &ENABLED), (boost_timer(), &BOOST_ON)] {
+            if let Some(timer) = timer.filter(|_| on.load(Ordering::Acquire)) {
+                let _ = timer.enable();
+            }
         }
     }
-    true
+    u32::MAX
 }
 
-/// How soon the reporter's tick should look again after [`resume_after_alone`] turned the timers on
-/// again: a thread that starts running meanwhile waits at most this long for its samples. 10 ms at the
-/// test and debug rates; at production rates (a signal every 25 ms or more) the usual 100 ms, so a
-/// production process with one busy thread wakes the reporter ten times a second, not a hundred.
-pub fn alone_tick_ms() -> u32 {
+/// How long a pause lasts: 10 ms at the test and debug rates (a thread that starts running, or touches
+/// shared memory, meanwhile waits at most this long for its samples); at production rates (a signal
+/// every 25 ms or more) 100 ms, so that a production process with one busy thread wakes the reporter
+/// about ten times a second, not a hundred.
+pub fn pause_ms() -> u32 {
     if SLEEPY_WINDOWS.load(Ordering::Relaxed) {
         10
     } else {
@@ -264,7 +287,8 @@ pub fn forget_after_fork() {
     boost::reset();
     kernel_bound::reset();
     PAUSED.store(false, Ordering::Release);
-    ALONE_PAUSED.store(false, Ordering::Release);
+    PAUSED_AT_NS.store(0, Ordering::Release);
+    PRIVATE_RUN.store(0, Ordering::Release);
     ENABLED.store(false, Ordering::Release);
     watch::forget_after_fork();
 }
@@ -773,8 +797,13 @@ fn watch_sampled(
     let cold_bias = COLD_BIAS.load(Ordering::Relaxed);
     if !cold_bias && !sharing::should_watch(access.addr, access.tid, random >> 20) {
         stats::bump(Counter::SamplesPrivate);
+        if PRIVATE_RUN.fetch_add(1, Ordering::Relaxed) + 1 >= PRIVATE_RUN_PAUSE {
+            PRIVATE_RUN.store(0, Ordering::Relaxed);
+            pause(Counter::PrivatePauses, thread::monotonic_ns());
+        }
         return;
     }
+    PRIVATE_RUN.store(0, Ordering::Relaxed);
     if cold_bias {
         if !bias::should_watch(bias_key, random >> 2) {
             stats::bump(Counter::SamplesBackedOff);

@@ -546,15 +546,7 @@ fn threads_on_their_own_memory_are_rarely_watched() {
 /// wakes the helper and both race, the race is still found.
 #[test]
 fn a_race_after_a_thread_ran_alone_is_reported() {
-    let Some(clang) = common::clang() else { return };
-    let dir = common::scratch("detect_alone_then_race");
-    let src =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/alone_then_race.c")).unwrap();
-    let bin = common::build_c(&clang, &dir, "alone_then_race", &src, &["-pthread"]);
-    let options = ["sample_period_us=250", "watchpoints=4", "cold_bias=0", "halt_on_error=1", "stats=1"];
-    let run = run_under(&options, &bin, &["60"]);
-    assert!(has_report(&run.stderr), "no report within 60 s: {}", run.stderr);
-    assert!(run.stderr.contains("global 'counter'"), "{}", run.stderr);
+    let Some(run) = race_on_counter("alone_then_race", &["stats=1"]) else { return };
     let pauses = stat(&run.stderr, "timers paused while one thread ran alone").unwrap_or(0);
     assert!(pauses > 0, "main ran alone for a second without a pause: {}", stats_summary(&run.stderr));
 }
@@ -563,14 +555,22 @@ fn a_race_after_a_thread_ran_alone_is_reported() {
 /// thread: a race between threads created after three such rounds is still found and printed.
 #[test]
 fn a_race_after_the_program_was_single_threaded_again_is_reported() {
-    let Some(clang) = common::clang() else { return };
-    let dir = common::scratch("detect_race_after_join");
-    let src =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/race_after_join.c")).unwrap();
-    let bin = common::build_c(&clang, &dir, "race_after_join", &src, &["-pthread"]);
-    let run = run_under(&["sample_period_us=250", "watchpoints=4", "cold_bias=0", "halt_on_error=1"], &bin, &["60"]);
+    race_on_counter("race_after_join", &[]);
+}
+
+/// Builds `tests/fixtures/NAME.c` (its threads race on a global `counter` for at most the seconds given)
+/// and runs it under the test profile with `halt_on_error=1` and `extra` options: the run, after
+/// asserting that it reported the race on `counter` (`None` without clang).
+fn race_on_counter(name: &str, extra: &[&str]) -> Option<Run> {
+    let clang = common::clang()?;
+    let dir = common::scratch(&format!("detect_{name}"));
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(format!("{name}.c"));
+    let bin = common::build_c(&clang, &dir, name, &std::fs::read_to_string(fixture).unwrap(), &["-pthread"]);
+    let options = [&["sample_period_us=250", "watchpoints=4", "cold_bias=0", "halt_on_error=1"][..], extra].concat();
+    let run = run_under(&options, &bin, &["60"]);
     assert!(has_report(&run.stderr), "no report within 60 s: {}", run.stderr);
     assert!(run.stderr.contains("global 'counter'"), "{}", run.stderr);
+    Some(run)
 }
 
 /// The lines of `demo`'s source carrying `marker`, 1-based.

@@ -175,17 +175,13 @@ fn set_boost(on: bool) {
     }
 }
 
-/// No other program thread got a timer signal within the horizon (they are blocked, or gone): nobody
-/// can race with `tid`, and every signal would only cost. Switches the timers off (every thread's: the
-/// others are not running) for [`pause_ms`] ([`pause`]);
-/// not within the horizon after sampling was switched on, when the other threads may not have had
-/// their first signal yet. True when sampling is paused. Async-signal-safe.
-fn pause_while_alone(tid: i32, now: u64) -> bool {
-    let since = SAMPLING_SINCE_NS.load(Ordering::Relaxed);
-    if !SKIP_ALONE.load(Ordering::Relaxed)
-        || now.saturating_sub(since) < running::horizon_ns()
-        || running::others(tid, now)
-    {
+/// The signal's thread is alone (no other program thread got a timer signal within the horizon: they
+/// are blocked, or gone): nobody can race with it, and every signal would only cost. Switches the timers
+/// off (every thread's: the others are not running) for [`pause_ms`] ([`pause`]); not within the
+/// horizon after sampling was switched on, when the other threads may not have had their first signal
+/// yet. True when sampling is paused. Async-signal-safe.
+fn pause_while_alone(now: u64) -> bool {
+    if now.saturating_sub(SAMPLING_SINCE_NS.load(Ordering::Relaxed)) < running::horizon_ns() {
         return false;
     }
     pause(Counter::AlonePauses, now);
@@ -454,7 +450,9 @@ fn on_sample(regs: &Regs) {
     let tid = thread::gettid();
     let now = thread::monotonic_ns();
     running::note(tid, now);
-    if pause_while_alone(tid, now) {
+    // Whether the thread is alone (see [`running`]): looked up once per signal.
+    let alone = SKIP_ALONE.load(Ordering::Relaxed) && !running::others(tid, now);
+    if alone && pause_while_alone(now) {
         return;
     }
     let random = next_random(tid, SEED.load(Ordering::Relaxed));
@@ -492,7 +490,7 @@ fn on_sample(regs: &Regs) {
     }
     credits.store(credit - per_sample as u32, Ordering::Relaxed);
     stats::bump(Counter::Samples);
-    sample(regs, tid, random >> 1);
+    sample(regs, tid, random >> 1, alone);
     stats::add(Counter::SampleNs, thread::monotonic_ns().saturating_sub(now));
 }
 
@@ -594,7 +592,7 @@ mod running {
 }
 
 /// A kept sample of thread `tid`: find its access and watch it.
-fn sample(regs: &Regs, tid: i32, random: u64) {
+fn sample(regs: &Regs, tid: i32, random: u64, alone: bool) {
     if thread::is_runtime_thread(tid) {
         return;
     }
@@ -602,7 +600,7 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
         // Inside the body of libc's memcpy, memmove or memset called from covered code: watch the bytes
         // that call is about to touch, judged as an access of the call.
         match libcalls::copy_body_containing(regs.rip).and_then(|body| library_caller(regs).map(|call| (body, call))) {
-            Some((body, call)) => sample_in_library(regs, tid, random, body, call),
+            Some((body, call)) => sample_in_library(regs, tid, random, body, call, alone),
             None => stats::bump(Counter::SamplesUncovered),
         }
         return;
@@ -612,7 +610,7 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
         stats::bump(Counter::SamplesBusy);
         return;
     }
-    if alone(tid) {
+    if declined_alone(alone) {
         return;
     }
     // The frame-pointer walk only bounds the thread's own stack (its accesses are not watched).
@@ -680,14 +678,13 @@ fn sample(regs: &Regs, tid: i32, random: u64) {
     watch_sampled(regs, random, &access, frame_pc, path, bias_key);
 }
 
-/// Whether no other program thread ran lately (see [`running`]): nobody can touch memory during a
-/// window, so none is opened. Counted.
-fn alone(tid: i32) -> bool {
-    if !SKIP_ALONE.load(Ordering::Relaxed) || running::others(tid, thread::monotonic_ns()) {
-        return false;
+/// A sample of a thread that is `alone` (no other program thread ran lately, see [`running`]): nobody
+/// can touch memory during a window, so none is opened. Counted.
+fn declined_alone(alone: bool) -> bool {
+    if alone {
+        stats::bump(Counter::SamplesAlone);
     }
-    stats::bump(Counter::SamplesAlone);
-    true
+    alone
 }
 
 /// The covered code that called the libc memory function the thread interrupted at `regs` is in: the
@@ -709,7 +706,7 @@ fn library_caller(regs: &Regs) -> Option<u64> {
 /// access of `call` (as a trap inside such a body is judged). These functions touch exactly the bytes
 /// their arguments name (overlapping unaligned loads and stores, never past either end), so the access
 /// is one the call makes.
-fn sample_in_library(regs: &Regs, tid: i32, random: u64, body: (u64, u64), call: u64) {
+fn sample_in_library(regs: &Regs, tid: i32, random: u64, body: (u64, u64), call: u64, alone: bool) {
     stats::bump(Counter::SamplesInMemoryFunction);
     if let Some(function) = registry::with_index(|idx| idx.function_containing(call)) {
         profile::count(function.start, profile::Event::Sample);
@@ -718,7 +715,7 @@ fn sample_in_library(regs: &Regs, tid: i32, random: u64, body: (u64, u64), call:
         stats::bump(Counter::SamplesBusy);
         return;
     }
-    if alone(tid) {
+    if declined_alone(alone) {
         return;
     }
     // Only the registers' stack pointer bounds the own stack here: the body has no frame of its own.

@@ -1,7 +1,12 @@
 # Shared by the bench scripts: source it after `cd "$ROOT"` (the repository root).
 
-# Builds the racewatch CLI (release, embedding the runtime) and sets RACEWATCH to its absolute path.
+# Builds the racewatch CLI (release, embedding the runtime) and sets RACEWATCH to its absolute path;
+# with RACEWATCH_BIN set (a CLI built elsewhere, e.g. carried to a machine without cargo), uses that.
 build_racewatch() {
+    if [ -n "${RACEWATCH_BIN:-}" ]; then
+        RACEWATCH=$(realpath "$RACEWATCH_BIN")
+        return
+    fi
     cargo build --release --quiet --bin racewatch
     RACEWATCH="${CARGO_TARGET_DIR:-$ROOT/target}/release/racewatch"
     case $RACEWATCH in /*) ;; *) RACEWATCH="$ROOT/$RACEWATCH" ;; esac

@@ -16,6 +16,7 @@
 #              WORK=N           stream rounds per thread (default 4000: ~0.5 s of CPU per thread here)
 #              CONFIGS="…"      default "plain default debug test"; NAME=K=V:K=V[@RUNTIME.so] adds one
 #              EXTRA_OPTS=K=V:..  extra options for every racewatch configuration
+#              RACEWATCH_BIN=PATH, THREADS_BIN=PATH  prebuilt CLI and bench/threads.c (no cargo or clang then)
 # Needs: clang-19, cargo, awk, sort.
 
 set -euo pipefail
@@ -35,7 +36,11 @@ build_racewatch
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 # shellcheck disable=SC2046
-clang-19 -O2 $("$RACEWATCH" flags --c) -pthread bench/threads.c -o "$TMP/threads"
+if [ -n "${THREADS_BIN:-}" ]; then
+    cp "$THREADS_BIN" "$TMP/threads"
+else
+    clang-19 -O2 $("$RACEWATCH" flags --c) -pthread bench/threads.c -o "$TMP/threads"
+fi
 
 declare -a LABEL OPTS RUNTIME
 for spec in $CONFIGS; do

@@ -24,7 +24,10 @@
 //!   ends ([`thread_ending`]: its start routine returned, or `pthread_exit`);
 //!   a thread that ended unseen (cancelled) leaves it to a later thread start
 //!   ([`reclaim_some`]) or to the thread that takes over its slot of the
-//!   known-thread table ([`crate::sys::thread`]).
+//!   known-thread table ([`crate::sys::thread`]). Up to [`SPARES`] stacks of
+//!   ended threads are kept for the next threads instead ([`park_spare`]), so a
+//!   program that churns short-lived threads does not map, protect and unmap
+//!   one (with the inter-processor interrupts of each unmap) per thread.
 // The pointers here are a C caller's, passed on under the libc function's own contract (null
 // or valid); making these functions `unsafe` would only move the same promise into the callers.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
@@ -301,6 +304,36 @@ pub fn thread_started(slot: Option<usize>, size: usize, alt: usize) {
 /// slot over, or to [`reclaim_some`].
 static SLOT_ALT_BASE: [AtomicUsize; KNOWN_SLOTS] = [const { AtomicUsize::new(0) }; KNOWN_SLOTS];
 static SLOT_ALT_LEN: [AtomicUsize; KNOWN_SLOTS] = [const { AtomicUsize::new(0) }; KNOWN_SLOTS];
+/// Alternate stacks of ended threads kept for the next threads: at most this many, so what racewatch
+/// maps stays bounded (a few MiB of address space at most, of which only the pages signal frames
+/// touched are resident).
+const SPARES: usize = 8;
+/// The spare stacks: mapping base with its length in pages in the low 12 bits (a base is page-aligned,
+/// a length at most 257 pages); 0 when empty.
+static SPARE: [AtomicUsize; SPARES] = [const { AtomicUsize::new(0) }; SPARES];
+
+/// Keeps the stack mapped at `base` (`len` bytes, its guard page included) for a later thread; false
+/// when every spare place is taken (the caller unmaps it).
+fn park_spare(base: usize, len: usize) -> bool {
+    let pages = len / PAGE;
+    if base % PAGE != 0 || len % PAGE != 0 || pages >= PAGE {
+        return false;
+    }
+    SPARE.iter().any(|spare| spare.compare_exchange(0, base | pages, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+}
+
+/// Takes a spare stack of `len` bytes (its guard page included), when one was kept.
+fn take_spare(len: usize) -> Option<usize> {
+    let pages = len / PAGE;
+    SPARE.iter().find_map(|spare| {
+        let entry = spare.load(Ordering::Acquire);
+        (entry != 0
+            && entry % PAGE == pages
+            && spare.compare_exchange(entry, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+        .then_some(entry - pages)
+    })
+}
+
 /// Where [`reclaim_some`] looks next.
 static RECLAIM_CURSOR: AtomicUsize = AtomicUsize::new(0);
 /// Slots [`reclaim_some`] looks at per call, and the most ended threads it asks the kernel about.
@@ -325,9 +358,14 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
             if base != 0 {
                 unmap(base, old_len);
             }
-            let Some(base) = map(len) else { return };
-            protect_guard(base);
-            base
+            match take_spare(len) {
+                Some(base) => base,
+                None => {
+                    let Some(base) = map(len) else { return };
+                    protect_guard(base);
+                    base
+                }
+            }
         }
     };
     let ss = libc::stack_t { ss_sp: (base + PAGE) as *mut libc::c_void, ss_flags: SS_AUTODISARM, ss_size: size };
@@ -392,7 +430,9 @@ pub fn thread_ending(slot: Option<usize>) {
         }
     }
     ALT.with(|a| a.set((0, 0)));
-    unmap(base, hi - base);
+    if !park_spare(base, hi - base) {
+        unmap(base, hi - base);
+    }
     raw::sigprocmask(libc::SIG_SETMASK, Some(old_mask));
 }
 

@@ -7,8 +7,8 @@
 # 85 race-free (`-no`) programs at LLNL/dataracebench e1bffc5. Each program's `main` is renamed
 # (`-Dmain=drb_main`) and called in a loop by a small driver until SECONDS have passed (the process
 # is started again when the program exits by itself before that); OMP_NUM_THREADS=2. Programs run
-# one at a time, and for each program every configuration runs in turn (drifting machine load hits
-# all alike). A racy program counts as found by a configuration when it printed at least one report
+# one at a time (JOBS=N: up to N at once), and for each program every configuration runs in turn
+# (drifting machine load hits all alike). A racy program counts as found by a configuration when it printed at least one report
 # within SECONDS (the run stops at the first: halt_on_error=1); a race-free program with a report is a
 # false report. Prints one row per program, then per configuration: recall (racy programs with a
 # report / racy programs), false reports (race-free programs with a report / race-free programs), the
@@ -37,6 +37,11 @@
 #   RESULTS=DIR   keep each run's stderr (first 400 lines) and the table there (default: a temp dir,
 #                 removed at the end)
 #   ARCHER=PATH   libarcher.so (default: found under /usr/lib/llvm-19)
+#   JOBS=N        run up to N programs at once (default 1); rows still come out in program order
+#   PREBUILT=1    use the programs already in BUILD (BUILD/rw/NAME, BUILD/tsan/NAME) as they are, without
+#                 a compiler; a program missing there counts as not built. With RACEWATCH_BIN (a
+#                 prebuilt CLI, see bench/lib.sh) this runs on a machine without clang or cargo;
+#                 libomp.so.5 must be on the library path (LD_LIBRARY_PATH), libarcher.so given as ARCHER
 # Needs: clang-19 (libclang-rt-19-dev for TSan, libomp-19-dev), cargo, awk, timeout.
 
 set -uo pipefail
@@ -53,8 +58,10 @@ OPTS=${OPTS:-}
 CFLAGS_OPT=${CFLAGS_OPT:--O2}
 BUILD=${BUILD:-/tmp/racewatch-drb-build}
 CC=${CC:-clang-19}
+JOBS=${JOBS:-1}
+PREBUILT=${PREBUILT:-0}
 [ -d "$DRB" ] || { echo "dataracebench.sh: no micro-benchmarks/ in the checkout" >&2; exit 2; }
-command -v "$CC" > /dev/null || { echo "dataracebench.sh: $CC not found" >&2; exit 2; }
+[ "$PREBUILT" = 1 ] || command -v "$CC" > /dev/null || { echo "dataracebench.sh: $CC not found" >&2; exit 2; }
 
 cd "$ROOT"
 echo "== building racewatch (release)" >&2
@@ -135,6 +142,7 @@ EOF
 # build KIND NAME: builds $BUILD/KIND/NAME (KIND rw or tsan) unless it is up to date; false on failure.
 build() {
     local kind=$1 name=$2 dir="$BUILD/$1" src="$DRB/$2.c" bin="$BUILD/$1/$2"
+    [ "$PREBUILT" = 1 ] && { [ -x "$bin" ]; return; }
     local -a flags
     if [ "$kind" = rw ]; then flags=("${RW_CFLAGS[@]}"); else flags=(-g -fsanitize=thread); fi
     # shellcheck disable=SC2206
@@ -174,7 +182,11 @@ NC=${#C_LABEL[@]}
 need_tsan=0
 for k in "${C_KIND[@]}"; do [ "$k" = tsan ] && need_tsan=1; done
 
-echo "== building ${#PROGRAMS[@]} programs ($CC ${RW_CFLAGS[*]} $CFLAGS_OPT -fopenmp; TSan: -g -fsanitize=thread)" >&2
+if [ "$PREBUILT" = 1 ]; then
+    echo "== ${#PROGRAMS[@]} programs prebuilt in $BUILD" >&2
+else
+    echo "== building ${#PROGRAMS[@]} programs ($CC ${RW_CFLAGS[*]} $CFLAGS_OPT -fopenmp; TSan: -g -fsanitize=thread)" >&2
+fi
 declare -A BUILT
 for name in "${PROGRAMS[@]}"; do
     build rw "$name" && BUILT[rw.$name]=1
@@ -186,7 +198,7 @@ echo >&2
 # run_config I NAME: runs program NAME under configuration I for SECONDS_PER seconds, restarting it when
 # it exits early; prints "found seconds-to-first-report calls" (found 1/0, or "nobuild").
 run_config() {
-    local i=$1 name=$2 kind=${C_KIND[$1]} bin log="$OUT/$2.${C_LABEL[$1]}.err" count="$TMP/count"
+    local i=$1 name=$2 kind=${C_KIND[$1]} bin log="$OUT/$2.${C_LABEL[$1]}.err" count="$TMP/$2.${C_LABEL[$1]}.count"
     bin="$BUILD/rw/$name"
     [ "$kind" = tsan ] && bin="$BUILD/tsan/$name"
     [ "$kind" = tsan ] && [ -z "${BUILT[tsan.$name]:-}" ] && { echo "nobuild - -"; return; }
@@ -244,8 +256,10 @@ TABLE="$OUT/table.tsv"
 printf '%-44s %5s' program racy
 for ((i = 0; i < NC; i++)); do printf ' %16s' "${C_LABEL[$i]}"; done
 printf '\n'
-for name in "${PROGRAMS[@]}"; do
-    racy=0
+# run_program NAME ROWS: runs program NAME under every configuration in turn, prints its row and
+# appends its table row to the file ROWS.
+run_program() {
+    local name=$1 racy=0 row i found first calls cell
     [[ $name == *-yes ]] && racy=1
     printf '%-44s %5s' "$name" "$([ $racy = 1 ] && echo yes || echo no)"
     row="$name	$racy"
@@ -264,8 +278,31 @@ for name in "${PROGRAMS[@]}"; do
         printf ' %16s' "$cell"
     done
     printf '\n'
-    echo "$row" >> "$TABLE"
-done
+    echo "$row" >> "$2"
+}
+if [ "$JOBS" -le 1 ]; then
+    for name in "${PROGRAMS[@]}"; do run_program "$name" "$TABLE"; done
+else
+    # Up to JOBS programs at once, each in its own files; rows come out in program order.
+    next=0
+    flush_rows() {
+        while [ $next -lt ${#PROGRAMS[@]} ] && [ -f "$TMP/row.$next.done" ]; do
+            cat "$TMP/row.$next.out"
+            cat "$TMP/row.$next.tsv" >> "$TABLE"
+            next=$((next + 1))
+        done
+    }
+    for ((k = 0; k < ${#PROGRAMS[@]}; k++)); do
+        while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do
+            wait -n
+            flush_rows
+        done
+        { run_program "${PROGRAMS[$k]}" "$TMP/row.$k.tsv" > "$TMP/row.$k.out"; touch "$TMP/row.$k.done"; } &
+        flush_rows
+    done
+    wait
+    flush_rows
+fi
 
 echo
 echo "DataRaceBench $(git -C "$DRB/.." rev-parse --short HEAD 2> /dev/null || echo "(checkout)"): ${#PROGRAMS[@]} programs," \

@@ -652,6 +652,11 @@ fn cases() -> Vec<Case> {
             .repeat(3)
             .launch(Launch::NoIpcLock)
             .expect(&["allocated until malloc failed: yes", "done"]),
+        // A race-free run's reporter allocates nothing (no malloc arena of its own: 64 MiB of locked
+        // memory under mlockall(MCL_FUTURE)), and ended threads' alternate stacks are not kept locked.
+        case("locked_memory_after_threads_end", "memory_pressure", &["locked"])
+            .repeat(2)
+            .expect(&["locked memory grew by less than 48 MiB: yes"]),
         case("memory_exhausted_until_exit", "memory_pressure", &["hold"])
             .repeat(3)
             .expect(&["allocated until malloc failed: yes", "done, still holding the memory"]),
@@ -1278,6 +1283,7 @@ host_cases!(
     pthread_exit_main_workers_pthread_exit,
     memory_exhausted_under_rlimit_data,
     memory_exhausted_under_mlockall,
+    locked_memory_after_threads_end,
     memory_exhausted_until_exit,
     rlimit_nproc_threads_until_eagain,
     blocked_sigtrap_reaches_spawned_children,

@@ -60,7 +60,14 @@ enum Value {
 }
 
 /// The modules scanned so far (load bias, path): a `dlopen` scans only what is new.
-static SCANNED: spin::Mutex<Vec<(u64, String)>> = spin::Mutex::new(Vec::new());
+#[derive(Default)]
+struct Scanned {
+    modules: Vec<(u64, String)>,
+    /// The loader's counts of loads and unloads when the last scan began ([`code::load_generation`]):
+    /// while they stay the same there is nothing new, and the reporter's tick allocates nothing.
+    generation: Option<(u64, u64)>,
+}
+static SCANNED: spin::Mutex<Scanned> = spin::Mutex::new(Scanned { modules: Vec::new(), generation: None });
 
 /// In a forked child: the parent's reporter may have been scanning (holding the lock) when another
 /// thread forked, and the child's first thread would spin on that lock forever. The child scans
@@ -73,13 +80,18 @@ pub fn forget_after_fork() {
 pub fn scan_new_modules() -> Option<Finding> {
     let own = scan_new_modules as *const () as u64;
     let mut scanned = SCANNED.lock();
+    let generation = code::load_generation();
+    if scanned.generation == Some(generation) {
+        return None;
+    }
+    scanned.generation = Some(generation);
     let mut found = None;
     code::for_each(&mut |index, module| {
         let key = (module.bias, module.name.clone());
-        if scanned.contains(&key) {
+        if scanned.modules.contains(&key) {
             return;
         }
-        scanned.push(key);
+        scanned.modules.push(key);
         if found.is_none() && !skipped(index, module, own) {
             found = scan_module(module).map(|offset| Finding { module: display_name(index, module), offset });
         }

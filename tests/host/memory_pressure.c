@@ -5,7 +5,10 @@
  *   "mlockall":    mlockall(MCL_FUTURE) under the RLIMIT_MEMLOCK the program inherited (run without
  *                  CAP_IPC_LOCK, which would lift the limit): every new mapping is locked, and the locked
  *                  memory's budget runs out;
- *   "hold":        RLIMIT_DATA as above, and the program ends without freeing what it holds. */
+ *   "hold":        RLIMIT_DATA as above, and the program ends without freeing what it holds;
+ *   "locked":      mlockall(MCL_CURRENT | MCL_FUTURE) first, then two threads work (race-free) and are joined; prints
+ *                  whether the locked memory grew by less than 48 MiB (two glibc thread stacks: 16 MiB;
+ *                  a malloc arena of racewatch's reporter would add 64 MiB). */
 #include <sys/mman.h>
 
 static void **hoard;
@@ -39,8 +42,54 @@ static void *racer_after_go(void *arg) {
   return NULL;
 }
 
+static long locked_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmLck:", 6)) kb = atol(line + 6);
+  if (f) fclose(f);
+  return kb;
+}
+
+static pthread_mutex_t total_lock = PTHREAD_MUTEX_INITIALIZER;
+static long total;
+
+/* Race-free work: each thread on its own array, the shared total under a lock. */
+static void *own_work(void *arg) {
+  (void)arg;
+  long mine[512] = {0};
+  double end = rw_now() + 0.5;
+  while (rw_now() < end) {
+    for (int i = 0; i < 100000; i++) mine[i & 511] += i;
+    pthread_mutex_lock(&total_lock);
+    total += mine[7] & 1;
+    pthread_mutex_unlock(&total_lock);
+  }
+  return NULL;
+}
+
+static int locked_growth(void) {
+  if (mlockall(MCL_CURRENT | MCL_FUTURE)) {
+    printf("mlockall: %s\n", rw_errname(errno));
+    return 0;
+  }
+  long before = locked_kb();
+  pthread_t threads[2];
+  for (int i = 0; i < 2; i++)
+    if (pthread_create(&threads[i], NULL, own_work, NULL)) return 1;
+  for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+  rw_sleep(0.3); /* the reporter's ticks, had they allocated */
+  long grown = locked_kb() - before;
+  printf("locked memory grew by less than 48 MiB: %s\n", grown < (48 << 10) ? "yes" : "no");
+  if (getenv("RW_LOCKED_VERBOSE")) fprintf(stderr, "grew by %ld kB\n", grown);
+  munlockall();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
+  if (!strcmp(mode, "locked")) return locked_growth();
   struct rlimit limit = {256 << 20, 256 << 20};
   pthread_t threads[2];
   for (int i = 0; i < 2; i++)

@@ -313,13 +313,23 @@ const SPARES: usize = 8;
 static SPARE: [AtomicUsize; SPARES] = [const { AtomicUsize::new(0) }; SPARES];
 
 /// Keeps the stack mapped at `base` (`len` bytes, its guard page included) for a later thread; false
-/// when every spare place is taken (the caller unmaps it).
+/// when every spare place is taken, or the stack is locked memory (the caller unmaps it).
 fn park_spare(base: usize, len: usize) -> bool {
     let pages = len / PAGE;
-    if base % PAGE != 0 || len % PAGE != 0 || pages >= PAGE {
+    if base % PAGE != 0 || len % PAGE != 0 || pages >= PAGE || is_resident(base + PAGE) {
         return false;
     }
     SPARE.iter().any(|spare| spare.compare_exchange(0, base | pages, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+}
+
+/// Whether the page at `addr` is in memory. The lowest page of an alternate stack is never touched by
+/// a signal frame (they sit at its top): resident, the mapping was populated when it was made, as
+/// `mlockall(MCL_FUTURE)` does, and keeping it would hold locked memory of the program's budget.
+fn is_resident(addr: usize) -> bool {
+    let mut vec = 0u8;
+    // SAFETY: `addr` is a page of a mapping of ours; mincore writes one byte for one page into `vec`.
+    let ok = unsafe { libc::mincore(addr as *mut libc::c_void, PAGE, &mut vec) } == 0;
+    !ok || vec & 1 != 0
 }
 
 /// Takes a spare stack of `len` bytes (its guard page included), when one was kept.

@@ -27,7 +27,7 @@ use crate::fixed::FixedBuf;
 use crate::options::{self, Options};
 use crate::sys::{fatal, fd, handlers, perf, signal, stacks, thread, tracer, unwind_info};
 use crate::{log, profile, queue, registry, reporter, sampler, sandbox_scan, stats, watch};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 
 const IDLE: u8 = 0;
 const STARTING: u8 = 1;
@@ -119,6 +119,7 @@ fn start(opts: &Options) -> bool {
     // Traced from the start (a supervisor's PTRACE_TRACEME child): sampling begins paused.
     if tracer::open() {
         check_tracer(tracer::read());
+        STATUS_READ_NS.store(thread::monotonic_ns(), Ordering::Relaxed);
     }
     reporter::on_tick(on_tick);
     signal::on_step_aside(sampler::stop);
@@ -170,6 +171,14 @@ fn on_tick() -> u32 {
     if let Some(found) = sandbox_scan::scan_new_modules() {
         sandbox_capable(&found);
     }
+    let now = thread::monotonic_ns();
+    // Reading /proc/self/status costs tens of µs: once per period, not at every wake (a pause, a
+    // reporter started again after the program ran on one thread), which the detector's start covers.
+    let last = STATUS_READ_NS.load(Ordering::Relaxed);
+    if last != 0 && now.saturating_sub(last) < STATUS_PERIOD_NS {
+        return sampler::resume_after_pause(now);
+    }
+    STATUS_READ_NS.store(now, Ordering::Relaxed);
     let status = tracer::read();
     if status.only_caller_alive && !thread::runtime_threads_uncounted() {
         // Every thread of the program's has ended and glibc, which counted the reporter as one of them
@@ -177,8 +186,13 @@ fn on_tick() -> u32 {
         reporter::exit_in_place_of_the_last_thread();
     }
     check_tracer(status);
-    sampler::resume_after_pause(thread::monotonic_ns())
+    sampler::resume_after_pause(now)
 }
+
+/// When the reporter's check last read `/proc/self/status` (monotonic ns; 0: never).
+static STATUS_READ_NS: AtomicU64 = AtomicU64::new(0);
+/// How often it reads it: a tracer that attaches is seen within about 100 ms (the tick's period).
+const STATUS_PERIOD_NS: u64 = 95_000_000;
 
 /// Pauses sampling while a tracer (a debugger, `strace`, a ptrace supervisor) is attached: every signal
 /// of the runtime's would stop the process for it. Sampling resumes when the tracer detaches.

@@ -2,7 +2,10 @@
 //! can be named in `LD_PRELOAD`.
 //!
 //! Cache path: `$XDG_CACHE_HOME/racewatch/<version>-<hash>/libracewatch.so`, else
-//! `~/.cache/racewatch/...`, else `$TMPDIR/racewatch-<euid>/...`. The hash is the content hash of the
+//! `~/.cache/racewatch/...` (for root with a `$HOME`: `/var/cache/racewatch/...` first), else
+//! `$TMPDIR/racewatch-<euid>/...`. Root's copy outside its home is one every user can read (directory
+//! modes 0755, written by root alone): a program that drops its privileges and then runs other programs
+//! still preloads it, where root's home (mode 0700) made the loader print an error in each of them. The hash is the content hash of the
 //! embedded file, so a rebuilt runtime never reuses a stale copy. `RACEWATCH_RUNTIME=<path>`
 //! overrides all of this (for runtime development).
 //!
@@ -25,7 +28,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::fs::{DirBuilder, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The runtime library built by build.rs.
@@ -72,8 +75,9 @@ pub fn runtime_path() -> Result<PathBuf, RuntimeError> {
     let mut tries = Vec::new();
     for base in cache_bases() {
         let result = match &base {
-            Base::Private(dir) => private_dir(dir).map(|()| dir.clone()),
-            Base::Shared { parent, name } => shared_base(parent, name),
+            Base::Private(dir) => private_dir(dir, 0o700).map(|()| dir.clone()),
+            Base::System { parent, name } => system_base(parent, name),
+            Base::Shared { parent, name } => shared_base(parent, name, base.dir_mode()),
         };
         let dir = match result {
             Ok(dir) => dir.join(&version_dir),
@@ -82,7 +86,8 @@ pub fn runtime_path() -> Result<PathBuf, RuntimeError> {
                 continue;
             }
         };
-        match install_into(&dir) {
+        let mode = base.dir_mode();
+        match install_into(&dir, mode) {
             Ok(path) => return Ok(path),
             Err(err) => tries.push((dir, err)),
         }
@@ -96,13 +101,28 @@ enum Base {
     Private(PathBuf),
     /// `parent/name` in a directory other users may write (the temporary directory).
     Shared { parent: PathBuf, name: String },
+    /// `parent/name` in a directory of root's that only root writes (`/var/cache`), for root: readable by
+    /// every user.
+    System { parent: PathBuf, name: String },
 }
 
 impl Base {
+    /// The mode of the directories racewatch makes here: root's outside its home are readable by every
+    /// user (a program that drops its privileges still loads the runtime from there); written by root
+    /// alone either way.
+    fn dir_mode(&self) -> u32 {
+        match self {
+            Base::Private(_) => 0o700,
+            Base::System { .. } => 0o755,
+            Base::Shared { .. } if euid() == 0 => 0o755,
+            Base::Shared { .. } => 0o700,
+        }
+    }
+
     fn path(&self) -> PathBuf {
         match self {
             Base::Private(dir) => dir.clone(),
-            Base::Shared { parent, name } => parent.join(name),
+            Base::Shared { parent, name } | Base::System { parent, name } => parent.join(name),
         }
     }
 }
@@ -115,6 +135,9 @@ fn cache_bases() -> Vec<Base> {
         bases.push(Base::Private(xdg.join("racewatch")));
     }
     if let Some(home) = nonempty(std::env::var_os("HOME")).filter(|p| p.is_absolute()) {
+        if euid() == 0 {
+            bases.push(Base::System { parent: PathBuf::from("/var/cache"), name: "racewatch".into() });
+        }
         bases.push(Base::Private(home.join(".cache").join("racewatch")));
     }
     bases.push(Base::Shared { parent: std::env::temp_dir(), name: format!("racewatch-{}", euid()) });
@@ -131,22 +154,41 @@ fn untrusted(path: &Path, why: impl fmt::Display) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::PermissionDenied, format!("{}: not trusted: {why}", path.display()))
 }
 
-/// Makes sure `dir` is a directory of ours that no one else can write: created (mode 0700, with
+/// `parent/name` for root: `parent` must be a real directory of root's that no one else can write;
+/// `name` is made there (mode 0755) and checked as [`private_dir`] checks.
+fn system_base(parent: &Path, name: &str) -> std::io::Result<PathBuf> {
+    check_private_dir(parent)?;
+    let dir = parent.join(name);
+    private_dir(&dir, 0o755)?;
+    Ok(dir)
+}
+
+/// Makes sure `dir` is a directory of ours that no one else can write: created (with `mode`, and
 /// missing parents) when missing; when it exists, not a symbolic link, owned by the effective user,
 /// and without group or other write permission.
-fn private_dir(dir: &Path) -> std::io::Result<()> {
+fn private_dir(dir: &Path, mode: u32) -> std::io::Result<()> {
     if let Some(parent) = dir.parent() {
         if !parent.as_os_str().is_empty() && std::fs::symlink_metadata(parent).is_err() {
             // Parents that are not racewatch's (`~/.cache`) are made as mkdir -p would.
             std::fs::create_dir_all(parent)?;
         }
     }
-    match DirBuilder::new().mode(0o700).create(dir) {
+    match DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => {}
         Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(err) => return Err(err),
     }
-    check_private_dir(dir)
+    check_private_dir(dir)?;
+    open_to_all(dir, mode)
+}
+
+/// Gives a directory of ours that should be readable by every user (`mode` 0755) that mode, when an
+/// earlier racewatch made it private.
+fn open_to_all(dir: &Path, mode: u32) -> std::io::Result<()> {
+    if mode == 0o755 && std::fs::symlink_metadata(dir)?.mode() & 0o777 != 0o755 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
 }
 
 /// Whether `dir` (as it is now) is a directory of ours that no one else can write.
@@ -170,7 +212,7 @@ fn check_private_dir(dir: &Path) -> std::io::Result<()> {
 /// `parent/name`, ours and private; else, when another user holds that name, a fresh private
 /// directory `parent/name.<random>` made for this run. `parent` must keep others from renaming
 /// what is ours: writable by no one else, or sticky.
-fn shared_base(parent: &Path, name: &str) -> std::io::Result<PathBuf> {
+fn shared_base(parent: &Path, name: &str, mode: u32) -> std::io::Result<PathBuf> {
     let meta = std::fs::metadata(parent)?;
     let others_write = meta.mode() & 0o022 != 0;
     let sticky = meta.mode() & 0o1000 != 0;
@@ -185,18 +227,19 @@ fn shared_base(parent: &Path, name: &str) -> std::io::Result<PathBuf> {
         ));
     }
     let dir = parent.join(name);
-    match DirBuilder::new().mode(0o700).create(&dir) {
+    match DirBuilder::new().mode(mode).create(&dir) {
         Ok(()) => {}
         Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(err) => return Err(err),
     }
     if check_private_dir(&dir).is_ok() {
+        open_to_all(&dir, mode)?;
         return Ok(dir);
     }
     // Someone else's (or a link, or open to others): never used. A name nobody can hold yet instead.
     for _ in 0..16 {
         let fresh = parent.join(format!("{name}.{:016x}", random()));
-        match DirBuilder::new().mode(0o700).create(&fresh) {
+        match DirBuilder::new().mode(mode).create(&fresh) {
             Ok(()) => {
                 check_private_dir(&fresh)?;
                 return Ok(fresh);
@@ -217,10 +260,10 @@ fn random() -> u64 {
     hasher.finish()
 }
 
-/// Makes sure `dir/libracewatch.so` is the embedded runtime (`dir` made private, the file checked, and
-/// replaced when it is anything else).
-fn install_into(dir: &Path) -> std::io::Result<PathBuf> {
-    private_dir(dir)?;
+/// Makes sure `dir/libracewatch.so` is the embedded runtime (`dir` made with `mode` and checked, the
+/// file checked, and replaced when it is anything else).
+fn install_into(dir: &Path, mode: u32) -> std::io::Result<PathBuf> {
+    private_dir(dir, mode)?;
     let path = dir.join(FILE_NAME);
     if is_embedded_runtime(&path)? {
         return Ok(path);

@@ -130,7 +130,9 @@ fn a_runtime_planted_in_the_shared_temp_dir_is_never_preloaded() {
     assert!(!used.starts_with(&theirs), "runtime path {} is in the attacker's directory", used.display());
     let dir = used.parent().unwrap().parent().unwrap();
     let meta = std::fs::symlink_metadata(dir).unwrap();
-    assert!(meta.is_dir() && meta.uid() == euid && meta.mode() & 0o777 == 0o700, "{}: {meta:?}", dir.display());
+    // Written by us alone; root's is readable by every user (see the privilege-dropping test below).
+    let mode = if euid == 0 { 0o755 } else { 0o700 };
+    assert!(meta.is_dir() && meta.uid() == euid && meta.mode() & 0o777 == mode, "{}: {meta:?}", dir.display());
     assert_eq!(std::fs::read(&used).unwrap(), std::fs::read(&real).unwrap(), "the runtime, byte for byte");
 
     // A symbolic link at the name, to the attacker's directory: not followed.
@@ -168,6 +170,47 @@ fn a_runtime_planted_in_the_shared_temp_dir_is_never_preloaded() {
     for dir in [work, probe, tmp, linked, ours, home, tmp_home] {
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// Run by root, a program that drops its privileges and then starts other programs (a service's
+/// privilege separation) keeps the runtime in them: root's copy lies where every user can read it and
+/// only root can write it (`/var/cache/racewatch` with a `$HOME`, `$TMPDIR/racewatch-0` without), so
+/// the loader prints no error into the program's stderr. Both places are checked: modes 0755, owned by
+/// root.
+#[test]
+fn a_program_that_drops_root_keeps_the_runtime_in_the_programs_it_starts() {
+    if !is_root() {
+        eprintln!("SKIP: needs root");
+        return;
+    }
+    let tmp = shared_dir("drop-root-tmp", 0o1777);
+    for (label, home) in [("with $HOME", Some(Path::new("/root"))), ("without $HOME", None)] {
+        let mut vars = vec![("TMPDIR", tmp.as_path())];
+        vars.extend(home.map(|h| ("HOME", h)));
+        let out = racewatch_env(&vars)
+            .args(["run", "--", "setpriv", &format!("--reuid={ATTACKER}"), &format!("--regid={ATTACKER}")])
+            .args(["--clear-groups", "--", "sh", "-c", "echo \"$LD_PRELOAD\"; id -u"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{label}: {:?} {stderr}", out.status);
+        assert!(!stderr.contains("cannot be preloaded"), "{label}: the loader failed in the child: {stderr}");
+        let text = stdout(&out);
+        let mut lines = text.lines();
+        let preload = PathBuf::from(lines.next().unwrap_or_default());
+        assert_eq!(lines.next(), Some(ATTACKER.to_string().as_str()), "{label}: {text}");
+        assert!(preload.ends_with("libracewatch.so"), "{label}: {text}");
+        if home.is_some() {
+            assert!(preload.starts_with("/var/cache/racewatch"), "{label}: {}", preload.display());
+        } else {
+            assert!(preload.starts_with(tmp.join("racewatch-0")), "{label}: {}", preload.display());
+        }
+        for dir in preload.ancestors().skip(1).take(2) {
+            let meta = std::fs::symlink_metadata(dir).unwrap();
+            assert!(meta.uid() == 0 && meta.mode() & 0o777 == 0o755, "{label}: {}: {meta:?}", dir.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(tmp);
 }
 
 // ---- Hostile report logs ----

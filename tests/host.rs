@@ -485,6 +485,13 @@ fn cases() -> Vec<Case> {
             .expect(&["racy functions: 200", "done"]),
         // 21. RLIMIT_AS of about 40 MiB.
         case("rlimit_as_40_mib", "rlimit_as", &[]).expect(&["setrlimit(RLIMIT_AS): ok", "threads started", "done"]),
+        // Under RLIMIT_AS, racewatch's alternate stacks are the smallest (64 KiB): a program starts about
+        // as many threads as without it (one as large as each thread's stack halved them).
+        case("rlimit_as_thread_capacity", "rlimit_as", &["capacity"]).expect(&[
+            "setrlimit(RLIMIT_AS): ok",
+            "threads with 1 MiB stacks started: at least 200: yes",
+            "done",
+        ]),
         // 22. Thread cancellation of racing threads: deferred (cancellation points, a handler of ours may be
         // in one), asynchronous (anywhere, a handler of ours included).
         case("cancel_deferred_while_racing", "cancel", &["deferred"])
@@ -1243,6 +1250,7 @@ host_cases!(
     stderr_pipe_without_reader,
     stdout_read_before_stderr,
     rlimit_as_40_mib,
+    rlimit_as_thread_capacity,
     cancel_deferred_while_racing,
     cancel_async_while_racing,
     siglongjmp_sigsegv_probes,

@@ -35,7 +35,7 @@ use std::process::{Command, ExitCode};
 #[derive(clap::Args)]
 pub struct Args {
     /// A runtime option `key=value` for the programs cargo runs (test, run, bench); repeatable, before
-    /// the cargo subcommand.
+    /// or after the cargo subcommand (not after `--`, which is the programs').
     #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
     options: Vec<String>,
     /// Also report where the detector looked, for the whole run (test, run, bench): text (the
@@ -74,6 +74,15 @@ pub fn run(mut args: Args) -> ExitCode {
     }
     if let Some(format) = take_option(&mut args.args, "--coverage") {
         args.coverage = Some(format);
+    }
+    // `racewatch cargo test -o stats=1`: cargo has no `-o`; the option is racewatch's, as before the
+    // subcommand (after `--` it stays the test harness's).
+    match take_runtime_options(&mut args.args) {
+        Ok(options) => args.options.extend(options),
+        Err(flag) => {
+            eprintln!("racewatch: {flag} needs a value KEY=VALUE (racewatch cargo -o KEY=VALUE test …)");
+            return ExitCode::from(2);
+        }
     }
     let coverage = match args.coverage.as_deref().map(coverage_format) {
         None => None,
@@ -293,6 +302,33 @@ fn take_option(args: &mut Vec<OsString>, name: &str) -> Option<String> {
     }
 }
 
+/// Takes racewatch's `-o KEY=VALUE` / `--option KEY=VALUE` (also `-oKEY=VALUE`, `--option=KEY=VALUE`)
+/// out of the cargo arguments before `--`; the flag itself when its value is missing.
+fn take_runtime_options(args: &mut Vec<OsString>) -> Result<Vec<String>, String> {
+    let mut options = Vec::new();
+    let mut i = 0;
+    while i < args.len() && args[i] != "--" {
+        let arg = args[i].to_string_lossy().into_owned();
+        let inline = arg.strip_prefix("--option=").or_else(|| arg.strip_prefix("-o").filter(|v| !v.is_empty()));
+        if let Some(value) = inline {
+            options.push(value.to_string());
+            args.remove(i);
+        } else if arg == "-o" || arg == "--option" {
+            let value = args.get(i + 1).map(|v| v.to_string_lossy().into_owned());
+            match value.filter(|v| v.contains('=') && v != "--") {
+                Some(value) => {
+                    options.push(value);
+                    args.drain(i..i + 2);
+                }
+                None => return Err(arg),
+            }
+        } else {
+            i += 1;
+        }
+    }
+    Ok(options)
+}
+
 /// The `-o` options of the runner: the test profile first, each option unless the user's `-o` options or
 /// `RACEWATCH_OPTIONS` set it, then the user's `-o` options (later wins in `racewatch run`).
 fn runner_options(user: &[String], env: Option<&str>) -> Vec<String> {
@@ -392,6 +428,15 @@ mod tests {
 
     fn os(args: &[&str]) -> Vec<OsString> {
         args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn runtime_options_after_the_subcommand_are_racewatch_s() {
+        let mut args = os(&["test", "--release", "-o", "stats=1", "-odelay_us=50", "--option=seed=3", "x", "--", "-o"]);
+        assert_eq!(take_runtime_options(&mut args).unwrap(), ["stats=1", "delay_us=50", "seed=3"]);
+        assert_eq!(args, os(&["test", "--release", "x", "--", "-o"]));
+        assert_eq!(take_runtime_options(&mut os(&["test", "-o"])), Err("-o".to_string()));
+        assert_eq!(take_runtime_options(&mut os(&["test", "--option", "--", "x"])), Err("--option".to_string()));
     }
 
     #[test]

@@ -18,8 +18,13 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-fn is_root() -> bool {
-    euid() == 0
+/// Whether the test runs as root; says why it is skipped when not.
+fn is_root(why: &str) -> bool {
+    let root = euid() == 0;
+    if !root {
+        eprintln!("SKIP: needs root {why}");
+    }
+    root
 }
 
 /// A fresh directory in /tmp (not under target/: the attacker must reach it) with `mode`.
@@ -91,8 +96,7 @@ fn runtime_path_in(tmp: &Path) -> PathBuf {
 /// directory instead. A copy in our own directory that is not byte for byte the runtime is replaced.
 #[test]
 fn a_runtime_planted_in_the_shared_temp_dir_is_never_preloaded() {
-    if !is_root() {
-        eprintln!("SKIP: needs root to act as a second user");
+    if !is_root("to act as a second user") {
         return;
     }
     let work = shared_dir("plant-work", 0o755);
@@ -179,8 +183,7 @@ fn a_runtime_planted_in_the_shared_temp_dir_is_never_preloaded() {
 /// root.
 #[test]
 fn a_program_that_drops_root_keeps_the_runtime_in_the_programs_it_starts() {
-    if !is_root() {
-        eprintln!("SKIP: needs root");
+    if !is_root("to drop its privileges") {
         return;
     }
     let tmp = shared_dir("drop-root-tmp", 0o1777);
@@ -366,8 +369,7 @@ fn raw_report(module: &str, build_id: &str, offset: u64) -> String {
 /// downloads there is the victim's alone (directory 0700, file 0600).
 #[test]
 fn a_debug_file_planted_in_the_shared_debuginfod_cache_names_nothing() {
-    if !is_root() {
-        eprintln!("SKIP: needs root to act as a second user");
+    if !is_root("to act as a second user") {
         return;
     }
     let work = shared_dir("dbg-work", 0o755);
@@ -662,7 +664,7 @@ const PG_PASSWORD: &str = "s3cret-Tr0ub4dor";
 impl PgTls {
     fn command(&self, tool: &str) -> Command {
         let mut cmd = Command::new("setpriv");
-        if is_root() {
+        if euid() == 0 {
             cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
         }
         cmd.arg(self.bin.join(tool));
@@ -696,7 +698,7 @@ impl PgTls {
             && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile san.ext \
             && chmod 600 server.key");
         std::fs::write(dir.join("pw"), format!("{PG_PASSWORD}\n")).unwrap();
-        if is_root() {
+        if euid() == 0 {
             sh("chown -R 65534:65534 . && chmod 755 .");
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

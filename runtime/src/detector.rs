@@ -149,6 +149,16 @@ pub fn thread_hook(start: &thread::ThreadStart) {
     }
 }
 
+/// The program joined a thread: when it is the only one left, the reporter rests now. Threads that
+/// end at the same moment each count the other as they end (glibc takes a thread off its count only
+/// after racewatch's hook returned), so neither may have seen itself as the last but one; once a join
+/// returned, the joined thread is off the count.
+pub fn after_join() {
+    if is_running() && thread::program_threads() == Some(1) {
+        reporter::rest();
+    }
+}
+
 /// A program thread is ending, leaving `left` of the program's threads. With one left, nothing can
 /// race, and the process must look single-threaded to the kernel and to `/proc` (no reporter thread)
 /// until the program creates a thread again ([`before_thread_create`]). With none left, glibc's `exit(0)`

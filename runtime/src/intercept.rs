@@ -6,6 +6,8 @@
 //!   new threads inherit the program's `SIGTRAP` mask bit and get their stack
 //!   bounds (and, for small stacks, an alternate signal stack) recorded.
 //! - `pthread_exit`: the thread's alternate signal stack is released first.
+//! - `pthread_join`: a program back to one thread gets the reporter out of the way before the join
+//!   returns.
 //! - `sigaction`, `signal`: with `stats=1`, terminating signals the program
 //!   left at `SIG_DFL` carry racewatch's stats handler ([`fatal`]) and still
 //!   read as `SIG_DFL`. The program's `SIGTRAP` disposition is recorded,
@@ -78,6 +80,17 @@ pub extern "C" fn pthread_create(
 pub extern "C-unwind" fn pthread_exit(value: *mut c_void) -> ! {
     thread::thread_ending();
     real::pthread_exit(value)
+}
+
+/// Interposed `pthread_join`: a program back to one thread is single-threaded again for the kernel and
+/// `/proc` when the join returns ([`detector::after_join`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn pthread_join(thread: libc::pthread_t, value: *mut *mut c_void) -> c_int {
+    let rc = real::pthread_join(thread, value);
+    if rc == 0 {
+        detector::after_join();
+    }
+    rc
 }
 
 /// Interposed `sigaction`.

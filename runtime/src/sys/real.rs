@@ -58,6 +58,7 @@ static DLCLOSE: Real = Real::new(c"dlclose");
 static LIBC_START_MAIN: Real = Real::new(c"__libc_start_main");
 static EXIT: Real = Real::new(c"exit");
 static PTHREAD_EXIT: Real = Real::new(c"pthread_exit");
+static PTHREAD_JOIN: Real = Real::new(c"pthread_join");
 static SETRLIMIT: Real = Real::new(c"setrlimit");
 static PRLIMIT: Real = Real::new(c"prlimit");
 static EXECVE: Real = Real::new(c"execve");
@@ -93,6 +94,7 @@ const ALL: &[&Real] = &[
     &LIBC_START_MAIN,
     &EXIT,
     &PTHREAD_EXIT,
+    &PTHREAD_JOIN,
     &SETRLIMIT,
     &PRLIMIT,
     &EXECVE,
@@ -155,6 +157,11 @@ pub fn pthread_create(
         start,
         arg
     )
+}
+
+/// The real `pthread_join`.
+pub fn pthread_join(thread: libc::pthread_t, value: *mut *mut c_void) -> c_int {
+    call!(PTHREAD_JOIN, libc::ENOSYS, fn(libc::pthread_t, *mut *mut c_void) -> c_int, thread, value)
 }
 
 /// The real `sigaction`.

@@ -59,6 +59,12 @@ pub fn runtime_threads_uncounted() -> bool {
     libc_thread_count().is_some()
 }
 
+/// The program's threads as glibc counts them (runtime threads are off the count); `None` where the
+/// count cannot be found.
+pub fn program_threads() -> Option<u32> {
+    libc_thread_count().map(|count| count.load(Ordering::Acquire))
+}
+
 /// Runs a runtime thread's body, counted again by glibc before it returns (its exit takes it off).
 extern "C" fn runtime_thread_main(body: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `spawn_runtime_thread` passes exactly such a function pointer.

@@ -1328,6 +1328,51 @@ fn a_raw_seccomp_instruction_is_named_once_and_detection_never_starts() {
     assert!(!run.stderr.contains(REPORT_HEADER), "no report once stepped aside:\n{}", run.stderr);
 }
 
+/// A module `dlopen`ed while the program's (race-free) threads run, with a function that would install a seccomp
+/// filter with its own `syscall` instruction: the reporter's periodic check sees that the loader's
+/// counts of loaded modules changed, finds the instruction, and detection goes off before the program
+/// could call it.
+#[test]
+fn a_raw_seccomp_instruction_in_a_module_loaded_later_is_found() {
+    if skip_detection() {
+        return;
+    }
+    let Some(clang) = clang() else { return };
+    let dir = scratch("sandbox-dlopen");
+    let lib_src = dir.join("sandbox_lib.c");
+    std::fs::write(
+        &lib_src,
+        "long install_filter(long a, long b, long c) { long r; __asm__ volatile(\"mov $317, %%eax\\n\\tsyscall\" \
+         : \"=a\"(r) : \"D\"(a), \"S\"(b), \"d\"(c) : \"rcx\", \"r11\", \"memory\"); return r; }\n",
+    )
+    .unwrap();
+    let lib = dir.join("libsandbox.so");
+    check(
+        Command::new(&clang).args(["-O1", "-shared", "-fPIC"]).arg(&lib_src).arg("-o").arg(&lib).output().unwrap(),
+        "clang -shared",
+    );
+    let main = build_c(
+        &clang,
+        &dir,
+        "dlopen_sandbox",
+        "#include <dlfcn.h>\n#include <pthread.h>\n#include <stdio.h>\n#include <unistd.h>\n\
+         static volatile int stop;\n\
+         static void *work(void *a) { volatile long own = 0; while (!stop) own++; return a; }\n\
+         int main(int argc, char **argv) { (void)argc; pthread_t t[2];\n\
+           for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, work, 0);\n\
+           usleep(200000); void *h = dlopen(argv[1], RTLD_NOW); printf(\"dlopen: %s\\n\", h ? \"ok\" : dlerror());\n\
+           usleep(400000); stop = 1; for (int i = 0; i < 2; i++) pthread_join(t[i], 0); return 0; }\n",
+        &["-pthread", "-ldl"],
+    );
+    let out = common::racewatch().args(["run", "-o", "fail_on_race=0", "--"]).arg(&main).arg(&lib).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout, "dlopen: ok\n", "{stderr}");
+    let line = "installs seccomp filters with its own system call instruction; race detection is off";
+    let found: Vec<&str> = stderr.lines().filter(|l| l.contains(line)).collect();
+    assert_eq!(found.len(), 1, "one step-aside line expected:\n{stderr}");
+    assert!(found[0].contains(&format!("{}+0x", lib.display())), "names the module: {}", found[0]);
+}
+
 // ---- The detector really runs in these programs ----
 
 /// These tests need racewatch: they have nothing to check in a self-check run.

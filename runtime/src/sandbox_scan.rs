@@ -64,7 +64,8 @@ enum Value {
 struct Scanned {
     modules: Vec<(u64, String)>,
     /// The loader's counts of loads and unloads when the last scan began ([`code::load_generation`]):
-    /// while they stay the same there is nothing new, and the reporter's tick allocates nothing.
+    /// while they stay the same there is nothing new, and the reporter's tick allocates nothing
+    /// (without them, every call scans).
     generation: Option<(u64, u64)>,
 }
 static SCANNED: spin::Mutex<Scanned> = spin::Mutex::new(Scanned { modules: Vec::new(), generation: None });
@@ -81,10 +82,10 @@ pub fn scan_new_modules() -> Option<Finding> {
     let own = scan_new_modules as *const () as u64;
     let mut scanned = SCANNED.lock();
     let generation = code::load_generation();
-    if scanned.generation == Some(generation) {
+    if generation.is_some() && scanned.generation == generation {
         return None;
     }
-    scanned.generation = Some(generation);
+    scanned.generation = generation;
     let mut found = None;
     code::for_each(&mut |index, module| {
         let key = (module.bias, module.name.clone());

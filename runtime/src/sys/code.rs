@@ -17,21 +17,22 @@ const PF_X: u32 = 1;
 const PF_R: u32 = 4;
 
 /// How many modules the loader has loaded and unloaded so far (`dlpi_adds`, `dlpi_subs`): while it
-/// stays the same, no module came or went. Takes the loader's lock for one callback; allocates nothing.
-pub fn load_generation() -> (u64, u64) {
+/// stays the same, no module came or went (`None`: a loader without the counts). Takes the loader's
+/// lock for one callback; allocates nothing.
+pub fn load_generation() -> Option<(u64, u64)> {
     extern "C" fn first(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
         // SAFETY: `data` is the pair passed below, alive for the whole walk; `info` is the loader's,
         // valid during this callback, with `size` bytes of it filled in.
-        let (out, info) = unsafe { (&mut *(data as *mut (u64, u64)), &*info) };
+        let (out, info) = unsafe { (&mut *(data as *mut Option<(u64, u64)>), &*info) };
         if size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>() {
-            *out = (info.dlpi_adds, info.dlpi_subs);
+            *out = Some((info.dlpi_adds, info.dlpi_subs));
         }
         1 // The first module is enough: every one carries the counts.
     }
-    let mut counts = (0u64, 0u64);
+    let mut counts: Option<(u64, u64)> = None;
     // SAFETY: the callback only reads the loader's record into `counts`.
     super::fork::walking_modules(|| unsafe {
-        libc::dl_iterate_phdr(Some(first), (&mut counts as *mut (u64, u64)).cast())
+        libc::dl_iterate_phdr(Some(first), (&mut counts as *mut Option<(u64, u64)>).cast())
     });
     counts
 }

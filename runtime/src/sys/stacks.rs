@@ -368,7 +368,7 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
         (base, old_len) if base != 0 && old_len == len => base,
         (base, old_len) => {
             if base != 0 {
-                unmap(base, old_len);
+                release(base, old_len);
             }
             match take_spare(len) {
                 Some(base) => base,
@@ -382,7 +382,7 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
     };
     let ss = libc::stack_t { ss_sp: (base + PAGE) as *mut libc::c_void, ss_flags: SS_AUTODISARM, ss_size: size };
     if raw::sigaltstack(Some(&ss)).is_none() {
-        unmap(base, len);
+        release(base, len);
         return;
     }
     SLOT_ALT_LEN[slot].store(len, Ordering::Release);
@@ -410,7 +410,7 @@ fn reclaim_some(own: usize) {
             let (base, len) =
                 (SLOT_ALT_BASE[slot].swap(0, Ordering::AcqRel), SLOT_ALT_LEN[slot].swap(0, Ordering::AcqRel));
             if base != 0 {
-                unmap(base, len);
+                release(base, len);
             }
             thread::release_claim(slot);
         }
@@ -442,10 +442,16 @@ pub fn thread_ending(slot: Option<usize>) {
         }
     }
     ALT.with(|a| a.set((0, 0)));
-    if !park_spare(base, hi - base) {
-        unmap(base, hi - base);
-    }
+    release(base, hi - base);
     raw::sigprocmask(libc::SIG_SETMASK, Some(old_mask));
+}
+
+/// A runtime alternate stack (mapped at `base`, `len` bytes with its guard page) that no thread uses any
+/// more: kept for a later thread ([`park_spare`]), else unmapped.
+fn release(base: usize, len: usize) {
+    if !park_spare(base, len) {
+        unmap(base, len);
+    }
 }
 
 fn unmap(addr: usize, len: usize) {

@@ -85,6 +85,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "nofile", source: include_str!("host/nofile.c"), metadata: true, flags: &[] },
     Program { name: "fork_parent", source: include_str!("host/fork_parent.c"), metadata: true, flags: &[] },
     Program { name: "fork_status", source: include_str!("host/fork_status.c"), metadata: true, flags: &[] },
+    Program { name: "own_proc", source: include_str!("host/own_proc.c"), metadata: true, flags: &[] },
     Program { name: "fork_storm", source: include_str!("host/fork_storm.c"), metadata: true, flags: &[] },
     Program { name: "prefork", source: include_str!("host/prefork.c"), metadata: true, flags: &[] },
     Program { name: "many_races", source: include_str!("host/many_races.c"), metadata: true, flags: &[] },
@@ -468,6 +469,20 @@ fn cases() -> Vec<Case> {
         case("forked_child_signal_state_is_the_programs", "fork_status", &[])
             .repeat(3)
             .expect(&["child: signal 5", "done"]),
+        // 16c. A server printing its own signal state, thread count and descriptors from /proc while its
+        // threads run (status, stat, the task and fd listings; the process, the main thread by id, the
+        // calling thread), with SIGTRAP left alone and blocked.
+        case("own_proc_files_show_the_programs_state", "own_proc", &[]).repeat(2).expect(&[
+            "process Threads:\t3",
+            "stat threads: 3",
+            "task entries: 3",
+            "done",
+        ]),
+        case("own_proc_files_show_a_blocked_sigtrap", "own_proc", &["blocked"]).repeat(2).expect(&[
+            "process SigBlk:\t0000000000000210",
+            "calling thread SigBlk:\t0000000000000210",
+            "done",
+        ]),
         // 17. 200 forks while reporting.
         case("fork_storm_while_reporting", "fork_storm", &[]).expect(&["children that exited 0: 200", "no hang"]),
         // 18. A pre-fork server.
@@ -1245,6 +1260,8 @@ host_cases!(
     nofile_16_from_shell_ulimit,
     fork_children_exit,
     forked_child_signal_state_is_the_programs,
+    own_proc_files_show_the_programs_state,
+    own_proc_files_show_a_blocked_sigtrap,
     fork_storm_while_reporting,
     prefork_workers,
     stderr_pipe_without_reader,

@@ -141,7 +141,7 @@ fn start(opts: &Options) -> bool {
 
 /// Runs in every thread created through the interposer, before the program's start routine.
 pub fn thread_hook(start: &thread::ThreadStart) {
-    signal::set_trap_blocked(start.trap_blocked);
+    signal::set_trap_blocked_at_start(start.trap_blocked);
     // A mask given with `pthread_attr_setsigmask_np` is in the kernel already: keep SIGTRAP out of it.
     signal::virtualise_thread_mask();
     if is_running() {

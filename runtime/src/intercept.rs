@@ -20,6 +20,9 @@
 //! - `prctl(PR_SET_SECCOMP)` and `syscall` (`seccomp`, `prctl`, and the
 //!   descriptor calls above made as raw syscalls): the detector is switched
 //!   off before a sandbox goes in.
+//! - `open`, `open64`, `openat`, `openat64`, `fopen`, `fopen64`, `opendir`, `readdir`, `readdir64`,
+//!   `closedir`: the program's own `/proc` status files and its `task` and `fd` listings read as
+//!   without racewatch ([`proc_view`]).
 //! - `dlclose`: the unwinder's table of mapped `.eh_frame` sections is emptied
 //!   (and its readers waited for) before a module can be unmapped, and rebuilt
 //!   after.
@@ -32,11 +35,11 @@
 //! Before the runtime owns `SIGTRAP` (no covered code, or one thread so
 //! far), the signal wrappers pass everything through unchanged.
 
-use crate::sys::ptr::{opt_mut, opt_ref};
+use crate::sys::ptr::{self, opt_cstr, opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
 use crate::sys::{fatal, fd, handlers, signal, stacks, thread, unwind_info};
-use crate::{detector, log};
-use std::ffi::{c_int, c_long, c_uint, c_ulong, c_void};
+use crate::{detector, log, proc_view};
+use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
 /// Interposed `pthread_create`.
 #[cfg_attr(feature = "preload", no_mangle)]
@@ -723,4 +726,102 @@ pub extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     let rc = if closing.safe { real::dlclose(handle) } else { 0 };
     unwind_info::closed(&closing);
     rc
+}
+
+/// Interposed `open`: the program's own `/proc` status files read as without racewatch
+/// ([`proc_view`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    proc_open(path, flags).unwrap_or_else(|| real::open(false, path, flags, mode))
+}
+
+/// Interposed `open64`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    proc_open(path, flags).unwrap_or_else(|| real::open(true, path, flags, mode))
+}
+
+/// Interposed `openat` (a relative path is never one of the files [`proc_view`] rewrites).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    proc_open(path, flags).unwrap_or_else(|| real::openat(false, dir, path, flags, mode))
+}
+
+/// Interposed `openat64`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    proc_open(path, flags).unwrap_or_else(|| real::openat(true, dir, path, flags, mode))
+}
+
+fn proc_open(path: *const c_char, flags: c_int) -> Option<c_int> {
+    if !ptr::cstr_starts_with(path, proc_view::PREFIX) {
+        return None;
+    }
+    proc_view::open(opt_cstr(path)?, flags)
+}
+
+/// Interposed `fopen`: as `open`, for reading.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    proc_fopen(path, mode).unwrap_or_else(|| real::fopen(false, path, mode))
+}
+
+/// Interposed `fopen64`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    proc_fopen(path, mode).unwrap_or_else(|| real::fopen(true, path, mode))
+}
+
+fn proc_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut libc::FILE> {
+    let mode = opt_cstr(mode)?;
+    let flags = proc_view::fopen_flags(mode.to_bytes())?;
+    let view = proc_open(path, flags)?;
+    let file = fd::fdopen(view, mode);
+    if file.is_none() {
+        real::close(view);
+    }
+    file
+}
+
+/// Interposed `opendir`: listings of the process's threads and descriptors leave racewatch's out.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
+    let dir = real::opendir(path);
+    if dir.is_null() || !ptr::cstr_starts_with(path, proc_view::PREFIX) {
+        return dir;
+    }
+    if let Some(target) = opt_cstr(path).and_then(proc_view::listing) {
+        proc_view::note_listing(dir as usize, target);
+    }
+    dir
+}
+
+/// Interposed `readdir`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn readdir(dir: *mut libc::DIR) -> *mut libc::dirent64 {
+    read_listing(false, dir)
+}
+
+/// Interposed `readdir64` (the same layout on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn readdir64(dir: *mut libc::DIR) -> *mut libc::dirent64 {
+    read_listing(true, dir)
+}
+
+fn read_listing(large: bool, dir: *mut libc::DIR) -> *mut libc::dirent64 {
+    let Some(target) = proc_view::listing_of(dir as usize) else { return real::readdir(large, dir) };
+    loop {
+        let entry = real::readdir(large, dir);
+        match ptr::dirent_name(entry) {
+            Some(name) if proc_view::hidden_entry(target, name) => continue,
+            _ => return entry,
+        }
+    }
+}
+
+/// Interposed `closedir`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn closedir(dir: *mut libc::DIR) -> c_int {
+    proc_view::forget_listing(dir as usize);
+    real::closedir(dir)
 }

@@ -26,6 +26,7 @@ pub mod longjmp;
 pub mod modules;
 pub mod options;
 pub mod own_file;
+pub mod proc_view;
 pub mod profile;
 pub mod queue;
 pub mod races_file;

@@ -394,3 +394,11 @@ impl Drop for QuietPipe {
 pub fn close(fd: i32) {
     real::close(fd);
 }
+
+/// `fdopen(fd, mode)`: a stream over a descriptor of the caller's (`mode`: a C string, as the
+/// program passed it to `fopen`).
+pub fn fdopen(fd: i32, mode: &std::ffi::CStr) -> Option<*mut libc::FILE> {
+    // SAFETY: `mode` is NUL-terminated; `fd` is open and owned by the caller.
+    let file = unsafe { libc::fdopen(fd, mode.as_ptr()) };
+    (!file.is_null()).then_some(file)
+}

@@ -15,6 +15,7 @@ pub mod hugepage;
 pub mod identity;
 pub mod jump;
 pub mod mem;
+pub mod memfile;
 pub mod perf;
 pub mod process;
 pub mod ptr;

@@ -22,3 +22,29 @@ pub fn leaked_ref<T>(ptr: *mut T) -> Option<&'static T> {
     // SAFETY: the only pointers passed here come from `Box::leak`, which are valid forever.
     unsafe { ptr.as_ref() }
 }
+
+/// A C string argument (a path, a mode): null or NUL-terminated, as the libc function requires.
+pub fn opt_cstr<'a>(ptr: *const std::ffi::c_char) -> Option<&'a std::ffi::CStr> {
+    // SAFETY: as in `opt_ref`: a non-null string argument of a libc function is NUL-terminated and
+    // lives for the duration of the call.
+    (!ptr.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(ptr) })
+}
+
+/// The name of a directory entry `readdir` returned (null or valid until the next `readdir`).
+pub fn dirent_name<'a>(entry: *const libc::dirent64) -> Option<&'a [u8]> {
+    // SAFETY: a non-null entry from the real `readdir` holds a NUL-terminated `d_name`.
+    let entry = unsafe { entry.as_ref() }?;
+    // SAFETY: `d_name` is NUL-terminated within the record.
+    Some(unsafe { std::ffi::CStr::from_ptr(entry.d_name.as_ptr()) }.to_bytes())
+}
+
+/// Whether the C string at `ptr` (null or NUL-terminated) starts with `prefix`, read no further than
+/// the first difference (no `strlen` of a long path).
+pub fn cstr_starts_with(ptr: *const std::ffi::c_char, prefix: &[u8]) -> bool {
+    !ptr.is_null()
+        && prefix.iter().enumerate().all(|(i, &want)| {
+            // SAFETY: the string is NUL-terminated and every byte before index `i` matched a non-NUL
+            // byte of `prefix`, so byte `i` is within it.
+            unsafe { *ptr.add(i) as u8 == want }
+        })
+}

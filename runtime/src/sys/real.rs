@@ -76,6 +76,16 @@ static LONGJMP: Real = Real::new(c"longjmp");
 static UNDERSCORE_LONGJMP: Real = Real::new(c"_longjmp");
 static SIGLONGJMP: Real = Real::new(c"siglongjmp");
 static LONGJMP_CHK: Real = Real::new(c"__longjmp_chk");
+static OPEN: Real = Real::new(c"open");
+static OPEN64: Real = Real::new(c"open64");
+static OPENAT: Real = Real::new(c"openat");
+static OPENAT64: Real = Real::new(c"openat64");
+static FOPEN: Real = Real::new(c"fopen");
+static FOPEN64: Real = Real::new(c"fopen64");
+static OPENDIR: Real = Real::new(c"opendir");
+static READDIR: Real = Real::new(c"readdir");
+static READDIR64: Real = Real::new(c"readdir64");
+static CLOSEDIR: Real = Real::new(c"closedir");
 
 const ALL: &[&Real] = &[
     &PTHREAD_CREATE,
@@ -112,6 +122,16 @@ const ALL: &[&Real] = &[
     &UNDERSCORE_LONGJMP,
     &SIGLONGJMP,
     &LONGJMP_CHK,
+    &OPEN,
+    &OPEN64,
+    &OPENAT,
+    &OPENAT64,
+    &FOPEN,
+    &FOPEN64,
+    &OPENDIR,
+    &READDIR,
+    &READDIR64,
+    &CLOSEDIR,
 ];
 
 /// Resolves every real function now (call from the constructor).
@@ -420,4 +440,39 @@ pub fn jump(which: Jump, env: *mut c_void, val: c_int) -> ! {
     // the arguments are the program's.
     let f: unsafe extern "C" fn(*mut c_void, c_int) -> ! = unsafe { std::mem::transmute(addr) };
     unsafe { f(env, val) }
+}
+
+/// The real `open` (`open64` when `large`); `mode` is passed on whatever the flags (the callee reads it
+/// only with `O_CREAT` or `O_TMPFILE`, as a variadic argument in the same register).
+pub fn open(large: bool, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let real = if large { &OPEN64 } else { &OPEN };
+    call!(real, -1, fn(*const c_char, c_int, c_uint) -> c_int, path, flags, mode)
+}
+
+/// The real `openat` (`openat64` when `large`).
+pub fn openat(large: bool, dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    let real = if large { &OPENAT64 } else { &OPENAT };
+    call!(real, -1, fn(c_int, *const c_char, c_int, c_uint) -> c_int, dir, path, flags, mode)
+}
+
+/// The real `fopen` (`fopen64` when `large`).
+pub fn fopen(large: bool, path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    let real = if large { &FOPEN64 } else { &FOPEN };
+    call!(real, std::ptr::null_mut(), fn(*const c_char, *const c_char) -> *mut libc::FILE, path, mode)
+}
+
+/// The real `opendir`.
+pub fn opendir(path: *const c_char) -> *mut libc::DIR {
+    call!(OPENDIR, std::ptr::null_mut(), fn(*const c_char) -> *mut libc::DIR, path)
+}
+
+/// The real `readdir` (`readdir64` when `large`; the same layout on x86-64).
+pub fn readdir(large: bool, dir: *mut libc::DIR) -> *mut libc::dirent64 {
+    let real = if large { &READDIR64 } else { &READDIR };
+    call!(real, std::ptr::null_mut(), fn(*mut libc::DIR) -> *mut libc::dirent64, dir)
+}
+
+/// The real `closedir`.
+pub fn closedir(dir: *mut libc::DIR) -> c_int {
+    call!(CLOSEDIR, -1, fn(*mut libc::DIR) -> c_int, dir)
 }

@@ -350,7 +350,42 @@ pub fn trap_blocked() -> bool {
 
 /// Records whether the program has `SIGTRAP` blocked in the calling thread.
 pub fn set_trap_blocked(blocked: bool) {
+    if TRAP_BLOCKED.with(|b| b.replace(blocked)) != blocked {
+        note_blocked_tid(blocked);
+    }
+}
+
+/// Records the program's `SIGTRAP` mask bit of a thread that starts (its entry in [`BLOCKED_TIDS`] set
+/// right whatever an ended thread with the same id left there).
+pub fn set_trap_blocked_at_start(blocked: bool) {
     TRAP_BLOCKED.with(|b| b.set(blocked));
+    note_blocked_tid(blocked);
+}
+
+fn note_blocked_tid(blocked: bool) {
+    let tid = raw::gettid();
+    let slot = BLOCKED_TIDS.iter().find(|s| s.load(Ordering::Relaxed) == tid);
+    match (blocked, slot) {
+        (true, None) => {
+            let _ =
+                BLOCKED_TIDS.iter().find(|s| s.compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+        }
+        (false, Some(slot)) => slot.store(0, Ordering::Release),
+        _ => {}
+    }
+}
+
+/// Threads that have `SIGTRAP` blocked, as the program set it (the kernel's mask lacks it), for other
+/// threads' reads of their `/proc/<pid>/task/<tid>/status` ([`crate::proc_view`]); a thread starting
+/// records its bit, so an entry left by an ended thread is set right when its id comes back.
+static BLOCKED_TIDS: [AtomicI32; 64] = [const { AtomicI32::new(0) }; 64];
+
+/// Whether the program has `SIGTRAP` blocked in thread `tid` (`None`: unknown, more threads blocked
+/// it than the table holds).
+pub fn trap_blocked_in(tid: i32) -> Option<bool> {
+    let listed = BLOCKED_TIDS.iter().any(|s| s.load(Ordering::Acquire) == tid);
+    let full = BLOCKED_TIDS.iter().all(|s| s.load(Ordering::Relaxed) != 0);
+    (listed || !full).then_some(listed)
 }
 
 /// Takes `SIGTRAP` out of the calling thread's kernel mask, remembering that the program had it blocked.

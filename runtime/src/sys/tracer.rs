@@ -15,11 +15,15 @@ pub fn open() -> bool {
     if STATUS.load(Ordering::Acquire) >= 0 {
         return true;
     }
-    // SAFETY: a NUL-terminated literal path; the descriptor is ours.
-    let low = unsafe { libc::open(c"/proc/self/status".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    // The raw call, not libc's `open`: racewatch's own interposer would hand a program thread the
+    // program's view of the file (crate::proc_view), a snapshot without the later TracerPid.
+    let path = c"/proc/self/status";
+    let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
+    let low = super::raw::syscall6(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags, 0, 0, 0]);
     if low < 0 {
         return false;
     }
+    let low = low as i32;
     match fd::keep_high(low) {
         Ok(high) => {
             STATUS.store(high, Ordering::Release);

@@ -1,0 +1,379 @@
+//! The program's own `/proc` files, as they would read without racewatch.
+//!
+//! While the detector runs, the kernel's view of the process carries racewatch's state: `SigCgt`
+//! has `SIGTRAP` (racewatch's handler), `SigBlk` lacks a `SIGTRAP` the program blocked (kept
+//! virtual), `Threads:` and `/proc/self/stat`'s thread count include the reporter thread, and the
+//! listings of `/proc/self/task` and `/proc/self/fd` show the reporter and racewatch's descriptors.
+//! A program that opens its own `status` or `stat` (`open*`, `fopen`) gets a snapshot with the
+//! program's values when they differ (a memory file, read from its start), and its `opendir`
+//! listings of `task` and `fd` skip racewatch's entries. A file whose text is already the
+//! program's is opened for real; so is every file when no detector runs.
+//!
+//! This module parses paths and rewrites text (no system calls); [`crate::sys::memfile`] makes the
+//! snapshot and [`crate::intercept`] holds the entry points.
+
+use crate::reporter;
+use crate::sys::{fd, raw, signal};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// How every path [`classify`] knows starts.
+pub const PREFIX: &[u8] = b"/proc/";
+
+/// One of the process's own files whose text carries racewatch's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// `status` of thread `tid` (`/proc/self/status` is the main thread's).
+    Status { tid: i32 },
+    /// `stat` of thread `tid`.
+    Stat { tid: i32 },
+    /// The directory listing the process's threads.
+    TaskDir,
+    /// The directory listing its descriptors.
+    FdDir,
+}
+
+/// What `path` names, for a process `pid` asked by its thread `caller`; `None` for anything else
+/// (relative paths, other processes, other files).
+pub fn classify(path: &[u8], pid: i32, caller: i32) -> Option<Target> {
+    let mut parts = path.split(|&b| b == b'/').filter(|p| !p.is_empty() && *p != b".");
+    if !path.starts_with(b"/") || parts.next()? != b"proc" {
+        return None;
+    }
+    let who = parts.next()?;
+    let (tid, thread_self) = match who {
+        b"self" => (pid, false),
+        b"thread-self" => (caller, true),
+        digits => (number(digits).filter(|&n| n == pid)?, false),
+    };
+    let target = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(b"status"), None, ..) => Target::Status { tid },
+        (Some(b"stat"), None, ..) => Target::Stat { tid },
+        (Some(b"fd"), None, ..) => Target::FdDir,
+        (Some(b"task"), None, ..) if !thread_self => Target::TaskDir,
+        (Some(b"task"), Some(n), Some(b"status"), None) if !thread_self => Target::Status { tid: number(n)? },
+        (Some(b"task"), Some(n), Some(b"stat"), None) if !thread_self => Target::Stat { tid: number(n)? },
+        _ => return None,
+    };
+    Some(target)
+}
+
+fn number(digits: &[u8]) -> Option<i32> {
+    if digits.is_empty() || digits.len() > 9 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0i32, |n, &d| n * 10 + i32::from(d - b'0')))
+}
+
+/// The program's facts where the kernel shows racewatch's (`None`: the kernel's is the program's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// Whether the program catches `SIGTRAP` (`SigCgt`).
+    pub trap_caught: Option<bool>,
+    /// Whether the program ignores `SIGTRAP` (`SigIgn`).
+    pub trap_ignored: Option<bool>,
+    /// Whether the thread has `SIGTRAP` blocked (`SigBlk`).
+    pub trap_blocked: Option<bool>,
+    /// Threads of racewatch's to leave out of the count.
+    pub hidden_threads: u32,
+}
+
+const TRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
+
+/// `status` text with the program's facts; `None` when it does not fit `out`.
+pub fn rewrite_status(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usize> {
+    let mut w = Writer { out, len: 0 };
+    for line in text.split_inclusive(|&b| b == b'\n') {
+        let fixed =
+            [(&b"SigBlk:"[..], facts.trap_blocked), (b"SigIgn:", facts.trap_ignored), (b"SigCgt:", facts.trap_caught)]
+                .into_iter()
+                .find_map(|(key, fact)| Some((key, fact?)).filter(|_| line.starts_with(key)));
+        if let Some((key, set)) = fixed {
+            let Some(bits) = hex_field(&line[key.len()..]) else {
+                w.put(line)?;
+                continue;
+            };
+            let bits = if set { bits | TRAP_BIT } else { bits & !TRAP_BIT };
+            w.put(key)?;
+            w.put(b"\t")?;
+            w.put_hex16(bits)?;
+            w.put(b"\n")?;
+        } else if let (true, Some(n)) = (line.starts_with(b"Threads:"), decimal_field(&line[b"Threads:".len()..])) {
+            w.put(b"Threads:\t")?;
+            w.put_decimal(less(n, facts.hidden_threads))?;
+            w.put(b"\n")?;
+        } else {
+            w.put(line)?;
+        }
+    }
+    Some(w.len)
+}
+
+/// `stat` text with the program's thread count (field 20, `num_threads`).
+pub fn rewrite_stat(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usize> {
+    // The command name (field 2) may hold spaces and parentheses: fields are counted after its last ')'.
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let mut w = Writer { out, len: 0 };
+    w.put(&text[..=close])?;
+    // After ") " field 3 comes first: num_threads is the 18th field from there.
+    for (i, field) in text[close + 1..].split(|&b| b == b' ').enumerate() {
+        if i > 0 {
+            w.put(b" ")?;
+        }
+        match (i, decimal_field(field)) {
+            (18, Some(n)) => w.put_decimal(less(n, facts.hidden_threads))?,
+            _ => w.put(field)?,
+        }
+    }
+    Some(w.len)
+}
+
+fn less(n: u64, hidden: u32) -> u64 {
+    n.saturating_sub(u64::from(hidden)).max(1)
+}
+
+/// A hexadecimal field after a tab, up to the end of the line.
+fn hex_field(rest: &[u8]) -> Option<u64> {
+    let digits = rest.trim_ascii();
+    if digits.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+}
+
+fn decimal_field(rest: &[u8]) -> Option<u64> {
+    let digits = rest.trim_ascii();
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// Writes into a fixed buffer (no allocation: `open` may be called from a signal handler).
+struct Writer<'a> {
+    out: &'a mut [u8],
+    len: usize,
+}
+
+impl Writer<'_> {
+    fn put(&mut self, bytes: &[u8]) -> Option<()> {
+        let end = self.len.checked_add(bytes.len()).filter(|&end| end <= self.out.len())?;
+        self.out[self.len..end].copy_from_slice(bytes);
+        self.len = end;
+        Some(())
+    }
+
+    fn put_hex16(&mut self, bits: u64) -> Option<()> {
+        let digits: [u8; 16] = std::array::from_fn(|i| b"0123456789abcdef"[(bits >> (60 - 4 * i) & 0xf) as usize]);
+        self.put(&digits)
+    }
+
+    fn put_decimal(&mut self, n: u64) -> Option<()> {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = n;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.put(&digits[at..])
+    }
+}
+
+/// Whether anything of racewatch's shows in the process's `/proc` files now.
+fn anything_to_hide() -> bool {
+    signal::is_installed() || reporter::has_thread()
+}
+
+/// The program's facts for thread `tid`, asked by thread `caller`.
+fn facts_for(tid: i32, caller: i32) -> Facts {
+    let installed = signal::is_installed();
+    let handler = signal::program_action().sa_sigaction;
+    let blocked = if tid == caller { Some(signal::trap_blocked()) } else { signal::trap_blocked_in(tid) };
+    Facts {
+        trap_caught: installed.then_some(handler != libc::SIG_DFL && handler != libc::SIG_IGN),
+        trap_ignored: installed.then_some(handler == libc::SIG_IGN),
+        trap_blocked: blocked.filter(|_| installed),
+        hidden_threads: u32::from(reporter::has_thread()),
+    }
+}
+
+/// For an `open` of `path` with `flags` by the program: a descriptor of a snapshot holding the
+/// program's text, or `None` to open the file for real (not one of the process's own files that
+/// show racewatch's state, nothing to hide, or no snapshot could be made).
+pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
+    let bytes = path.to_bytes();
+    if !bytes.starts_with(PREFIX) || !anything_to_hide() || flags & libc::O_ACCMODE != libc::O_RDONLY {
+        return None;
+    }
+    if flags & (libc::O_CREAT | libc::O_DIRECTORY | libc::O_PATH | libc::O_TMPFILE) != 0 {
+        return None;
+    }
+    let caller = raw::gettid();
+    if reporter::is_reporter_thread(caller) {
+        return None; // racewatch's own reads (the tracer check) see the kernel's text.
+    }
+    let (tid, stat) = match classify(bytes, raw::getpid(), caller)? {
+        Target::Status { tid } => (tid, false),
+        Target::Stat { tid } => (tid, true),
+        Target::TaskDir | Target::FdDir => return None,
+    };
+    let facts = facts_for(tid, caller);
+    let rewrite = |text: &[u8], out: &mut [u8]| {
+        if stat {
+            rewrite_stat(text, &facts, out)
+        } else {
+            rewrite_status(text, &facts, out)
+        }
+    };
+    crate::sys::memfile::rewritten(path, flags & libc::O_CLOEXEC != 0, rewrite)
+}
+
+/// The `open` flags of an `fopen` mode that only reads (`None`: one that writes, never rewritten).
+pub fn fopen_flags(mode: &[u8]) -> Option<libc::c_int> {
+    let reads_only = mode.first() == Some(&b'r') && !mode.contains(&b'+');
+    reads_only.then_some(libc::O_RDONLY | if mode.contains(&b'e') { libc::O_CLOEXEC } else { 0 })
+}
+
+/// Whether the entry `name` of a listing of `dir` is racewatch's (the reporter thread, one of its
+/// descriptors).
+pub fn hidden_entry(dir: Target, name: &[u8]) -> bool {
+    let Some(n) = number(name) else { return false };
+    match dir {
+        Target::TaskDir => reporter::is_reporter_thread(n),
+        Target::FdDir => fd::is_own(n),
+        Target::Status { .. } | Target::Stat { .. } => false,
+    }
+}
+
+/// For an `opendir` of `path` by the program: the listing whose entries [`hidden_entry`] filters.
+pub fn listing(path: &std::ffi::CStr) -> Option<Target> {
+    let bytes = path.to_bytes();
+    if !bytes.starts_with(PREFIX) || !anything_to_hide() {
+        return None;
+    }
+    let caller = raw::gettid();
+    if reporter::is_reporter_thread(caller) {
+        return None;
+    }
+    classify(bytes, raw::getpid(), caller).filter(|t| matches!(t, Target::TaskDir | Target::FdDir))
+}
+
+/// Open listings of `task` and `fd` (a `DIR` pointer, 16-byte aligned by `malloc`, with the kind in
+/// its low bits); 0: free. A listing that finds no free entry is shown unfiltered.
+static LISTINGS: [AtomicUsize; 16] = [const { AtomicUsize::new(0) }; 16];
+/// How many entries of [`LISTINGS`] are in use (every `readdir` of the program reads it first).
+static OPEN_LISTINGS: AtomicUsize = AtomicUsize::new(0);
+const TASK_TAG: usize = 1;
+const FD_TAG: usize = 2;
+
+/// Records `dir`, an `opendir` of `target`, for [`listing_of`].
+pub fn note_listing(dir: usize, target: Target) {
+    let tag = match target {
+        Target::TaskDir => TASK_TAG,
+        Target::FdDir => FD_TAG,
+        Target::Status { .. } | Target::Stat { .. } => return,
+    };
+    if dir & 0xf != 0 {
+        return;
+    }
+    OPEN_LISTINGS.fetch_add(1, Ordering::AcqRel);
+    if !LISTINGS.iter().any(|l| l.compare_exchange(0, dir | tag, Ordering::AcqRel, Ordering::Relaxed).is_ok()) {
+        OPEN_LISTINGS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What `dir` lists, when it is one of the listings [`note_listing`] recorded.
+pub fn listing_of(dir: usize) -> Option<Target> {
+    if OPEN_LISTINGS.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let entry = LISTINGS.iter().map(|l| l.load(Ordering::Acquire)).find(|&e| e != 0 && e & !0xf == dir)?;
+    Some(if entry & 0xf == TASK_TAG { Target::TaskDir } else { Target::FdDir })
+}
+
+/// Forgets `dir` (the program closes it).
+pub fn forget_listing(dir: usize) {
+    if OPEN_LISTINGS.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    for l in &LISTINGS {
+        let entry = l.load(Ordering::Acquire);
+        if entry != 0
+            && entry & !0xf == dir
+            && l.compare_exchange(entry, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            OPEN_LISTINGS.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_files_are_told_from_others() {
+        let c = |p: &str| classify(p.as_bytes(), 100, 105);
+        assert_eq!(c("/proc/self/status"), Some(Target::Status { tid: 100 }));
+        assert_eq!(c("/proc/100/status"), Some(Target::Status { tid: 100 }));
+        assert_eq!(c("//proc/./self//stat"), Some(Target::Stat { tid: 100 }));
+        assert_eq!(c("/proc/thread-self/status"), Some(Target::Status { tid: 105 }));
+        assert_eq!(c("/proc/self/task/107/status"), Some(Target::Status { tid: 107 }));
+        assert_eq!(c("/proc/100/task/107/stat"), Some(Target::Stat { tid: 107 }));
+        assert_eq!(c("/proc/self/task"), Some(Target::TaskDir));
+        assert_eq!(c("/proc/self/task/"), Some(Target::TaskDir));
+        assert_eq!(c("/proc/thread-self/fd"), Some(Target::FdDir));
+        for other in ["/proc/101/status", "/proc/self/statm", "proc/self/status", "/proc/self/task/x/status"] {
+            assert_eq!(c(other), None, "{other}");
+        }
+        assert_eq!(c("/proc/self/../1/status"), None);
+        assert_eq!(c("/proc/self/task/107/status/x"), None);
+    }
+
+    const STATUS: &str = "Name:\tprog\nState:\tS (sleeping)\nThreads:\t3\nSigQ:\t0/1000\n\
+        SigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\n\
+        SigIgn:\t0000000000001000\nSigCgt:\t0000000180000010\nCapInh:\t0000000000000000\n";
+
+    fn status_with(facts: Facts) -> String {
+        let mut out = [0u8; 1024];
+        let len = rewrite_status(STATUS.as_bytes(), &facts, &mut out).unwrap();
+        String::from_utf8(out[..len].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn status_shows_the_programs_signals_and_threads() {
+        let facts =
+            Facts { trap_caught: Some(false), trap_ignored: Some(false), trap_blocked: Some(true), hidden_threads: 1 };
+        let text = status_with(facts);
+        assert!(text.contains("\nSigBlk:\t0000000000000010\n"), "{text}");
+        assert!(text.contains("\nSigCgt:\t0000000180000000\n"), "{text}");
+        assert!(text.contains("\nSigIgn:\t0000000000001000\n"), "{text}");
+        assert!(text.contains("\nThreads:\t2\n"), "{text}");
+        assert!(
+            text.starts_with("Name:\tprog\nState:\tS (sleeping)\n") && text.ends_with("CapInh:\t0000000000000000\n")
+        );
+        assert_eq!(status_with(Facts::default()), STATUS, "nothing to change: the kernel's text");
+    }
+
+    #[test]
+    fn a_status_too_long_for_the_buffer_is_not_rewritten() {
+        let mut out = [0u8; 16];
+        assert_eq!(rewrite_status(STATUS.as_bytes(), &Facts::default(), &mut out), None);
+    }
+
+    #[test]
+    fn stat_counts_the_programs_threads() {
+        let stat = b"4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 12345 1000 200\n";
+        let facts = Facts { hidden_threads: 1, ..Facts::default() };
+        let mut out = [0u8; 256];
+        let len = rewrite_stat(stat, &facts, &mut out).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out[..len]).unwrap(),
+            "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 2 0 12345 1000 200\n"
+        );
+    }
+}

@@ -1,0 +1,131 @@
+//! A file's text, rewritten, as a memory file (`memfd`) read from its start: what
+//! [`crate::proc_view`] hands the program for its own `/proc` files. Raw system calls and an
+//! anonymous mapping only (no allocation, no `errno`): `open` is async-signal-safe, and a program may
+//! call it from a handler.
+
+use super::raw::syscall6;
+use std::ffi::CStr;
+
+/// The most text read from the file, and written.
+const MAX_TEXT: usize = 32 * 1024;
+
+/// A private anonymous mapping of `MAX_TEXT` bytes for the file's text and as many for the rewrite,
+/// unmapped when dropped.
+struct Scratch(*mut u8);
+
+impl Scratch {
+    fn new() -> Option<Scratch> {
+        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+        let addr = syscall6(libc::SYS_mmap, [0, 2 * MAX_TEXT as u64, prot, flags, u64::MAX, 0]);
+        (!(-4095..=0).contains(&addr)).then_some(Scratch(addr as *mut u8))
+    }
+
+    fn halves(&mut self) -> (&mut [u8], &mut [u8]) {
+        // SAFETY: the mapping is 2 * MAX_TEXT bytes, readable and writable, and lives as long as `self`.
+        let all = unsafe { std::slice::from_raw_parts_mut(self.0, 2 * MAX_TEXT) };
+        all.split_at_mut(MAX_TEXT)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        syscall6(libc::SYS_munmap, [self.0 as u64, 2 * MAX_TEXT as u64, 0, 0, 0, 0]);
+    }
+}
+
+/// Reads `path`, rewrites its text with `rewrite` (into a buffer; `None`: it does not fit) and returns
+/// a memory file holding the result, positioned at its start (close-on-exec when `cloexec`). `None`
+/// when the rewrite is the file's own text or anything fails: the caller opens the file for real.
+pub fn rewritten(
+    path: &CStr,
+    cloexec: bool,
+    rewrite: impl FnOnce(&[u8], &mut [u8]) -> Option<usize>,
+) -> Option<libc::c_int> {
+    let mut scratch = Scratch::new()?;
+    let (text, out) = scratch.halves();
+    let len = read_all(path, text)?;
+    let new_len = rewrite(&text[..len], out)?;
+    if out[..new_len] == text[..len] {
+        return None;
+    }
+    let name = path.to_bytes().rsplit(|&b| b == b'/').next().filter(|n| !n.is_empty()).unwrap_or(b"proc");
+    let mut c_name = [0u8; 32];
+    let n = name.len().min(c_name.len() - 1);
+    c_name[..n].copy_from_slice(&name[..n]);
+    let flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
+    let fd = syscall6(libc::SYS_memfd_create, [c_name.as_ptr() as u64, u64::from(flags), 0, 0, 0, 0]);
+    if fd < 0 {
+        return None;
+    }
+    let fd = fd as libc::c_int;
+    let mut done = 0;
+    while done < new_len {
+        let rest = &out[done..new_len];
+        let n = syscall6(libc::SYS_write, [fd as u64, rest.as_ptr() as u64, rest.len() as u64, 0, 0, 0]);
+        if n <= 0 {
+            syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+            return None;
+        }
+        done += n as usize;
+    }
+    syscall6(libc::SYS_lseek, [fd as u64, 0, libc::SEEK_SET as u64, 0, 0, 0]);
+    Some(fd)
+}
+
+/// The whole text of `path` into `buf`; `None` if it cannot be read or does not fit.
+fn read_all(path: &CStr, buf: &mut [u8]) -> Option<usize> {
+    let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
+    let fd = syscall6(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags, 0, 0, 0]);
+    if fd < 0 {
+        return None;
+    }
+    let mut len = 0;
+    let complete = loop {
+        let rest = &mut buf[len..];
+        if rest.is_empty() {
+            break false;
+        }
+        let n = syscall6(libc::SYS_read, [fd as u64, rest.as_mut_ptr() as u64, rest.len() as u64, 0, 0, 0]);
+        match n {
+            0 => break true,
+            n if n < 0 && n != -i64::from(libc::EINTR) => break false,
+            n if n < 0 => {}
+            n => len += n as usize,
+        }
+    };
+    syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+    complete.then_some(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::unix::io::FromRawFd;
+
+    fn read(fd: libc::c_int) -> String {
+        // SAFETY: a descriptor `rewritten` just made, owned by the test from here.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+        let mut text = String::new();
+        file.read_to_string(&mut text).unwrap();
+        text
+    }
+
+    #[test]
+    fn the_rewrite_is_read_from_its_start_and_an_unchanged_text_is_not_copied() {
+        let upper = |text: &[u8], out: &mut [u8]| {
+            out[..text.len()].copy_from_slice(text);
+            out[..text.len()].make_ascii_uppercase();
+            Some(text.len())
+        };
+        let fd = super::rewritten(c"/proc/self/comm", true, upper).unwrap();
+        let own = std::fs::read_to_string("/proc/self/comm").unwrap();
+        assert_eq!(read(fd), own.to_uppercase());
+        let same = |text: &[u8], out: &mut [u8]| {
+            out[..text.len()].copy_from_slice(text);
+            Some(text.len())
+        };
+        assert_eq!(super::rewritten(c"/proc/self/comm", true, same), None);
+        assert_eq!(super::rewritten(c"/nonexistent/file", true, same), None);
+    }
+}

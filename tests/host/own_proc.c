@@ -1,0 +1,81 @@
+/* A server that prints its own state from /proc while its threads run, as `ps s` and monitoring
+ * endpoints do: its signal masks and dispositions (SigBlk, SigIgn, SigCgt), its thread count (status,
+ * stat, the task listing) and its descriptors (the fd listing), read through fopen, open and opendir,
+ * for the process, the main thread by id and the calling thread. With "blocked" it blocks SIGTRAP and
+ * SIGUSR1 before its threads start (they inherit the mask). */
+#include <dirent.h>
+static void on_usr2(int sig) { (void)sig; }
+
+static void print_fields(const char *who, const char *path) {
+  FILE *f = fopen(path, "r");
+  char line[512];
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "Sig", 3) && strncmp(line, "SigQ", 4) && strncmp(line, "SigPnd", 6))
+      printf("%s %s", who, line);
+    else if (!strncmp(line, "Threads:", 8))
+      printf("%s %s", who, line);
+  if (f) fclose(f);
+  if (!f) printf("%s: cannot open %s\n", who, path);
+}
+
+static void print_blocked_by_open(const char *who, const char *path) {
+  char text[8192];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof text - 1);
+  if (fd >= 0) close(fd);
+  if (n <= 0) {
+    printf("%s: cannot read %s\n", who, path);
+    return;
+  }
+  text[n] = 0;
+  char *line = strstr(text, "SigBlk:");
+  if (line) printf("%s %.*s\n", who, (int)strcspn(line, "\n"), line);
+}
+
+static int count_entries(const char *path) {
+  DIR *dir = opendir(path);
+  if (!dir) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(dir));)
+    if (e->d_name[0] != '.') n++;
+  closedir(dir);
+  return n;
+}
+
+static long stat_threads(void) {
+  char text[2048];
+  int fd = open("/proc/self/stat", O_RDONLY);
+  ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof text - 1);
+  if (fd >= 0) close(fd);
+  if (n <= 0) return -1;
+  text[n] = 0;
+  char *p = strrchr(text, ')');
+  for (int field = 2; p && field < 20; field++) p = strchr(p + 1, ' ');
+  return p ? strtol(p + 1, NULL, 10) : -1;
+}
+
+int main(int argc, char **argv) {
+  int blocked = argc > 1 && !strcmp(argv[1], "blocked");
+  signal(SIGUSR2, on_usr2);
+  if (blocked) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTRAP);
+    sigaddset(&set, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+  }
+  rw_start(2, 1.0, 0);
+  rw_sleep(0.3);
+  char path[64];
+  print_fields("process", "/proc/self/status");
+  snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)getpid(), (int)getpid());
+  print_blocked_by_open("main by id", path);
+  print_blocked_by_open("calling thread", "/proc/thread-self/status");
+  printf("stat threads: %ld\n", stat_threads());
+  snprintf(path, sizeof path, "/proc/%d/task", (int)getpid());
+  printf("task entries: %d\n", count_entries(path));
+  printf("fd entries: %d\n", count_entries("/proc/self/fd"));
+  rw_join();
+  printf("done\n");
+  return 0;
+}

@@ -518,10 +518,19 @@ fn a_thread_alone_does_not_watch() {
         "pauses {pauses}, samples {samples}, armed {armed}: {}",
         stats_summary(&run.stderr)
     );
+    // With watch_alone=1 nothing is declined or paused for running alone. How many watches are armed
+    // depends on the CPU the worker gets (87 samples, 9 watches in one CI run on a loaded 2-core machine;
+    // most of the rest were declined as the worker's own memory).
     let run = run_under(&[&profile[..], &["watch_alone=1"]].concat(), &bin, &["1"]);
     let armed = stat(&run.stderr, "watches armed").unwrap_or(0);
+    let samples = stat(&run.stderr, "samples").unwrap_or(0);
     let alone = stat(&run.stderr, "samples declined while no other thread ran (nobody to race with)").unwrap_or(1);
-    assert!(armed > 10 && alone == 0, "watch_alone=1: armed {armed}, declined {alone}: {}", stats_summary(&run.stderr));
+    let pauses = stat(&run.stderr, "timers paused while one thread ran alone").unwrap_or(1);
+    assert!(
+        samples > 20 && armed > 0 && alone == 0 && pauses == 0,
+        "watch_alone=1: samples {samples}, armed {armed}, declined {alone}, pauses {pauses}: {}",
+        stats_summary(&run.stderr)
+    );
 }
 
 /// Two threads stream over buffers of their own: after each 64 KiB region's first watches, the sampler

@@ -46,6 +46,20 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("close/racewatch", |b| b.iter(|| intercept::close(black_box(-1))));
 
+    // Any other file: one prefix test. The process's own status: a snapshot with the program's values.
+    for (name, path) in [("open+close /dev/null", c"/dev/null"), ("open+close /proc/self/status", c"/proc/self/status")]
+    {
+        g.bench_function(format!("{name}/libc"), |b| {
+            b.iter(|| {
+                // SAFETY: opens a NUL-terminated path for reading and closes the descriptor it returns.
+                unsafe { libc::close(libc::open(black_box(path.as_ptr()), libc::O_RDONLY)) }
+            })
+        });
+        g.bench_function(format!("{name}/racewatch"), |b| {
+            b.iter(|| intercept::close(intercept::open(black_box(path.as_ptr()), libc::O_RDONLY, 0)))
+        });
+    }
+
     let create = |interposed: bool| {
         let mut thread: libc::pthread_t = 0;
         let rc = if interposed {

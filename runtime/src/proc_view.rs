@@ -183,9 +183,10 @@ impl Writer<'_> {
     }
 }
 
-/// Whether anything of racewatch's shows in the process's `/proc` files now.
+/// Whether anything of racewatch's shows in the process's `/proc` files now (never in a `vfork` child:
+/// the records are its parent's).
 fn anything_to_hide() -> bool {
-    signal::is_installed() || reporter::has_thread()
+    (signal::is_installed() || reporter::has_thread()) && !signal::in_borrowed_memory()
 }
 
 /// The program's facts for thread `tid`, asked by thread `caller`.

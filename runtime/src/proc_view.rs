@@ -32,9 +32,10 @@ pub enum Target {
     FdDir,
 }
 
-/// What `path` names, for a process `pid` asked by its thread `caller`; `None` for anything else
-/// (relative paths, other processes, other files).
-pub fn classify(path: &[u8], pid: i32, caller: i32) -> Option<Target> {
+/// What `path` names, for a process `pid` asked by its thread `caller` (`own_thread`: whether a number
+/// other than `pid` is one of its threads, `/proc/<tid>/…`); `None` for anything else (relative paths,
+/// other processes, other files).
+pub fn classify(path: &[u8], pid: i32, caller: i32, own_thread: impl Fn(i32) -> bool) -> Option<Target> {
     let mut parts = path.split(|&b| b == b'/').filter(|p| !p.is_empty() && *p != b".");
     if !path.starts_with(b"/") || parts.next()? != b"proc" {
         return None;
@@ -43,7 +44,12 @@ pub fn classify(path: &[u8], pid: i32, caller: i32) -> Option<Target> {
     let (tid, thread_self) = match who {
         b"self" => (pid, false),
         b"thread-self" => (caller, true),
-        digits => (number(digits).filter(|&n| n == pid)?, false),
+        digits => match number(digits)? {
+            n if n == pid => (n, false),
+            // Another thread's own directory: its status and stat, like `thread-self`.
+            n if n == caller || own_thread(n) => (n, true),
+            _ => return None,
+        },
     };
     let target = match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(b"status"), None, ..) => Target::Status { tid },
@@ -73,6 +79,9 @@ pub struct Facts {
     pub trap_ignored: Option<bool>,
     /// Whether the thread has `SIGTRAP` blocked (`SigBlk`).
     pub trap_blocked: Option<bool>,
+    /// Whether a `SIGTRAP` pending for the thread shows (`SigPnd`): `Some(false)` while the program lets
+    /// `SIGTRAP` through, where one pending is racewatch's, on its way to the handler.
+    pub trap_pending: Option<bool>,
     /// Threads of racewatch's to leave out of the count.
     pub hidden_threads: u32,
 }
@@ -83,10 +92,14 @@ const TRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
 pub fn rewrite_status(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usize> {
     let mut w = Writer { out, len: 0 };
     for line in text.split_inclusive(|&b| b == b'\n') {
-        let fixed =
-            [(&b"SigBlk:"[..], facts.trap_blocked), (b"SigIgn:", facts.trap_ignored), (b"SigCgt:", facts.trap_caught)]
-                .into_iter()
-                .find_map(|(key, fact)| Some((key, fact?)).filter(|_| line.starts_with(key)));
+        let fixed = [
+            (&b"SigPnd:"[..], facts.trap_pending),
+            (b"SigBlk:", facts.trap_blocked),
+            (b"SigIgn:", facts.trap_ignored),
+            (b"SigCgt:", facts.trap_caught),
+        ]
+        .into_iter()
+        .find_map(|(key, fact)| Some((key, fact?)).filter(|_| line.starts_with(key)));
         if let Some((key, set)) = fixed {
             let Some(bits) = hex_field(&line[key.len()..]) else {
                 w.put(line)?;
@@ -94,13 +107,9 @@ pub fn rewrite_status(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usiz
             };
             let bits = if set { bits | TRAP_BIT } else { bits & !TRAP_BIT };
             w.put(key)?;
-            w.put(b"\t")?;
-            w.put_hex16(bits)?;
-            w.put(b"\n")?;
+            w.put_fmt(format_args!("\t{bits:016x}\n"))?;
         } else if let (true, Some(n)) = (line.starts_with(b"Threads:"), decimal_field(&line[b"Threads:".len()..])) {
-            w.put(b"Threads:\t")?;
-            w.put_decimal(less(n, facts.hidden_threads))?;
-            w.put(b"\n")?;
+            w.put_fmt(format_args!("Threads:\t{}\n", less(n, facts.hidden_threads)))?;
         } else {
             w.put(line)?;
         }
@@ -120,7 +129,7 @@ pub fn rewrite_stat(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usize>
             w.put(b" ")?;
         }
         match (i, decimal_field(field)) {
-            (18, Some(n)) => w.put_decimal(less(n, facts.hidden_threads))?,
+            (18, Some(n)) => w.put_fmt(format_args!("{}", less(n, facts.hidden_threads)))?,
             _ => w.put(field)?,
         }
     }
@@ -162,24 +171,15 @@ impl Writer<'_> {
         Some(())
     }
 
-    fn put_hex16(&mut self, bits: u64) -> Option<()> {
-        let digits: [u8; 16] = std::array::from_fn(|i| b"0123456789abcdef"[(bits >> (60 - 4 * i) & 0xf) as usize]);
-        self.put(&digits)
+    /// `args` formatted (integers: no allocation).
+    fn put_fmt(&mut self, args: std::fmt::Arguments) -> Option<()> {
+        std::fmt::Write::write_fmt(self, args).ok()
     }
+}
 
-    fn put_decimal(&mut self, n: u64) -> Option<()> {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut n = n;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        self.put(&digits[at..])
+impl std::fmt::Write for Writer<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.put(s.as_bytes()).ok_or(std::fmt::Error)
     }
 }
 
@@ -198,6 +198,7 @@ fn facts_for(tid: i32, caller: i32) -> Facts {
         trap_caught: installed.then_some(handler != libc::SIG_DFL && handler != libc::SIG_IGN),
         trap_ignored: installed.then_some(handler == libc::SIG_IGN),
         trap_blocked: blocked.filter(|_| installed),
+        trap_pending: (installed && blocked == Some(false)).then_some(false),
         hidden_threads: u32::from(reporter::has_thread()),
     }
 }
@@ -217,7 +218,7 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     if reporter::is_reporter_thread(caller) {
         return None; // racewatch's own reads (the tracer check) see the kernel's text.
     }
-    let (tid, stat) = match classify(bytes, raw::getpid(), caller)? {
+    let (tid, stat) = match classify(bytes, raw::getpid(), caller, raw::thread_alive)? {
         Target::Status { tid } => (tid, false),
         Target::Stat { tid } => (tid, true),
         Target::TaskDir | Target::FdDir => return None,
@@ -260,7 +261,7 @@ pub fn listing(path: &std::ffi::CStr) -> Option<Target> {
     if reporter::is_reporter_thread(caller) {
         return None;
     }
-    classify(bytes, raw::getpid(), caller).filter(|t| matches!(t, Target::TaskDir | Target::FdDir))
+    classify(bytes, raw::getpid(), caller, raw::thread_alive).filter(|t| matches!(t, Target::TaskDir | Target::FdDir))
 }
 
 /// Open listings of `task` and `fd` (a `DIR` pointer, 16-byte aligned by `malloc`, with the kind in
@@ -318,7 +319,7 @@ mod tests {
 
     #[test]
     fn own_files_are_told_from_others() {
-        let c = |p: &str| classify(p.as_bytes(), 100, 105);
+        let c = |p: &str| classify(p.as_bytes(), 100, 105, |n| n == 107);
         assert_eq!(c("/proc/self/status"), Some(Target::Status { tid: 100 }));
         assert_eq!(c("/proc/100/status"), Some(Target::Status { tid: 100 }));
         assert_eq!(c("//proc/./self//stat"), Some(Target::Stat { tid: 100 }));
@@ -328,6 +329,9 @@ mod tests {
         assert_eq!(c("/proc/self/task"), Some(Target::TaskDir));
         assert_eq!(c("/proc/self/task/"), Some(Target::TaskDir));
         assert_eq!(c("/proc/thread-self/fd"), Some(Target::FdDir));
+        assert_eq!(c("/proc/107/status"), Some(Target::Status { tid: 107 }));
+        assert_eq!(c("/proc/105/stat"), Some(Target::Stat { tid: 105 }));
+        assert_eq!(c("/proc/107/task"), None);
         for other in ["/proc/101/status", "/proc/self/statm", "proc/self/status", "/proc/self/task/x/status"] {
             assert_eq!(c(other), None, "{other}");
         }
@@ -347,8 +351,13 @@ mod tests {
 
     #[test]
     fn status_shows_the_programs_signals_and_threads() {
-        let facts =
-            Facts { trap_caught: Some(false), trap_ignored: Some(false), trap_blocked: Some(true), hidden_threads: 1 };
+        let facts = Facts {
+            trap_caught: Some(false),
+            trap_ignored: Some(false),
+            trap_blocked: Some(true),
+            trap_pending: None,
+            hidden_threads: 1,
+        };
         let text = status_with(facts);
         assert!(text.contains("\nSigBlk:\t0000000000000010\n"), "{text}");
         assert!(text.contains("\nSigCgt:\t0000000180000000\n"), "{text}");
@@ -358,6 +367,11 @@ mod tests {
             text.starts_with("Name:\tprog\nState:\tS (sleeping)\n") && text.ends_with("CapInh:\t0000000000000000\n")
         );
         assert_eq!(status_with(Facts::default()), STATUS, "nothing to change: the kernel's text");
+        let pending = STATUS.replace("SigPnd:\t0000000000000000", "SigPnd:\t0000000000000210");
+        let mut out = [0u8; 1024];
+        let facts = Facts { trap_pending: Some(false), ..Facts::default() };
+        let len = rewrite_status(pending.as_bytes(), &facts, &mut out).unwrap();
+        assert!(std::str::from_utf8(&out[..len]).unwrap().contains("\nSigPnd:\t0000000000000200\n"));
     }
 
     #[test]

@@ -43,6 +43,13 @@ pub fn thread_name() -> [u8; 16] {
     name
 }
 
+/// The signals pending for the calling thread (its own and the process's) that its mask blocks, as bits
+/// 0..=63 for signals 1..=64; `None` if the call fails.
+pub fn sigpending() -> Option<u64> {
+    let mut set = 0u64;
+    (syscall6(libc::SYS_rt_sigpending, [&mut set as *mut u64 as u64, 8, 0, 0, 0, 0]) == 0).then_some(set)
+}
+
 /// The caller's process id.
 pub fn getpid() -> i32 {
     syscall6(libc::SYS_getpid, [0; 6]) as i32

@@ -514,8 +514,36 @@ extern "C-unwind" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ct
     // SAFETY: `errno_slot` is this thread's errno.
     let saved_errno = unsafe { *errno_slot };
     dispatch(claimed, ctx);
+    // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler (checked non-null above).
+    leave_process_signals_to_their_thread(to_bits(&unsafe { &*(ctx as *const libc::ucontext_t) }.uc_sigmask));
     // SAFETY: as above.
     unsafe { *errno_slot = saved_errno };
+}
+
+/// How long a racewatch signal waits, at most, before it returns into a mask that lets a pending
+/// process-directed signal through (see [`leave_process_signals_to_their_thread`]).
+const LEAVE_FOR_OTHERS_NS: u64 = 2_000_000;
+const LEAVE_POLL_NS: u64 = 50_000;
+
+/// A signal sent to the process (`kill`, `alarm`, a timer) while this handler ran went to another
+/// thread, woken to take it: during the handler this thread blocks everything, so the kernel chose
+/// another (the main thread sleeping in `pause` or `sigsuspend`, typically). Returning restores this
+/// thread's mask, and a thread whose mask changes takes any shared signal it lets through: racewatch's
+/// signal would steal the program's from the thread it was meant for (a `main` in `pause` waits for
+/// ever). So while such a signal is pending, and for at most 2 ms, sleep (the chosen thread gets this
+/// CPU) until it is taken. glibc's thread-directed signals (cancellation, `setxid`) never wait.
+///
+/// Not covered: a process signal already pending when racewatch's signal is delivered. Blocking every
+/// signal for the handler makes the kernel hand it on to the next thread that does not block it
+/// (`retarget_shared_pending`), which may be another busy worker rather than the woken main thread.
+fn leave_process_signals_to_their_thread(restored_mask: u64) {
+    const OWN: u64 = 1 << (libc::SIGTRAP - 1) | 1 << (32 - 1) | 1 << (33 - 1);
+    let mut waited = 0;
+    while raw::sigpending().is_some_and(|pending| pending & !restored_mask & !OWN != 0) && waited < LEAVE_FOR_OTHERS_NS
+    {
+        raw::sleep_ns(LEAVE_POLL_NS);
+        waited += LEAVE_POLL_NS;
+    }
 }
 
 /// The `TRAP_PERF` fields of a signal one of the runtime's events sent; `None` for any other.

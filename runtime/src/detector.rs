@@ -195,6 +195,7 @@ fn on_tick() -> u32 {
         // (its count could not be found), did not end the process: the reporter does it in its place.
         reporter::exit_in_place_of_the_last_thread();
     }
+    signal::note_main_mask(status.main_mask, now);
     check_tracer(status);
     sampler::resume_after_pause(now)
 }

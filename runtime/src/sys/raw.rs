@@ -50,6 +50,31 @@ pub fn sigpending() -> Option<u64> {
     (syscall6(libc::SYS_rt_sigpending, [&mut set as *mut u64 as u64, 8, 0, 0, 0, 0]) == 0).then_some(set)
 }
 
+/// Takes signal `sig` off the calling thread's queue or the process's if one is pending there (it must be
+/// blocked), without waiting; its `siginfo`, or `None` when none was pending.
+pub fn take_pending(sig: i32) -> Option<libc::siginfo_t> {
+    let set = 1u64 << (sig - 1);
+    // SAFETY: zeroed is a valid siginfo for the kernel to fill.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let no_wait = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let args = [
+        &set as *const u64 as u64,
+        &mut info as *mut libc::siginfo_t as u64,
+        &no_wait as *const libc::timespec as u64,
+        8,
+        0,
+        0,
+    ];
+    (syscall6(libc::SYS_rt_sigtimedwait, args) == i64::from(sig)).then_some(info)
+}
+
+/// Queues a signal with its `siginfo` to thread `tid` of this process `pid` (the sender, code and
+/// payload kept: a process may send itself any code).
+pub fn queue_to_thread(pid: i32, tid: i32, info: &libc::siginfo_t) -> bool {
+    let args = [pid as u64, tid as u64, info.si_signo as u64, info as *const libc::siginfo_t as u64, 0, 0];
+    syscall6(libc::SYS_rt_tgsigqueueinfo, args) == 0
+}
+
 /// The caller's process id.
 pub fn getpid() -> i32 {
     syscall6(libc::SYS_getpid, [0; 6]) as i32

@@ -41,6 +41,9 @@ pub struct Status {
     /// Every thread of the program's has ended: the only live thread is the calling one (a runtime
     /// thread), beside a main thread that is a zombie (it called `pthread_exit`).
     pub only_caller_alive: bool,
+    /// The main thread's signal mask as the kernel holds it (`SigBlk`, bits 0..=63 for signals
+    /// 1..=64); `None` when unknown or the main thread is gone.
+    pub main_mask: Option<u64>,
 }
 
 /// Reads the status now (`Status::default()` when it cannot be read).
@@ -72,7 +75,8 @@ fn parse(status: &[u8]) -> Status {
         Some(2) => main_gone,
         _ => false,
     };
-    Status { tracer, only_caller_alive }
+    let main_mask = field("SigBlk:").and_then(|v| u64::from_str_radix(v, 16).ok()).filter(|_| !main_gone);
+    Status { tracer, only_caller_alive, main_mask }
 }
 
 /// In a forked child, whose copy of the descriptor (closed with the runtime's others) named the parent.
@@ -89,6 +93,8 @@ mod tests {
         assert_eq!(parse(b"Name:\tx\nTracerPid:\t0\nUid:\t0\n").tracer, None);
         assert_eq!(parse(b"Name:\tx\nTracerPid:\t4321\nUid:\t0\n").tracer, Some(4321));
         assert_eq!(parse(b"Name:\tx\n").tracer, None);
+        assert_eq!(parse(b"State:\tS (sleeping)\nSigBlk:\t0000000000002010\n").main_mask, Some(0x2010));
+        assert_eq!(parse(b"State:\tZ (zombie)\nSigBlk:\t0000000000002010\n").main_mask, None);
     }
 
     #[test]

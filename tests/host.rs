@@ -86,6 +86,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "fork_parent", source: include_str!("host/fork_parent.c"), metadata: true, flags: &[] },
     Program { name: "fork_status", source: include_str!("host/fork_status.c"), metadata: true, flags: &[] },
     Program { name: "own_proc", source: include_str!("host/own_proc.c"), metadata: true, flags: &[] },
+    Program { name: "foreign_altstack", source: include_str!("host/foreign_altstack.c"), metadata: true, flags: &[] },
     Program { name: "fork_storm", source: include_str!("host/fork_storm.c"), metadata: true, flags: &[] },
     Program { name: "prefork", source: include_str!("host/prefork.c"), metadata: true, flags: &[] },
     Program { name: "many_races", source: include_str!("host/many_races.c"), metadata: true, flags: &[] },
@@ -483,6 +484,12 @@ fn cases() -> Vec<Case> {
             "calling thread SigBlk:\t0000000000000210",
             "done",
         ]),
+        // 16d. The main thread's alternate stack, the program's own, unmapped by another thread while the
+        // main thread runs on (Rust's process::exit from a worker).
+        case("main_alt_stack_unmapped_by_the_exiting_thread", "foreign_altstack", &[])
+            .repeat(3)
+            .status("exit 7")
+            .expect(&["sigaltstack: 0", "unmap: 0", "exiting 7"]),
         // 17. 200 forks while reporting.
         case("fork_storm_while_reporting", "fork_storm", &[]).expect(&["children that exited 0: 200", "no hang"]),
         // 18. A pre-fork server.
@@ -1262,6 +1269,7 @@ host_cases!(
     forked_child_signal_state_is_the_programs,
     own_proc_files_show_the_programs_state,
     own_proc_files_show_a_blocked_sigtrap,
+    main_alt_stack_unmapped_by_the_exiting_thread,
     fork_storm_while_reporting,
     prefork_workers,
     stderr_pipe_without_reader,

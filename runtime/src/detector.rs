@@ -345,6 +345,8 @@ pub fn descriptors_taken() {
 /// `pthread_atfork` child handler: leave the parent's detector behind.
 extern "C" fn after_fork_in_child() {
     signal::note_process();
+    // The parent's main thread is not the child's.
+    signal::note_main_mask(None, 0);
     sandbox_scan::forget_after_fork();
     unwind_info::forget_readers_after_fork();
     registry::forget_readers_after_fork();

@@ -23,6 +23,7 @@
 //! - `open`, `open64`, `openat`, `openat64`, `fopen`, `fopen64`, `opendir`, `readdir`, `readdir64`,
 //!   `closedir`: the program's own `/proc` status files and its `task` and `fd` listings read as
 //!   without racewatch ([`proc_view`]).
+//! - `munmap`: another thread's alternate stack in the kernel stays mapped.
 //! - `dlclose`: the unwinder's table of mapped `.eh_frame` sections is emptied
 //!   (and its readers waited for) before a module can be unmapped, and rebuilt
 //!   after.
@@ -824,4 +825,15 @@ fn read_listing(large: bool, dir: *mut libc::DIR) -> *mut libc::dirent64 {
 pub extern "C" fn closedir(dir: *mut libc::DIR) -> c_int {
     proc_view::forget_listing(dir as usize);
     real::closedir(dir)
+}
+
+/// Interposed `munmap`: another thread's alternate stack in the kernel stays mapped, so its signal frames
+/// never land in a hole ([`stacks::keeps_mapped`]: Rust's `process::exit` unmaps the
+/// main thread's from the exiting thread).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    match stacks::keeps_mapped(addr as usize, len) {
+        Some((from, to)) => stacks::unmap_keeping(addr as usize, len, from, to),
+        None => real::munmap(addr, len),
+    }
 }

@@ -86,6 +86,7 @@ static OPENDIR: Real = Real::new(c"opendir");
 static READDIR: Real = Real::new(c"readdir");
 static READDIR64: Real = Real::new(c"readdir64");
 static CLOSEDIR: Real = Real::new(c"closedir");
+static MUNMAP: Real = Real::new(c"munmap");
 
 const ALL: &[&Real] = &[
     &PTHREAD_CREATE,
@@ -132,6 +133,7 @@ const ALL: &[&Real] = &[
     &READDIR,
     &READDIR64,
     &CLOSEDIR,
+    &MUNMAP,
 ];
 
 /// Resolves every real function now (call from the constructor).
@@ -475,4 +477,9 @@ pub fn readdir(large: bool, dir: *mut libc::DIR) -> *mut libc::dirent64 {
 /// The real `closedir`.
 pub fn closedir(dir: *mut libc::DIR) -> c_int {
     call!(CLOSEDIR, -1, fn(*mut libc::DIR) -> c_int, dir)
+}
+
+/// The real `munmap`.
+pub fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    call!(MUNMAP, -1, fn(*mut c_void, usize) -> c_int, addr, len)
 }

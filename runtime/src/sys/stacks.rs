@@ -359,7 +359,12 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
     }
     match raw::sigaltstack(None) {
         Some(current) if current.ss_flags & libc::SS_DISABLE != 0 => {}
-        _ => return, // The program has one: leave it.
+        Some(current) => {
+            // The program has one: leave it, and keep it mapped for this thread (see `keeps_mapped`).
+            hold_program_alt(current.ss_sp as usize, current.ss_size);
+            return;
+        }
+        None => return,
     }
     reclaim_some(slot);
     let len = size + PAGE;
@@ -388,6 +393,55 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
     SLOT_ALT_LEN[slot].store(len, Ordering::Release);
     SLOT_ALT_BASE[slot].store(base, Ordering::Release);
     ALT.with(|a| a.set((base + PAGE, base + PAGE + size)));
+}
+
+/// The program's own alternate stack that a thread started its racewatch life on (`[lo, hi)`, and the
+/// thread): the main thread of a Rust program, whose runtime set one before `main`. racewatch's
+/// `SIGTRAP` is delivered there. Rust's `process::exit` unmaps it from whichever thread calls it,
+/// leaving the main thread's alternate stack dangling while sampling still runs: the main thread's
+/// next racewatch signal (or the return of the one it is in) would fault. [`keeps_mapped`] keeps it.
+static HELD_LO: AtomicUsize = AtomicUsize::new(0);
+static HELD_HI: AtomicUsize = AtomicUsize::new(0);
+static HELD_TID: AtomicUsize = AtomicUsize::new(0);
+
+fn hold_program_alt(lo: usize, size: usize) {
+    HELD_TID.store(raw::gettid() as usize, Ordering::Release);
+    HELD_LO.store(lo, Ordering::Release);
+    HELD_HI.store(lo.saturating_add(size), Ordering::Release);
+}
+
+/// For a `munmap(addr, len)` by the program: the part of the range (page-aligned `[lo, hi)`) that is
+/// another live thread's alternate stack in the kernel, as [`hold_program_alt`] recorded it; the caller
+/// leaves it mapped (a few pages the program no longer uses; the thread's signal frames, the one it may
+/// be in included, still have their memory).
+pub fn keeps_mapped(addr: usize, len: usize) -> Option<(usize, usize)> {
+    let (lo, hi) = (HELD_LO.load(Ordering::Acquire), HELD_HI.load(Ordering::Acquire));
+    if lo == 0 || addr >= hi || addr.saturating_add(len) <= lo {
+        return None;
+    }
+    let tid = HELD_TID.load(Ordering::Acquire) as i32;
+    if tid == raw::gettid() || !raw::thread_alive(tid) {
+        return None;
+    }
+    let from = lo.max(addr) & !(PAGE - 1);
+    let to = (hi.min(addr + len) + PAGE - 1) & !(PAGE - 1);
+    Some((from, to))
+}
+
+/// `munmap(addr, len)` except `[from, to)` (inside it, from [`keeps_mapped`]), which stays mapped as it
+/// is (the thread may be running a handler on it right now): 0, or `-1` with `errno` as `munmap` sets it.
+pub fn unmap_keeping(addr: usize, len: usize, from: usize, to: usize) -> libc::c_int {
+    let end = addr + len;
+    let parts = [(addr, from.saturating_sub(addr)), (to, end.saturating_sub(to))];
+    for (start, size) in parts.into_iter().filter(|&(_, size)| size > 0) {
+        let rc = raw::syscall6(libc::SYS_munmap, [start as u64, size as u64, 0, 0, 0, 0]);
+        if rc != 0 {
+            // SAFETY: errno is this thread's.
+            unsafe { *libc::__errno_location() = -rc as i32 };
+            return -1;
+        }
+    }
+    0
 }
 
 /// Unmaps the alternate stacks that threads which ended unseen left in slots other than `own`: looks at

@@ -587,12 +587,12 @@ fn hand_process_signals_to_main(restored_mask: u64) {
             continue;
         }
         let Some(info) = raw::take_pending(sig) else { continue };
-        match info.si_code {
-            libc::SI_USER | libc::SI_KERNEL => raw::tgkill(pid, pid, sig),
-            libc::SI_QUEUE => i64::from(!raw::queue_to_thread(pid, pid, &info)),
-            libc::SI_TKILL => raw::tgkill(pid, tid, sig),
-            code if code < 0 => i64::from(!raw::queue_to_thread(pid, tid, &info)),
-            _ => raw::tgkill(pid, tid, sig),
+        // A failed send has nowhere better to go: the signal is lost either way.
+        let _ = match info.si_code {
+            libc::SI_USER | libc::SI_KERNEL => raw::tgkill(pid, pid, sig) == 0,
+            libc::SI_QUEUE => raw::queue_to_thread(pid, pid, &info),
+            code if code < 0 && code != libc::SI_TKILL => raw::queue_to_thread(pid, tid, &info),
+            _ => raw::tgkill(pid, tid, sig) == 0,
         };
     }
 }
@@ -610,9 +610,7 @@ const LEAVE_POLL_NS: u64 = 50_000;
 /// ever). So while such a signal is pending, and for at most 2 ms, sleep (the chosen thread gets this
 /// CPU) until it is taken. glibc's thread-directed signals (cancellation, `setxid`) never wait.
 ///
-/// Not covered: a process signal already pending when racewatch's signal is delivered. Blocking every
-/// signal for the handler makes the kernel hand it on to the next thread that does not block it
-/// (`retarget_shared_pending`), which may be another busy worker rather than the woken main thread.
+/// One already pending when racewatch's signal was delivered is [`hand_process_signals_to_main`]'s.
 fn leave_process_signals_to_their_thread(restored_mask: u64) {
     let mut waited = 0;
     while raw::sigpending().is_some_and(|pending| pending & !restored_mask & !NEVER_MOVED != 0)

@@ -87,6 +87,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "fork_status", source: include_str!("host/fork_status.c"), metadata: true, flags: &[] },
     Program { name: "own_proc", source: include_str!("host/own_proc.c"), metadata: true, flags: &[] },
     Program { name: "foreign_altstack", source: include_str!("host/foreign_altstack.c"), metadata: true, flags: &[] },
+    Program { name: "main_waits", source: include_str!("host/main_waits.c"), metadata: true, flags: &[] },
     Program { name: "fork_storm", source: include_str!("host/fork_storm.c"), metadata: true, flags: &[] },
     Program { name: "prefork", source: include_str!("host/prefork.c"), metadata: true, flags: &[] },
     Program { name: "many_races", source: include_str!("host/many_races.c"), metadata: true, flags: &[] },
@@ -490,6 +491,18 @@ fn cases() -> Vec<Case> {
             .repeat(3)
             .status("exit 7")
             .expect(&["sigaltstack: 0", "unmap: 0", "exiting 7"]),
+        // 16e. A main thread waiting in pause() for its handler while workers are busy gets the process's
+        // signals (alarm, sigqueue with its payload, a child's end); handlers read back as installed.
+        case("main_waits_for_signals_beside_busy_workers", "main_waits", &[]).repeat(3).expect(&[
+            "alarm: 15 rounds, handled outside main: 0",
+            "sigqueue: 15 rounds, handled outside main: 0, payload and sender intact: 15",
+            "child: 15 rounds, handled outside main: 0",
+            "SA_SIGINFO handler reads back: 1, flags: 1",
+            "replaced handler reads back: 1",
+            "one-argument handler reads back: 1, SA_SIGINFO: 0",
+            "signal() returns the previous handler: 1",
+            "one-shot handler ran: 1, default back: 1, flags kept: 1",
+        ]),
         // 17. 200 forks while reporting.
         case("fork_storm_while_reporting", "fork_storm", &[]).expect(&["children that exited 0: 200", "no hang"]),
         // 18. A pre-fork server.
@@ -1270,6 +1283,7 @@ host_cases!(
     own_proc_files_show_the_programs_state,
     own_proc_files_show_a_blocked_sigtrap,
     main_alt_stack_unmapped_by_the_exiting_thread,
+    main_waits_for_signals_beside_busy_workers,
     fork_storm_while_reporting,
     prefork_workers,
     stderr_pipe_without_reader,

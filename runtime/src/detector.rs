@@ -195,7 +195,6 @@ fn on_tick() -> u32 {
         // (its count could not be found), did not end the process: the reporter does it in its place.
         reporter::exit_in_place_of_the_last_thread();
     }
-    signal::note_main_mask(status.main_mask, now);
     check_tracer(status);
     sampler::resume_after_pause(now)
 }
@@ -345,8 +344,6 @@ pub fn descriptors_taken() {
 /// `pthread_atfork` child handler: leave the parent's detector behind.
 extern "C" fn after_fork_in_child() {
     signal::note_process();
-    // The parent's main thread is not the child's.
-    signal::note_main_mask(None, 0);
     sandbox_scan::forget_after_fork();
     unwind_info::forget_readers_after_fork();
     registry::forget_readers_after_fork();

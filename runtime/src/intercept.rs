@@ -38,7 +38,7 @@
 
 use crate::sys::ptr::{self, opt_cstr, opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
-use crate::sys::{fatal, fd, handlers, signal, stacks, thread, unwind_info};
+use crate::sys::{fatal, fd, hand_on, handlers, signal, stacks, thread, unwind_info};
 use crate::{detector, log, proc_view};
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
@@ -114,8 +114,14 @@ pub extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut l
         old
     };
     if !signal::is_installed() || signal::in_borrowed_memory() {
-        // A vfork child's dispositions are its own (the kernel copied the table); the records are the parent's.
-        return real::sigaction(sig, act, old);
+        // A vfork child's dispositions are its own (the kernel copied the table); the records are the
+        // parent's, read here and never written.
+        let wrapped = hand_on::recorded(sig);
+        let rc = real::sigaction(sig, act, old);
+        if let Some(old) = opt_mut(old).filter(|_| rc == 0) {
+            hand_on::from_kernel(sig, old, wrapped);
+        }
+        return rc;
     }
     if sig == libc::SIGTRAP {
         if let Some(old) = opt_mut(old) {

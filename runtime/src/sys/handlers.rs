@@ -1,9 +1,10 @@
 //! The program's handlers of signals other than `SIGTRAP`, as the kernel holds them: their masks
-//! block `SIGTRAP` in the kernel exactly when [`blocks_trap_in_kernel`] says so, while the program reads
-//! back the masks it set.
+//! block `SIGTRAP` in the kernel exactly when [`blocks_trap_in_kernel`] says so, and those of the
+//! signals a process is sent stand behind [`hand_on`]'s trampoline, while the program reads back the
+//! handlers, flags and masks it set.
 
 use crate::sys::ptr::{opt_mut, opt_ref};
-use crate::sys::{real, signal};
+use crate::sys::{hand_on, real, signal};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -38,16 +39,21 @@ fn program_handles_trap() -> bool {
 pub fn program_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
     let Some(bit) = signal_bit(sig) else { return real::sigaction(sig, act, old) };
     let program_had_trap = PROGRAM_MASK_HAS_TRAP.load(Ordering::Acquire) & bit != 0;
+    let wrapped_before = hand_on::recorded(sig);
     let kernel = opt_ref(act).map(|act| {
         let mut copy = *act;
         copy.sa_mask =
             signal::with_trap(&act.sa_mask, blocks_trap_in_kernel(act.sa_flags, signal::has_trap(&act.sa_mask)));
+        hand_on::to_kernel(sig, &mut copy);
         (copy, signal::has_trap(&act.sa_mask))
     });
     let rc = real::sigaction(sig, kernel.as_ref().map_or(std::ptr::null(), |(copy, _)| copy), old);
-    if rc == 0 {
+    if rc != 0 {
+        hand_on::record(sig, wrapped_before);
+    } else {
         if let Some(old) = opt_mut(old) {
             old.sa_mask = signal::with_trap(&old.sa_mask, program_had_trap);
+            hand_on::from_kernel(sig, old, wrapped_before);
         }
         match kernel {
             Some((_, true)) => PROGRAM_MASK_HAS_TRAP.fetch_or(bit, Ordering::AcqRel),
@@ -69,13 +75,15 @@ pub fn set_program_trap_action(act: &libc::sigaction) {
 }
 
 /// Brings the handlers the program installed before the runtime took `SIGTRAP` under the rule of
-/// [`blocks_trap_in_kernel`], remembering their masks as the program set them.
+/// [`blocks_trap_in_kernel`], remembering their masks as the program set them, and those of the
+/// signals a process is sent behind [`hand_on`]'s trampoline.
 pub fn adopt_installed() {
     apply_trap_rule(true);
 }
 
 /// Puts every installed handler's kernel mask under the rule of [`blocks_trap_in_kernel`].
-/// `adopting`: the kernel's masks are the program's own (the first time), to be remembered.
+/// `adopting`: the kernel's masks and handlers are the program's own (the first time), to be
+/// remembered (and wrapped).
 fn apply_trap_rule(adopting: bool) {
     for sig in 1..=64 {
         let Some(bit) = signal_bit(sig) else { continue };
@@ -94,8 +102,15 @@ fn apply_trap_rule(adopting: bool) {
         let handler = current.sa_sigaction;
         let program_blocks = PROGRAM_MASK_HAS_TRAP.load(Ordering::Acquire) & bit != 0;
         let wanted = blocks_trap_in_kernel(current.sa_flags, program_blocks);
-        if handler != libc::SIG_DFL && handler != libc::SIG_IGN && wanted != kernel_has_trap {
+        if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+            continue;
+        }
+        let wrapping = adopting && hand_on::wraps(sig);
+        if wanted != kernel_has_trap || wrapping {
             current.sa_mask = signal::with_trap(&current.sa_mask, wanted);
+            if wrapping {
+                hand_on::to_kernel(sig, &mut current);
+            }
             real::sigaction(sig, &current, std::ptr::null_mut());
         }
     }

@@ -10,6 +10,7 @@ pub mod exec_list;
 pub mod fatal;
 pub mod fd;
 pub mod fork;
+pub mod hand_on;
 pub mod handlers;
 pub mod hugepage;
 pub mod identity;

@@ -43,31 +43,6 @@ pub fn thread_name() -> [u8; 16] {
     name
 }
 
-/// The signals pending for the calling thread (its own and the process's) that its mask blocks, as bits
-/// 0..=63 for signals 1..=64; `None` if the call fails.
-pub fn sigpending() -> Option<u64> {
-    let mut set = 0u64;
-    (syscall6(libc::SYS_rt_sigpending, [&mut set as *mut u64 as u64, 8, 0, 0, 0, 0]) == 0).then_some(set)
-}
-
-/// Takes signal `sig` off the calling thread's queue or the process's if one is pending there (it must be
-/// blocked), without waiting; its `siginfo`, or `None` when none was pending.
-pub fn take_pending(sig: i32) -> Option<libc::siginfo_t> {
-    let set = 1u64 << (sig - 1);
-    // SAFETY: zeroed is a valid siginfo for the kernel to fill.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let no_wait = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    let args = [
-        &set as *const u64 as u64,
-        &mut info as *mut libc::siginfo_t as u64,
-        &no_wait as *const libc::timespec as u64,
-        8,
-        0,
-        0,
-    ];
-    (syscall6(libc::SYS_rt_sigtimedwait, args) == i64::from(sig)).then_some(info)
-}
-
 /// Queues a signal with its `siginfo` to thread `tid` of this process `pid` (the sender, code and
 /// payload kept: a process may send itself any code).
 pub fn queue_to_thread(pid: i32, tid: i32, info: &libc::siginfo_t) -> bool {

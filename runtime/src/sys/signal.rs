@@ -234,6 +234,11 @@ pub fn is_installed() -> bool {
     INSTALLED.load(Ordering::Acquire)
 }
 
+/// Whether the runtime's callback is called (detection is on).
+pub fn detecting() -> bool {
+    HANDLER.load(Ordering::Acquire) != 0
+}
+
 /// Stops calling the runtime's callback: every perf signal it claims is dropped from now on (detection
 /// off). The handler stays installed, so the program's `SIGTRAP` keeps working as it sees it.
 pub fn mute() {
@@ -513,112 +518,9 @@ extern "C-unwind" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ct
     let errno_slot = unsafe { libc::__errno_location() };
     // SAFETY: `errno_slot` is this thread's errno.
     let saved_errno = unsafe { *errno_slot };
-    // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler (checked non-null above).
-    let restored_mask = to_bits(&unsafe { &*(ctx as *const libc::ucontext_t) }.uc_sigmask);
-    hand_process_signals_to_main(restored_mask);
     dispatch(claimed, ctx);
-    leave_process_signals_to_their_thread(restored_mask);
     // SAFETY: as above.
     unsafe { *errno_slot = saved_errno };
-}
-
-/// The main thread's kernel signal mask as the reporter's check last read it (`SigBlk` of
-/// `/proc/self/status`), and when (monotonic ns; 0: unknown, or the main thread is gone).
-static MAIN_MASK: AtomicU64 = AtomicU64::new(0);
-static MAIN_MASK_READ_NS: AtomicU64 = AtomicU64::new(0);
-/// How old a reading of the main thread's mask may be to decide where a signal goes.
-const MAIN_MASK_FRESH_NS: u64 = 250_000_000;
-
-/// Records the main thread's mask read at `now` (`None`: unknown, or the main thread is gone).
-pub fn note_main_mask(mask: Option<u64>, now: u64) {
-    MAIN_MASK.store(mask.unwrap_or(0), Ordering::Release);
-    MAIN_MASK_READ_NS.store(if mask.is_some() { now } else { 0 }, Ordering::Release);
-}
-
-/// Signals a racewatch signal never waits for: its own `SIGTRAP` and glibc's thread-directed internals
-/// (cancellation, `setxid`).
-const NEVER_MOVED: u64 = 1 << (libc::SIGTRAP - 1) | 1 << (32 - 1) | 1 << (33 - 1);
-
-/// Signals a program is sent by `kill`, `sigqueue`, `alarm` or its terminal, which the kernel gives the
-/// main thread when it lets them through, and whose `siginfo` can be sent on as the kernel made it or
-/// nearly (not `SIGCHLD`, `SIGIO`, CPU-time timers, faults, realtime signals of POSIX timers).
-const MOVABLE: [i32; 9] = [
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGALRM,
-    libc::SIGTERM,
-    libc::SIGWINCH,
-    libc::SIGCONT,
-];
-
-/// A signal sent to the process that was pending when racewatch's signal reached this thread: the
-/// kernel had woken a thread for it, the main thread when it lets the signal through (it prefers the
-/// main thread for `kill`, `sigqueue`, `alarm` and terminal signals). Delivering racewatch's signal
-/// blocked every signal here, and the kernel then hands such a signal on to the next thread that lets
-/// it through (`retarget_shared_pending`), a busy worker as often as the main thread: a `main` waiting
-/// in `pause` for a flag its handler sets would wait for ever. So a signal of [`MOVABLE`] is taken off
-/// the queue here first and sent on to the main thread when the main thread let it through at the last
-/// reading of its mask: a `sigqueue`'s with its own `siginfo`; a `kill`'s, `alarm`'s or terminal's as a
-/// `tgkill` from the process itself (the kernel lets a thread other than the main one forge neither
-/// code). One sent to this thread (`raise`, `pthread_kill`, a POSIX timer) is put back. A worker that
-/// was handed the signal on wins the race now and then, as before.
-fn hand_process_signals_to_main(restored_mask: u64) {
-    let Some(pending) = raw::sigpending() else { return };
-    let movable = MOVABLE.iter().fold(0u64, |set, &sig| set | 1 << (sig - 1));
-    let candidates = pending & !restored_mask & movable;
-    if candidates == 0 {
-        return;
-    }
-    let read_at = MAIN_MASK_READ_NS.load(Ordering::Acquire);
-    let main_mask = MAIN_MASK.load(Ordering::Acquire);
-    if read_at == 0 || crate::sys::thread::monotonic_ns().saturating_sub(read_at) > MAIN_MASK_FRESH_NS {
-        return;
-    }
-    let (pid, tid) = (raw::getpid(), raw::gettid());
-    if pid == tid {
-        return;
-    }
-    for &sig in &MOVABLE {
-        let bit = 1u64 << (sig - 1);
-        if candidates & bit == 0 || main_mask & bit != 0 {
-            continue;
-        }
-        let Some(info) = raw::take_pending(sig) else { continue };
-        // A failed send has nowhere better to go: the signal is lost either way.
-        let _ = match info.si_code {
-            libc::SI_USER | libc::SI_KERNEL => raw::tgkill(pid, pid, sig) == 0,
-            libc::SI_QUEUE => raw::queue_to_thread(pid, pid, &info),
-            code if code < 0 && code != libc::SI_TKILL => raw::queue_to_thread(pid, tid, &info),
-            _ => raw::tgkill(pid, tid, sig) == 0,
-        };
-    }
-}
-
-/// How long a racewatch signal waits, at most, before it returns into a mask that lets a pending
-/// process-directed signal through (see [`leave_process_signals_to_their_thread`]).
-const LEAVE_FOR_OTHERS_NS: u64 = 2_000_000;
-const LEAVE_POLL_NS: u64 = 50_000;
-
-/// A signal sent to the process (`kill`, `alarm`, a timer) while this handler ran went to another
-/// thread, woken to take it: during the handler this thread blocks everything, so the kernel chose
-/// another (the main thread sleeping in `pause` or `sigsuspend`, typically). Returning restores this
-/// thread's mask, and a thread whose mask changes takes any shared signal it lets through: racewatch's
-/// signal would steal the program's from the thread it was meant for (a `main` in `pause` waits for
-/// ever). So while such a signal is pending, and for at most 2 ms, sleep (the chosen thread gets this
-/// CPU) until it is taken. glibc's thread-directed signals (cancellation, `setxid`) never wait.
-///
-/// One already pending when racewatch's signal was delivered is [`hand_process_signals_to_main`]'s.
-fn leave_process_signals_to_their_thread(restored_mask: u64) {
-    let mut waited = 0;
-    while raw::sigpending().is_some_and(|pending| pending & !restored_mask & !NEVER_MOVED != 0)
-        && waited < LEAVE_FOR_OTHERS_NS
-    {
-        raw::sleep_ns(LEAVE_POLL_NS);
-        waited += LEAVE_POLL_NS;
-    }
 }
 
 /// The `TRAP_PERF` fields of a signal one of the runtime's events sent; `None` for any other.

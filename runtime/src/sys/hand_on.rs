@@ -1,0 +1,245 @@
+//! The program's handlers of the signals a process is sent (`kill`, `sigqueue`, `alarm`, its
+//! terminal, a child's end), wrapped so that one a worker thread took while the main thread lets it
+//! through goes on to the main thread.
+//!
+//! Why: without racewatch the kernel gives such a signal to the main thread when the main thread lets
+//! it through, even while every other thread is busy; a `main` that waits in `pause` or `sigsuspend`
+//! for its handler to set a flag relies on it. Every racewatch signal changes the mask of the thread
+//! it interrupts twice (its delivery blocks signals, its return restores the mask), and at each change
+//! the kernel looks at the process's pending signals again: the interrupted worker takes one the
+//! kernel had woken the main thread for, or the kernel wakes another busy worker for it
+//! (`retarget_shared_pending`), and the main thread waits for ever. No choice of racewatch's handler
+//! mask avoids both; so the program's handler, whichever thread the kernel hands the signal to,
+//! decides first where it runs.
+//!
+//! The kernel holds [`trampoline`] (with `SA_SIGINFO` added, every other flag and the mask the
+//! program's) for a handler the program installs for a signal of [`WRAPPED`]; the program's `sigaction`
+//! reads back its own handler and flags. The trampoline runs the program's handler, except on a
+//! thread other than the main one, while detection is on, for a signal sent to the process that the
+//! main thread lets through now (read from `/proc/self/status`, the main thread's `State` and
+//! `SigBlk`): the signal is then sent to the main thread instead: a `sigqueue`'s with its own
+//! `siginfo`; a `kill`'s, `alarm`'s or terminal's, or a child's to a handler that takes no `siginfo`,
+//! by `tgkill` (a thread other than the main one may forge neither code: an `SA_SIGINFO` handler reads
+//! `SI_TKILL` and the process's own pid). A one-shot handler (`SA_RESETHAND`) always runs where the
+//! kernel delivered it: the kernel already put back the default action.
+
+use crate::sys::{raw, stacks, tracer};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+
+/// Signals whose program handlers are wrapped: those a process is sent by `kill`, `sigqueue`, `alarm`,
+/// its terminal or a child, which programs wait for in `pause`/`sigsuspend`. Not the faults, the
+/// CPU-time timers (profilers read the interrupted context), `SIGURG`, `SIGPWR`, `SIGXCPU` or realtime
+/// signals (language runtimes send them to one thread and read or change its context).
+pub const WRAPPED: [i32; 10] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGCHLD,
+    libc::SIGCONT,
+    libc::SIGWINCH,
+];
+
+const SIGNALS: usize = 65;
+/// The program's handler for each signal whose kernel handler is the trampoline.
+static HANDLERS: [AtomicUsize; SIGNALS] = [const { AtomicUsize::new(libc::SIG_DFL) }; SIGNALS];
+/// The flags the program gave it.
+static FLAGS: [AtomicI32; SIGNALS] = [const { AtomicI32::new(0) }; SIGNALS];
+
+/// Whether `sig`'s program handlers are wrapped.
+pub fn wraps(sig: i32) -> bool {
+    WRAPPED.contains(&sig)
+}
+
+/// The program's handler and flags as last recorded for `sig` (what the kernel's trampoline stands for).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    handler: usize,
+    flags: i32,
+}
+
+/// What the trampoline stands for now for `sig`.
+pub fn recorded(sig: i32) -> Recorded {
+    let i = usize::try_from(sig).unwrap_or(0).min(SIGNALS - 1);
+    Recorded { handler: HANDLERS[i].load(Ordering::Acquire), flags: FLAGS[i].load(Ordering::Acquire) }
+}
+
+/// Turns the program's `act` for `sig` into what the kernel holds: for a wrapped signal the program's
+/// disposition is recorded, and a handler is replaced by the trampoline (`SIG_DFL` and `SIG_IGN` go to
+/// the kernel as they are).
+pub fn to_kernel(sig: i32, act: &mut libc::sigaction) {
+    if !wraps(sig) || act.sa_sigaction == trampoline_address() {
+        return;
+    }
+    record(sig, Recorded { handler: act.sa_sigaction, flags: act.sa_flags });
+    if !matches!(act.sa_sigaction, libc::SIG_DFL | libc::SIG_IGN) {
+        act.sa_sigaction = trampoline_address();
+        act.sa_flags |= libc::SA_SIGINFO;
+    }
+}
+
+/// Puts back what the trampoline stood for (`before`, recorded before the call) into an action the
+/// kernel returned for `sig`: the program reads its own handler and flags, also once the kernel reset
+/// a one-shot handler (`SA_RESETHAND`) to `SIG_DFL`, keeping the flags the trampoline had.
+pub fn from_kernel(sig: i32, old: &mut libc::sigaction, before: Recorded) {
+    if !wraps(sig) {
+        return;
+    }
+    let wrapped = old.sa_sigaction == trampoline_address();
+    let reset_by_kernel = old.sa_sigaction == libc::SIG_DFL
+        && !matches!(before.handler, libc::SIG_DFL | libc::SIG_IGN)
+        && old.sa_flags & before.flags & libc::SA_RESETHAND != 0;
+    if wrapped {
+        old.sa_sigaction = before.handler;
+    }
+    if wrapped || reset_by_kernel {
+        old.sa_flags = (old.sa_flags & !libc::SA_SIGINFO) | (before.flags & libc::SA_SIGINFO);
+    }
+}
+
+/// Records `recorded` again for `sig` (a refused `sigaction` leaves the kernel as it was).
+pub fn record(sig: i32, recorded: Recorded) {
+    if !wraps(sig) {
+        return;
+    }
+    let i = sig as usize;
+    FLAGS[i].store(recorded.flags, Ordering::Release);
+    HANDLERS[i].store(recorded.handler, Ordering::Release);
+}
+
+fn trampoline_address() -> usize {
+    trampoline as *const () as usize
+}
+
+/// What the kernel calls for a wrapped signal.
+extern "C-unwind" fn trampoline(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let Recorded { handler, flags } = recorded(sig);
+    if matches!(handler, libc::SIG_DFL | libc::SIG_IGN) {
+        return; // The program's record changed meanwhile (another thread's `sigaction`): nothing to run.
+    }
+    // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
+    if let Some(info) = unsafe { info.as_ref() } {
+        if sent_on_to_main(sig, info, flags) {
+            return;
+        }
+    }
+    if flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the program installed this as an SA_SIGINFO handler; it gets the kernel's arguments.
+        let f: extern "C-unwind" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(handler) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: the program installed this as a classic one-argument handler.
+        let f: extern "C-unwind" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+        f(sig);
+    }
+}
+
+/// How the signal would be sent on to the main thread, from what the handler can see of it; `None`
+/// when it stays here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// `rt_tgsigqueueinfo` with its own `siginfo`.
+    Queue,
+    /// `tgkill`.
+    Kill,
+}
+
+fn route(sig: i32, code: i32, flags: i32) -> Option<Route> {
+    if flags & libc::SA_RESETHAND != 0 {
+        return None;
+    }
+    match code {
+        libc::SI_QUEUE => Some(Route::Queue),
+        libc::SI_USER | libc::SI_KERNEL if sig != libc::SIGCHLD => Some(Route::Kill),
+        // A child's end or stop (`CLD_*`): its siginfo cannot be sent again, only to a handler that
+        // does not read it.
+        code if sig == libc::SIGCHLD && code > 0 && flags & libc::SA_SIGINFO == 0 => Some(Route::Kill),
+        _ => None,
+    }
+}
+
+/// Sends the signal on to the main thread when it was sent to the process, reached a thread other
+/// than the main one while detection is on, and the main thread lets it through now.
+fn sent_on_to_main(sig: i32, info: &libc::siginfo_t, flags: i32) -> bool {
+    let Some(route) = route(sig, info.si_code, flags) else { return false };
+    if !crate::sys::signal::detecting() {
+        return false;
+    }
+    let (pid, tid) = (raw::getpid(), raw::gettid());
+    if pid == tid {
+        return false;
+    }
+    // SAFETY: errno is this thread's; it is put back so the interrupted code never sees our calls.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let saved = unsafe { *errno };
+    // Reading the status takes a 4 KiB buffer: on a runtime stack, not the handler's (maybe a small
+    // alternate stack).
+    let mut main_mask = None;
+    let ran = stacks::run_on_runtime_stack(stacks::current_sp(), &mut || main_mask = tracer::read().main_mask);
+    let sent = ran
+        && main_mask.is_some_and(|mask| mask & 1 << (sig - 1) == 0)
+        && match route {
+            Route::Queue => raw::queue_to_thread(pid, pid, info),
+            Route::Kill => raw::tgkill(pid, pid, sig) == 0,
+        };
+    // SAFETY: as above.
+    unsafe { *errno = saved };
+    sent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_sent_to_the_process_go_on_and_others_stay() {
+        let plain = 0;
+        assert_eq!(route(libc::SIGTERM, libc::SI_USER, plain), Some(Route::Kill));
+        assert_eq!(route(libc::SIGALRM, libc::SI_KERNEL, libc::SA_SIGINFO), Some(Route::Kill));
+        assert_eq!(route(libc::SIGUSR1, libc::SI_QUEUE, libc::SA_SIGINFO), Some(Route::Queue));
+        // Sent to this thread (`raise`, `pthread_kill`, a timer of its own): stays.
+        assert_eq!(route(libc::SIGUSR1, libc::SI_TKILL, plain), None);
+        assert_eq!(route(libc::SIGALRM, libc::SI_TIMER, plain), None);
+        // A child's end: only to a handler that does not read the siginfo.
+        assert_eq!(route(libc::SIGCHLD, libc::CLD_EXITED, plain), Some(Route::Kill));
+        assert_eq!(route(libc::SIGCHLD, libc::CLD_EXITED, libc::SA_SIGINFO), None);
+        assert_eq!(route(libc::SIGCHLD, libc::SI_USER, plain), None);
+        // One-shot: the kernel already put the default action back.
+        assert_eq!(route(libc::SIGTERM, libc::SI_USER, libc::SA_RESETHAND), None);
+    }
+
+    #[test]
+    fn the_program_reads_back_its_own_handler_and_flags() {
+        extern "C" fn handler(_: libc::c_int) {}
+        // SAFETY: zeroed sigaction is a valid value to fill in.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = handler as *const () as usize;
+        act.sa_flags = libc::SA_RESTART;
+        let before = recorded(libc::SIGWINCH);
+        to_kernel(libc::SIGWINCH, &mut act);
+        assert_eq!(act.sa_sigaction, trampoline_address());
+        assert_eq!(act.sa_flags, libc::SA_RESTART | libc::SA_SIGINFO);
+        let mut old = act;
+        from_kernel(libc::SIGWINCH, &mut old, recorded(libc::SIGWINCH));
+        assert_eq!((old.sa_sigaction, old.sa_flags), (handler as *const () as usize, libc::SA_RESTART));
+        // A one-shot handler the kernel reset: the default action, with the program's flags.
+        act.sa_flags = libc::SA_RESETHAND;
+        act.sa_sigaction = handler as *const () as usize;
+        to_kernel(libc::SIGWINCH, &mut act);
+        let mut reset = act;
+        reset.sa_sigaction = libc::SIG_DFL;
+        from_kernel(libc::SIGWINCH, &mut reset, recorded(libc::SIGWINCH));
+        assert_eq!((reset.sa_sigaction, reset.sa_flags), (libc::SIG_DFL, libc::SA_RESETHAND));
+        record(libc::SIGWINCH, before);
+        // Not wrapped: as it is.
+        let mut other: libc::sigaction = unsafe { std::mem::zeroed() };
+        other.sa_sigaction = handler as *const () as usize;
+        to_kernel(libc::SIGPROF, &mut other);
+        assert_eq!(other.sa_sigaction, handler as *const () as usize);
+    }
+}

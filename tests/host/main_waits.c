@@ -1,0 +1,107 @@
+/* A main thread that waits in pause() for its handler while worker threads keep the CPUs busy: the
+ * kernel hands a signal sent to the process (alarm, kill, sigqueue, a child's end) to the main thread
+ * when it lets it through, and main relies on it. Each round arms one signal and waits; the handler
+ * notes whether it ran in the main thread. Then what sigaction and signal read back of the handlers. */
+
+static pid_t main_tid;
+static volatile sig_atomic_t got;
+static volatile sig_atomic_t outside_main;
+static volatile sig_atomic_t queued_ok;
+
+static void note(void) {
+  if (syscall(SYS_gettid) != main_tid) outside_main++;
+  got = 1;
+}
+static void on_plain(int sig) { (void)sig; note(); }
+static void on_info(int sig, siginfo_t *info, void *ctx) {
+  (void)sig;
+  (void)ctx;
+  if (info->si_code == SI_QUEUE && info->si_value.sival_int == 42 && info->si_pid == getpid()) queued_ok++;
+  note();
+}
+
+enum { ROUNDS = 15 };
+
+static void *queue_later(void *arg) {
+  rw_sleep(0.01);
+  union sigval value = {.sival_int = 42};
+  sigqueue(getpid(), (int)(intptr_t)arg, value);
+  return NULL;
+}
+
+static void install(int sig, int info) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  if (info) {
+    sa.sa_sigaction = on_info;
+    sa.sa_flags = SA_SIGINFO;
+  } else {
+    sa.sa_handler = on_plain;
+  }
+  sigaction(sig, &sa, NULL);
+}
+
+static void rounds(const char *what) {
+  outside_main = 0;
+  queued_ok = 0;
+  for (int i = 0; i < ROUNDS; i++) {
+    got = 0;
+    if (!strcmp(what, "alarm")) {
+      ualarm(10000, 0);
+    } else if (!strcmp(what, "sigqueue")) {
+      pthread_t t;
+      pthread_create(&t, NULL, queue_later, (void *)(intptr_t)SIGUSR1);
+      pthread_detach(t);
+    } else if (!strcmp(what, "child")) {
+      if (fork() == 0) {
+        rw_sleep(0.01);
+        _exit(0);
+      }
+    }
+    while (!got) pause();
+    if (!strcmp(what, "child")) wait(NULL);
+  }
+  printf("%s: %d rounds, handled outside main: %d", what, ROUNDS, (int)outside_main);
+  if (!strcmp(what, "sigqueue")) printf(", payload and sender intact: %d", (int)queued_ok);
+  printf("\n");
+}
+
+static void readback(void) {
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_info;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGTERM, NULL, &old);
+  printf("SA_SIGINFO handler reads back: %d, flags: %d\n", old.sa_sigaction == on_info,
+         (old.sa_flags & (SA_SIGINFO | SA_RESTART | SA_RESETHAND)) == (SA_SIGINFO | SA_RESTART));
+  sa.sa_handler = on_plain;
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGTERM, &sa, &old);
+  printf("replaced handler reads back: %d\n", old.sa_sigaction == on_info);
+  sigaction(SIGTERM, NULL, &old);
+  printf("one-argument handler reads back: %d, SA_SIGINFO: %d\n", old.sa_handler == on_plain,
+         (old.sa_flags & SA_SIGINFO) != 0);
+  printf("signal() returns the previous handler: %d\n", signal(SIGWINCH, on_plain) == SIG_DFL &&
+                                                         signal(SIGWINCH, SIG_IGN) == on_plain);
+  raise(SIGTERM); /* one-shot: runs, then the default action is back */
+  sigaction(SIGTERM, NULL, &old);
+  printf("one-shot handler ran: %d, default back: %d, flags kept: %d\n", (int)got, old.sa_handler == SIG_DFL,
+         (old.sa_flags & (SA_SIGINFO | SA_RESETHAND)) == SA_RESETHAND);
+}
+
+int main(void) {
+  main_tid = syscall(SYS_gettid);
+  install(SIGALRM, 0);
+  install(SIGUSR1, 1);
+  install(SIGCHLD, 0);
+  rw_start(2, 60, 0);
+  rounds("alarm");
+  rounds("sigqueue");
+  rounds("child");
+  got = 0;
+  readback();
+  rw_stop_racing();
+  rw_join();
+  return 0;
+}

@@ -82,6 +82,21 @@ impl Symbolizer {
         Symbolizer { read_files: false, ..Symbolizer::new() }
     }
 
+    /// Whether module files are read now. Not once the program limits its data (`RLIMIT_DATA`): the
+    /// heap that reading and parsing them takes, and keeps, is then memory the program could not
+    /// have (7 MiB and more for a small C program and its libc). What was read is dropped, and from
+    /// then on frames are as with `symbolize=0` (one warning).
+    fn reads_files(&mut self) -> bool {
+        if self.read_files && crate::sys::mem::data_limited() {
+            self.read_files = false;
+            self.files = HashMap::new();
+            crate::log::warn(format_args!(
+                "the program limits its data (RLIMIT_DATA): module files are not read, frames are shown as module offsets"
+            ));
+        }
+        self.read_files
+    }
+
     /// Symbolizes every frame of a captured stack: `pcs[0]` is looked up as
     /// is, return addresses (frames >= 1) at `pc - 1` so they name the call.
     /// Frames left out of a deep stack are one placeholder frame ([`Frame::elided`]) in their place.
@@ -108,7 +123,7 @@ impl Symbolizer {
         let Some(module) = modules::module_of(addr) else { return self.jit_data_symbol(addr) };
         let module = Some(module).filter(|m| !m.path.is_empty() && m.path.contains('/'))?;
         let offset = addr.wrapping_sub(module.bias);
-        if !self.read_files {
+        if !self.reads_files() {
             let symbol = crate::sys::dl::dynamic_symbol_at(addr)?;
             return Some(DataSymbol {
                 name: demangle(&symbol.name),
@@ -182,7 +197,7 @@ impl Symbolizer {
                 .unwrap_or_else(|| vec![Frame { offset: pc, ..Frame::default() }]);
         };
         let offset = pc.wrapping_sub(module.bias);
-        let mut frames = if self.read_files {
+        let mut frames = if self.reads_files() {
             self.symbolize_in_module(Path::new(&module.path), offset, is_return_address)
         } else {
             let probe = if is_return_address { pc.wrapping_sub(1) } else { pc };
@@ -230,8 +245,8 @@ fn runtime_library() -> Option<String> {
 fn open_module(path: &Path) -> ModuleDebug {
     crate::stats::bump(crate::stats::Counter::ModuleFilesRead);
     if !room_to_load(path) {
-        // Under a tight RLIMIT_AS, loading debug info could fail an allocation (an abort): show
-        // raw module offsets instead.
+        // Under a tight RLIMIT_AS, loading debug info could fail an allocation: show raw module
+        // offsets instead.
         crate::log::warn(format_args!(
             "too little address space left (RLIMIT_AS) to read {}: its frames are shown as offsets",
             path.display()
@@ -242,10 +257,10 @@ fn open_module(path: &Path) -> ModuleDebug {
 }
 
 /// Whether reading `path`'s symbols and DWARF (mapped and parsed: a few times its size) fits in the
-/// address space `RLIMIT_AS` leaves.
+/// memory the program's limits leave.
 fn room_to_load(path: &Path) -> bool {
     const SLACK: u64 = 16 << 20;
-    let Some(headroom) = crate::sys::mem::address_space_headroom() else { return true };
+    let Some(headroom) = crate::sys::mem::memory_headroom() else { return true };
     let size = std::fs::metadata(path).map_or(0, |m| m.len());
     headroom >= size.saturating_mul(4).saturating_add(SLACK)
 }

@@ -4,7 +4,7 @@
 //! handlers, flags and masks it set.
 
 use crate::sys::ptr::{opt_mut, opt_ref};
-use crate::sys::{hand_on, real, signal};
+use crate::sys::{fatal, hand_on, real, signal};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -105,7 +105,8 @@ fn apply_trap_rule(adopting: bool) {
         if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
             continue;
         }
-        let wrapping = adopting && hand_on::wraps(sig);
+        // `stats=1`'s handler where the program has `SIG_DFL` is racewatch's own: not wrapped.
+        let wrapping = adopting && hand_on::wraps(sig) && !fatal::covers(sig);
         if wanted != kernel_has_trap || wrapping {
             current.sa_mask = signal::with_trap(&current.sa_mask, wanted);
             if wrapping {

@@ -26,17 +26,32 @@ pub fn read_u64(addr: u64) -> Option<u64> {
     (read_into(addr, &mut bytes) == 8).then(|| u64::from_ne_bytes(bytes))
 }
 
-/// Address space this process may still map under `RLIMIT_AS` (soft limit minus the current
-/// `VmSize`); `None` when there is no limit.
-pub fn address_space_headroom() -> Option<u64> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `limit` is a live rlimit the kernel fills.
-    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+/// Memory this process may still map under its limits: `RLIMIT_AS` (soft limit minus `VmSize`) and
+/// `RLIMIT_DATA` (soft limit minus its private writable memory, stacks included), the smaller; `None`
+/// when neither is limited.
+pub fn memory_headroom() -> Option<u64> {
+    let (address_space, data) = (soft_limit(libc::RLIMIT_AS), soft_limit(libc::RLIMIT_DATA));
+    if address_space.is_none() && data.is_none() {
         return None;
     }
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().next()?.parse().ok()?;
-    Some(limit.rlim_cur.saturating_sub(pages * 4096))
+    let pages: Vec<u64> = statm.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+    let room = |limit: Option<u64>, used: Option<&u64>| limit.zip(used).map(|(l, &u)| l.saturating_sub(u * 4096));
+    [room(address_space, pages.first()), room(data, pages.get(5))].into_iter().flatten().min()
+}
+
+/// Whether the program limits its data (`RLIMIT_DATA`): every byte racewatch allocates or maps
+/// writable is then one the program cannot have.
+pub fn data_limited() -> bool {
+    soft_limit(libc::RLIMIT_DATA).is_some()
+}
+
+/// A resource's soft limit; `None` when unlimited or unknown.
+fn soft_limit(resource: libc::__rlimit_resource_t) -> Option<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a live rlimit the kernel fills.
+    let known = unsafe { libc::getrlimit(resource, &mut limit) } == 0;
+    (known && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
 }
 
 #[cfg(test)]

@@ -277,12 +277,12 @@ pub fn stack_size_of(attr: *const libc::pthread_attr_t) -> usize {
 }
 
 /// The size of the alternate stack a thread whose stack has `stack` bytes gets: the same, within
-/// 64 KiB..=1 MiB. Under an `RLIMIT_AS`, where every byte of address space racewatch maps is one the
+/// 64 KiB..=1 MiB. Under an `RLIMIT_AS` or `RLIMIT_DATA`, where every byte racewatch maps is one the
 /// program cannot (a thread per 1 MiB stack and alternate stack of the same size halved the threads a
-/// program could start), the smallest, 64 KiB; none when the limit leaves less than eight times that.
+/// program could start), the smallest, 64 KiB; none when a limit leaves less than eight times that.
 /// Call in the creating thread (it may read `/proc`).
 pub fn alt_stack_size_for(stack: usize) -> usize {
-    match crate::sys::mem::address_space_headroom() {
+    match crate::sys::mem::memory_headroom() {
         None => stack.clamp(MIN_ALT_STACK, MAX_ALT_STACK).next_multiple_of(PAGE),
         Some(room) if room < 8 * MIN_ALT_STACK as u64 => 0,
         Some(_) => MIN_ALT_STACK,

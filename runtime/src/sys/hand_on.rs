@@ -126,6 +126,18 @@ extern "C-unwind" fn trampoline(sig: libc::c_int, info: *mut libc::siginfo_t, ct
             return;
         }
     }
+    call_program_handler(handler, flags, sig, info, ctx);
+}
+
+/// Calls a handler the program installed (`handler`, not `SIG_DFL`/`SIG_IGN`, with its `flags`) with the
+/// kernel's arguments for this delivery, as the kernel would have: three of them with `SA_SIGINFO`.
+pub fn call_program_handler(
+    handler: usize,
+    flags: i32,
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+) {
     if flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the program installed this as an SA_SIGINFO handler; it gets the kernel's arguments.
         let f: extern "C-unwind" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =

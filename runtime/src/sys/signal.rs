@@ -21,7 +21,7 @@
 //! (one raised meanwhile is delivered, flagged async, on return), and no
 //! program handler nests on top of ours on a small alternate stack.
 
-use crate::sys::{raw, real, stacks, thread};
+use crate::sys::{hand_on, raw, real, stacks, thread};
 use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -624,19 +624,7 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
             let interrupted = uc.map_or(0, |uc| to_bits(&uc.uc_sigmask));
             let trap = if action.sa_flags & libc::SA_NODEFER == 0 { 1 << (libc::SIGTRAP - 1) } else { 0 };
             let old = raw::sigprocmask(libc::SIG_SETMASK, Some(interrupted | to_bits(&action.sa_mask) | trap));
-            let mut call = || {
-                if action.sa_flags & libc::SA_SIGINFO != 0 {
-                    // SAFETY: the program installed this as an SA_SIGINFO handler; we pass it the
-                    // arguments the kernel gave us.
-                    let f: extern "C-unwind" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                        unsafe { std::mem::transmute(handler) };
-                    f(sig, info, ctx);
-                } else {
-                    // SAFETY: the program installed this as a classic one-argument handler.
-                    let f: extern "C-unwind" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
-                    f(sig);
-                }
-            };
+            let mut call = || hand_on::call_program_handler(handler, action.sa_flags, sig, info, ctx);
             let onstack = action.sa_flags & libc::SA_ONSTACK != 0;
             match uc.and_then(|uc| {
                 stacks::program_handler_top(uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize, onstack)

@@ -1,8 +1,9 @@
 //! What the reporter's periodic check reads of `/proc/self/status`: whether a tracer (a debugger,
 //! `strace`, a ptrace supervisor) is attached (`TracerPid`), and whether any thread of the program's
 //! is still alive (`Threads`, and `State` of the main thread, a zombie once `main` called
-//! `pthread_exit`). Read through one descriptor kept open (and placed like the runtime's other
-//! descriptors), so that a check costs one `pread` and no `open`.
+//! `pthread_exit`); and, for the trampoline of [`super::hand_on`], which signals the main thread
+//! lets through now (`SigBlk`). Read through one descriptor kept open (and placed like the runtime's
+//! other descriptors), so that a reading costs one `pread` and no `open`.
 
 use crate::sys::fd;
 use std::sync::atomic::{AtomicI32, Ordering};

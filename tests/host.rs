@@ -88,6 +88,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "own_proc", source: include_str!("host/own_proc.c"), metadata: true, flags: &[] },
     Program { name: "foreign_altstack", source: include_str!("host/foreign_altstack.c"), metadata: true, flags: &[] },
     Program { name: "main_waits", source: include_str!("host/main_waits.c"), metadata: true, flags: &[] },
+    Program { name: "own_memory", source: include_str!("host/own_memory.c"), metadata: true, flags: &[] },
     Program { name: "fork_storm", source: include_str!("host/fork_storm.c"), metadata: true, flags: &[] },
     Program { name: "prefork", source: include_str!("host/prefork.c"), metadata: true, flags: &[] },
     Program { name: "many_races", source: include_str!("host/many_races.c"), metadata: true, flags: &[] },
@@ -503,6 +504,16 @@ fn cases() -> Vec<Case> {
             "signal() returns the previous handler: 1",
             "one-shot handler ran: 1, default back: 1, flags kept: 1",
         ]),
+        // 16f. racewatch's memory is its own: a report leaves the program's malloc statistics alone, and
+        // with address randomisation off the program's mappings land where they would without it.
+        case("malloc_statistics_unchanged_by_reports", "own_memory", &[]).expect(&[
+            "malloc arena bytes changed: 0",
+            "malloc bytes in use changed: 0",
+            "malloc mmapped bytes changed: 0",
+        ]),
+        case("mappings_without_randomisation_land_alike", "own_memory", &["layout"])
+            .repeat(2)
+            .expect(&["children failed: 0", "distinct addresses of the mapping after pthread_create: 1"]),
         // 17. 200 forks while reporting.
         case("fork_storm_while_reporting", "fork_storm", &[]).expect(&["children that exited 0: 200", "no hang"]),
         // 18. A pre-fork server.
@@ -1284,6 +1295,8 @@ host_cases!(
     own_proc_files_show_a_blocked_sigtrap,
     main_alt_stack_unmapped_by_the_exiting_thread,
     main_waits_for_signals_beside_busy_workers,
+    malloc_statistics_unchanged_by_reports,
+    mappings_without_randomisation_land_alike,
     fork_storm_while_reporting,
     prefork_workers,
     stderr_pipe_without_reader,

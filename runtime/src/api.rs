@@ -77,6 +77,8 @@ fn guarded(f: impl FnOnce()) {
 
 #[cfg_attr(test, allow(dead_code))]
 fn init() {
+    // First: its fork handlers must run last before a fork and first after it.
+    sys::heap::guard_forks();
     sys::real::resolve_all();
     sys::exec_list::set_targets(
         |path, argv, _| crate::intercept::execv(path, argv),

@@ -432,6 +432,7 @@ pub fn print_stats() {
     }
     stats::add(stats::Counter::SkippedForStack, signal::skipped_for_stack());
     stats::add(stats::Counter::MemoryWaits, crate::sys::alloc::waits());
+    stats::add(stats::Counter::HeapBlocksLeaked, crate::sys::heap::leaked());
     stats::add(stats::Counter::HostStackBytes, stacks::host_high_water() as u64);
     stats::add(stats::Counter::RuntimeStackBytes, stacks::runtime_stack_high_water() as u64);
     let Some(mut text) = STATS_TEXT.try_lock() else { return };

@@ -50,6 +50,7 @@ counters! {
     ReportsDropped: "reports dropped",
     OutputDropped: "output not written",
     MemoryWaits: "allocations that waited for memory",
+    HeapBlocksLeaked: "heap blocks freed by a nested call (never reused)",
     SkippedForStack: "signals skipped for lack of stack",
     HostStackBytes: "max handler bytes on the program's stack",
     RuntimeStackBytes: "max bytes used of a runtime stack",

@@ -1,4 +1,5 @@
-//! The runtime's global allocator: the system `malloc`, except when it fails.
+//! The runtime's global allocator: racewatch's own heap ([`crate::sys::heap`], not the program's
+//! `malloc`), except when it fails.
 //!
 //! Rust ends the process when an allocation fails. Inside someone else's process that would turn the
 //! program's own memory pressure (an `RLIMIT_DATA`, `mlockall(MCL_FUTURE)` with a memlock budget, a
@@ -15,8 +16,8 @@
 //!
 //! Every wait is counted ([`waits`], `stats=1`'s "allocations that waited for memory").
 
-use crate::sys::{raw, thread};
-use std::alloc::{GlobalAlloc, Layout, System};
+use crate::sys::{heap, raw, thread};
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 /// How long a thread other than the patient one waits for memory.
@@ -48,31 +49,27 @@ pub fn waits() -> u64 {
     WAITS.load(Ordering::Relaxed)
 }
 
-/// The system allocator that waits for memory rather than failing (see the module comment).
+/// racewatch's heap, waiting for memory rather than failing (see the module comment).
 pub struct WaitingAllocator;
 
-// SAFETY: every method forwards to `System` under the caller's own contract (`layout` valid, `ptr`
-// allocated by this allocator with `layout`: all our blocks come from `System`); a retry after a
-// failure repeats the same call, which left `ptr` untouched when it failed.
+// SAFETY: every block comes from `heap::alloc` for its layout's size and alignment and goes back to
+// `heap::dealloc`/`heap::realloc` with the same ones (the contract `GlobalAlloc`'s callers keep); a
+// retry after a failure repeats the same call, which left `ptr` untouched when it failed.
 unsafe impl GlobalAlloc for WaitingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as above.
-        or_wait(|| unsafe { System.alloc(layout) })
+        or_wait(|| heap::alloc(layout.size(), layout.align()))
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as above.
-        or_wait(|| unsafe { System.alloc_zeroed(layout) })
+        or_wait(|| heap::alloc_zeroed(layout.size(), layout.align()))
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as above; a failed realloc leaves `ptr` allocated, so it can be tried again.
-        or_wait(|| unsafe { System.realloc(ptr, layout, new_size) })
+        or_wait(|| heap::realloc(ptr, layout.size(), layout.align(), new_size))
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
+        heap::dealloc(ptr, layout.size(), layout.align())
     }
 }
 

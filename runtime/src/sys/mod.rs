@@ -12,6 +12,7 @@ pub mod fd;
 pub mod fork;
 pub mod hand_on;
 pub mod handlers;
+pub mod heap;
 pub mod hugepage;
 pub mod identity;
 pub mod jump;

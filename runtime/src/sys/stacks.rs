@@ -33,7 +33,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use crate::sys::KNOWN_THREADS as KNOWN_SLOTS;
-use crate::sys::{raw, thread};
+use crate::sys::{heap, raw, thread};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -81,18 +81,7 @@ pub fn init_pool() -> bool {
 }
 
 fn map(len: usize) -> Option<usize> {
-    // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    (addr != libc::MAP_FAILED).then_some(addr as usize)
+    heap::map(len, true)
 }
 
 fn protect_guard(addr: usize) {
@@ -508,10 +497,10 @@ fn release(base: usize, len: usize) {
     }
 }
 
+/// Unmaps a stack of ours that nothing uses any more (its thread ended, or is ending and switched it
+/// off first).
 fn unmap(addr: usize, len: usize) {
-    // SAFETY: unmaps a mapping of ours that nothing uses any more (its thread ended, or is ending and
-    // switched it off first).
-    unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+    heap::unmap(addr, len);
 }
 
 /// In a forked child: the forking thread keeps its alternate stack for good (its slot's record is

@@ -1,0 +1,286 @@
+//! racewatch's own memory, apart from the program's: anonymous mappings placed away from where the
+//! program's own `mmap`s go, and the allocator the runtime's Rust code uses on top of them.
+//!
+//! - **Placement** ([`map`]): every mapping asks the kernel for the next free address of a region
+//!   1 TiB below the loaded libraries (`mmap`'s hint; the kernel takes it when that range is free,
+//!   else places the mapping as usual). The kernel hands the program's `mmap`s out from the top of
+//!   the address space down, so racewatch's stacks and heap never sit where the program's next
+//!   mapping would have gone: with address randomisation off (`setarch -R`) the program's mappings
+//!   land at the same addresses in every run, whenever racewatch maps something in another thread.
+//! - **The heap** ([`alloc`], [`dealloc`], [`realloc`]): blocks of 16 B to 32 KiB in twelve
+//!   power-of-two size classes, carved from 256 KiB slabs and kept on one free list per class; larger
+//!   ones (or alignments above a page) are mappings of their own, unmapped when freed. It is not the
+//!   program's `malloc`: racewatch's allocations (a report's symbolization, start-up's tables) take no
+//!   arena of glibc's and change none of the figures `mallinfo2`, `malloc_stats` or `malloc_info`
+//!   print, and a program that brings its own allocator (jemalloc, mimalloc, a bump allocator) never
+//!   sees them.
+//! - **Re-entry**: a signal handler that allocated while its thread was inside the heap would wait
+//!   for itself; such a nested call maps its block directly (a nested free of a small block leaks it,
+//!   counted in [`leaked`]). `fork` takes every class's lock first and releases them on both sides
+//!   ([`guard_forks`]), so a child never finds one held by a thread it does not have.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+const PAGE: usize = 4096;
+const MIN_SHIFT: u32 = 4;
+const MAX_SHIFT: u32 = 15;
+const CLASSES: usize = (MAX_SHIFT - MIN_SHIFT + 1) as usize;
+const SLAB: usize = 256 << 10;
+/// How far below the loaded libraries racewatch's region starts.
+const REGION_OFFSET: usize = 1 << 40;
+
+/// The next address of racewatch's region (0: not chosen yet; 1: no region, let the kernel choose).
+static CURSOR: AtomicUsize = AtomicUsize::new(0);
+static LEAKED: AtomicU64 = AtomicU64::new(0);
+
+/// Small blocks freed from a nested call, which could not take their class's lock: never reused.
+pub fn leaked() -> u64 {
+    LEAKED.load(Ordering::Relaxed)
+}
+
+fn region_start() -> usize {
+    // An address inside this library, mapped by the loader near the top of the address space.
+    let here = std::ptr::addr_of!(CURSOR) as usize;
+    match (here & !((1 << 30) - 1)).checked_sub(REGION_OFFSET) {
+        Some(start) if start >= 1 << 32 => start,
+        _ => 1,
+    }
+}
+
+/// Where the next mapping of `len` bytes (page multiple) should go; null to let the kernel choose.
+fn hint(len: usize) -> *mut libc::c_void {
+    let mut at = CURSOR.load(Ordering::Acquire);
+    if at == 0 {
+        let _ = CURSOR.compare_exchange(0, region_start(), Ordering::AcqRel, Ordering::Acquire);
+        at = CURSOR.load(Ordering::Acquire);
+    }
+    if at == 1 {
+        return std::ptr::null_mut();
+    }
+    CURSOR.fetch_add(len, Ordering::AcqRel) as *mut libc::c_void
+}
+
+/// Maps `len` bytes (rounded up to pages) of private, readable and writable, zeroed memory in
+/// racewatch's region (`noreserve`: without a claim on the machine's commit limit, for stacks that are
+/// mostly never touched). `None` when the kernel refuses. Async-signal-safe.
+pub fn map(len: usize, noreserve: bool) -> Option<usize> {
+    let len = len.next_multiple_of(PAGE);
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if noreserve { libc::MAP_NORESERVE } else { 0 };
+    // SAFETY: a fresh private anonymous mapping; the hint is only a hint (no MAP_FIXED), so no
+    // existing memory is touched.
+    let addr = unsafe { libc::mmap(hint(len), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    (addr != libc::MAP_FAILED).then_some(addr as usize)
+}
+
+/// Unmaps what [`map`] returned (`len` as passed to it).
+pub fn unmap(addr: usize, len: usize) {
+    // SAFETY: `addr..addr + len` is a mapping of racewatch's that nothing uses any more.
+    unsafe { libc::munmap(addr as *mut libc::c_void, len.next_multiple_of(PAGE)) };
+}
+
+/// One size class: its free list (a block's first word links to the next) and the unused rest of its
+/// newest slab.
+struct Class {
+    free: usize,
+    bump: usize,
+    end: usize,
+}
+
+static HEAP: [spin::Mutex<Class>; CLASSES] = [const { spin::Mutex::new(Class { free: 0, bump: 0, end: 0 }) }; CLASSES];
+
+thread_local! {
+    /// This thread is inside the heap (a signal handler that allocates now must not wait for its lock).
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The size class of a block of `size` bytes aligned to `align`; `None` for a mapping of its own.
+fn class_of(size: usize, align: usize) -> Option<usize> {
+    let need = size.max(align).max(1 << MIN_SHIFT).checked_next_power_of_two()?;
+    (need <= 1 << MAX_SHIFT && align <= PAGE).then(|| (need.trailing_zeros() - MIN_SHIFT) as usize)
+}
+
+/// Runs `f` on class `class` with its lock held; `None` when this thread is inside the heap already.
+fn with_class<R>(class: usize, f: impl FnOnce(&mut Class) -> R) -> Option<R> {
+    if INSIDE.with(|inside| inside.replace(true)) {
+        return None;
+    }
+    let result = f(&mut HEAP[class].lock());
+    INSIDE.with(|inside| inside.set(false));
+    Some(result)
+}
+
+/// A block of `size` bytes aligned to `align` (a power of two); null when no memory could be had.
+pub fn alloc(size: usize, align: usize) -> *mut u8 {
+    let Some(class) = class_of(size, align) else { return map_large(size, align) };
+    let block = 1usize << (class as u32 + MIN_SHIFT);
+    let taken = with_class(class, |c| {
+        if c.free != 0 {
+            let head = c.free;
+            // SAFETY: a free block of this class: its first word is the link written by `dealloc`.
+            c.free = unsafe { *(head as *const usize) };
+            return head;
+        }
+        if c.bump + block > c.end {
+            let Some(slab) = map(SLAB, false) else { return 0 };
+            (c.bump, c.end) = (slab, slab + SLAB);
+        }
+        c.bump += block;
+        c.bump - block
+    });
+    match taken {
+        Some(0) => std::ptr::null_mut(),
+        Some(addr) => addr as *mut u8,
+        // Nested: a mapping of its own; once freed it joins its class's free list like any block.
+        None => map(block, false).map_or(std::ptr::null_mut(), |addr| addr as *mut u8),
+    }
+}
+
+/// A zeroed block (see [`alloc`]).
+pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
+    let block = alloc(size, align);
+    if !block.is_null() && class_of(size, align).is_some() {
+        // SAFETY: `block` is at least `size` writable bytes just allocated (a reused small block may
+        // hold old data; mappings are zero already).
+        unsafe { std::ptr::write_bytes(block, 0, size) };
+    }
+    block
+}
+
+/// Frees a block [`alloc`] returned for the same `size` and `align`.
+pub fn dealloc(ptr: *mut u8, size: usize, align: usize) {
+    let Some(class) = class_of(size, align) else {
+        unmap(ptr as usize, size);
+        return;
+    };
+    let freed = with_class(class, |c| {
+        // SAFETY: the caller gives back a block of this class it no longer uses: its first word
+        // becomes the free list's link.
+        unsafe { *(ptr as *mut usize) = c.free };
+        c.free = ptr as usize;
+    });
+    if freed.is_none() {
+        LEAKED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Resizes a block of `size` bytes aligned to `align` to `new_size` bytes: in place when the class (or
+/// the pages of a large one) stays the same, else into a new block (copied, the old one freed); null,
+/// leaving the old block as it was, when no memory could be had.
+pub fn realloc(ptr: *mut u8, size: usize, align: usize, new_size: usize) -> *mut u8 {
+    let same = match (class_of(size, align), class_of(new_size, align)) {
+        (Some(old), Some(new)) => old == new,
+        (None, None) => size.next_multiple_of(PAGE) == new_size.next_multiple_of(PAGE),
+        _ => false,
+    };
+    if same {
+        return ptr;
+    }
+    let new = alloc(new_size, align);
+    if !new.is_null() {
+        // SAFETY: both blocks are live and distinct; the old one holds at least `size` bytes, the
+        // new one `new_size`.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, new, size.min(new_size)) };
+        dealloc(ptr, size, align);
+    }
+    new
+}
+
+/// A mapping of its own for a large block (aligned beyond a page: mapped larger and trimmed).
+fn map_large(size: usize, align: usize) -> *mut u8 {
+    let len = size.next_multiple_of(PAGE);
+    if align <= PAGE {
+        return map(len, false).map_or(std::ptr::null_mut(), |addr| addr as *mut u8);
+    }
+    let Some(raw) = map(len + align, false) else { return std::ptr::null_mut() };
+    let start = raw.next_multiple_of(align);
+    if start > raw {
+        unmap(raw, start - raw);
+    }
+    let tail = raw + len + align - (start + len);
+    if tail > 0 {
+        unmap(start + len, tail);
+    }
+    start as *mut u8
+}
+
+/// Registers the `fork` handlers that keep the heap whole in a child (once, before the program's
+/// `main`): every class's lock is taken before the fork and released after it on both sides.
+pub fn guard_forks() {
+    extern "C" fn prepare() {
+        for class in &HEAP {
+            std::mem::forget(class.lock());
+        }
+    }
+    extern "C" fn release() {
+        for class in &HEAP {
+            // SAFETY: `prepare` took every lock on this thread, the one that forked, and left them
+            // held; nobody else has them.
+            unsafe { class.force_unlock() };
+        }
+    }
+    // SAFETY: registers plain functions that only take and release spin locks.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_aligned_distinct_and_reused() {
+        let sizes = [1usize, 8, 16, 24, 100, 4096, 5000, 32 << 10, (32 << 10) + 1, 1 << 20];
+        for &size in &sizes {
+            for align in [1usize, 8, 64, 4096, 1 << 16] {
+                let a = alloc(size, align);
+                let b = alloc(size, align);
+                assert!(!a.is_null() && !b.is_null() && a != b, "size {size} align {align}");
+                assert_eq!(a as usize % align, 0, "size {size} align {align}");
+                // SAFETY: both are `size` writable bytes of ours.
+                unsafe {
+                    std::ptr::write_bytes(a, 0xa5, size);
+                    std::ptr::write_bytes(b, 0x5a, size);
+                    assert_eq!(*a.add(size - 1), 0xa5);
+                }
+                dealloc(b, size, align);
+                dealloc(a, size, align);
+            }
+        }
+        // A freed small block is the next one handed out of its class (this thread alone uses the
+        // 48-byte requests of class 64 here... other tests may too, so only check it is reusable).
+        let a = alloc(48, 8);
+        dealloc(a, 48, 8);
+        let z = alloc_zeroed(48, 8);
+        // SAFETY: 48 zeroed bytes of ours.
+        assert!(unsafe { std::slice::from_raw_parts(z, 48) }.iter().all(|&b| b == 0));
+        dealloc(z, 48, 8);
+    }
+
+    #[test]
+    fn realloc_keeps_the_contents_across_classes_and_mappings() {
+        let mut size = 10;
+        let p = alloc(size, 8);
+        // SAFETY: `size` writable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(b"racewatch!".as_ptr(), p, size) };
+        let mut p = p;
+        for new_size in [12, 200, 40_000, 3 << 20, 100, 10] {
+            p = realloc(p, size, 8, new_size);
+            assert!(!p.is_null());
+            // SAFETY: at least 10 bytes kept from the first write.
+            assert_eq!(unsafe { std::slice::from_raw_parts(p, 10) }, b"racewatch!");
+            size = new_size;
+        }
+        dealloc(p, size, 8);
+    }
+
+    #[test]
+    fn mappings_go_to_the_region_below_the_libraries() {
+        let a = map(PAGE, false).unwrap();
+        let b = map(3 * PAGE, true).unwrap();
+        let here = std::ptr::addr_of!(CURSOR) as usize;
+        assert!(a < here && here - a >= REGION_OFFSET / 2, "{a:#x} vs {here:#x}");
+        assert!(b > a, "the region fills upwards: {a:#x} then {b:#x}");
+        unmap(a, PAGE);
+        unmap(b, 3 * PAGE);
+    }
+}

@@ -65,11 +65,13 @@ unsafe impl GlobalAlloc for WaitingAllocator {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        or_wait(|| heap::realloc(ptr, layout.size(), layout.align(), new_size))
+        // SAFETY: as above; a failed realloc leaves `ptr` allocated, so it can be tried again.
+        or_wait(|| unsafe { heap::realloc(ptr, layout.size(), layout.align(), new_size) })
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        heap::dealloc(ptr, layout.size(), layout.align())
+        // SAFETY: as above.
+        unsafe { heap::dealloc(ptr, layout.size(), layout.align()) }
     }
 }
 

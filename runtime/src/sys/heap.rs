@@ -148,7 +148,11 @@ pub fn alloc_zeroed(size: usize, align: usize) -> *mut u8 {
 }
 
 /// Frees a block [`alloc`] returned for the same `size` and `align`.
-pub fn dealloc(ptr: *mut u8, size: usize, align: usize) {
+///
+/// # Safety
+/// `ptr` came from [`alloc`], [`alloc_zeroed`] or [`realloc`] with this `size` and `align`, and is not
+/// used after this call.
+pub unsafe fn dealloc(ptr: *mut u8, size: usize, align: usize) {
     let Some(class) = class_of(size, align) else {
         unmap(ptr as usize, size);
         return;
@@ -167,7 +171,11 @@ pub fn dealloc(ptr: *mut u8, size: usize, align: usize) {
 /// Resizes a block of `size` bytes aligned to `align` to `new_size` bytes: in place when the class (or
 /// the pages of a large one) stays the same, else into a new block (copied, the old one freed); null,
 /// leaving the old block as it was, when no memory could be had.
-pub fn realloc(ptr: *mut u8, size: usize, align: usize, new_size: usize) -> *mut u8 {
+///
+/// # Safety
+/// As for [`dealloc`]: `ptr` is a live block of this `size` and `align`; on success it is not used
+/// again (the returned block replaces it).
+pub unsafe fn realloc(ptr: *mut u8, size: usize, align: usize, new_size: usize) -> *mut u8 {
     let same = match (class_of(size, align), class_of(new_size, align)) {
         (Some(old), Some(new)) => old == new,
         (None, None) => size.next_multiple_of(PAGE) == new_size.next_multiple_of(PAGE),
@@ -181,7 +189,8 @@ pub fn realloc(ptr: *mut u8, size: usize, align: usize, new_size: usize) -> *mut
         // SAFETY: both blocks are live and distinct; the old one holds at least `size` bytes, the
         // new one `new_size`.
         unsafe { std::ptr::copy_nonoverlapping(ptr, new, size.min(new_size)) };
-        dealloc(ptr, size, align);
+        // SAFETY: the caller's block, copied and no longer used.
+        unsafe { dealloc(ptr, size, align) };
     }
     new
 }
@@ -242,18 +251,22 @@ mod tests {
                     std::ptr::write_bytes(b, 0x5a, size);
                     assert_eq!(*a.add(size - 1), 0xa5);
                 }
-                dealloc(b, size, align);
-                dealloc(a, size, align);
+                // SAFETY: blocks of this size and alignment, no longer used.
+                unsafe {
+                    dealloc(b, size, align);
+                    dealloc(a, size, align);
+                }
             }
         }
-        // A freed small block is the next one handed out of its class (this thread alone uses the
-        // 48-byte requests of class 64 here... other tests may too, so only check it is reusable).
+        // A freed small block can be handed out again; a zeroed one is zero even when reused.
         let a = alloc(48, 8);
-        dealloc(a, 48, 8);
+        // SAFETY: a 48-byte block, no longer used.
+        unsafe { dealloc(a, 48, 8) };
         let z = alloc_zeroed(48, 8);
         // SAFETY: 48 zeroed bytes of ours.
         assert!(unsafe { std::slice::from_raw_parts(z, 48) }.iter().all(|&b| b == 0));
-        dealloc(z, 48, 8);
+        // SAFETY: as above.
+        unsafe { dealloc(z, 48, 8) };
     }
 
     #[test]
@@ -264,13 +277,15 @@ mod tests {
         unsafe { std::ptr::copy_nonoverlapping(b"racewatch!".as_ptr(), p, size) };
         let mut p = p;
         for new_size in [12, 200, 40_000, 3 << 20, 100, 10] {
-            p = realloc(p, size, 8, new_size);
+            // SAFETY: `p` is the live block of `size` bytes.
+            p = unsafe { realloc(p, size, 8, new_size) };
             assert!(!p.is_null());
             // SAFETY: at least 10 bytes kept from the first write.
             assert_eq!(unsafe { std::slice::from_raw_parts(p, 10) }, b"racewatch!");
             size = new_size;
         }
-        dealloc(p, size, 8);
+        // SAFETY: as above.
+        unsafe { dealloc(p, size, 8) };
     }
 
     #[test]

@@ -687,6 +687,31 @@ fn volatile_races_of_a_dependency_are_reported_only_on_request() {
     );
 }
 
+/// The program's own volatile race (`racy_flag`: `read_volatile`/`write_volatile` on both sides) is
+/// reported wherever the program runs. Run from a directory its sources are not under, its files show
+/// as absolute paths, which are still not a dependency's (only the crates cargo fetched or vendored
+/// are): before, every such pair was declined as a dependency's race by design.
+#[test]
+fn own_volatile_races_are_reported_when_run_outside_the_source_tree() {
+    let demo = demo("rust", "racy_flag");
+    let elsewhere = common::scratch("detect_own_volatile_elsewhere");
+    let declined = "pairs of volatile accesses in dependencies (racing by design: not reported)";
+    let (run, runs) = retry_for(DETECTION_BUDGET, || {
+        let mut cmd = common::racewatch();
+        cmd.current_dir(&elsewhere).args(["run", "-o", "sample_period_us=1000", "-o", "stats=1", "--"]);
+        cmd.arg(&demo.bin).arg(RACY_RUN_SECONDS).env_remove("RACEWATCH_OPTIONS").env_remove("LD_PRELOAD");
+        let run = common::spawn_and_wait(cmd);
+        if stat(&run.stderr, declined).is_some_and(|n| n > 0) {
+            return Err(format!("the program's own volatile pairs were declined:\n{}", stats_summary(&run.stderr)));
+        }
+        Ok(has_report(&run.stderr).then_some(run))
+    })
+    .unwrap_or_else(|why| panic!("racy_flag run outside its source tree: {why}"));
+    let block = first_text_report(&run.stderr).expect("a text report").join("\n");
+    assert!(block.contains("/demos/src/bin/racy_flag.rs:"), "an absolute path of the program's own file: {block}");
+    eprintln!("racy_flag outside its source tree: reported after {runs} run(s)");
+}
+
 const DEEP_STACK: &str = r#"
 #include <pthread.h>
 #include <stdio.h>

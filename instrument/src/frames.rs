@@ -104,12 +104,18 @@ pub fn access_frame(stack: &[Frame]) -> Option<&Frame> {
     stack.iter().find(|f| f.elided == 0 && !f.in_runtime && !f.memory_function)
 }
 
-/// The directory of the crate a source file is in (the part before its last `/src/`), for files
-/// outside the current directory (dependencies: `~/.cargo/registry/…/tokio-1.40.0`); `None` for the
-/// user's own files (relative paths) and files without a `src` directory.
+/// Where cargo keeps the sources of the crates it fetched (`$CARGO_HOME/registry/src/…`,
+/// `$CARGO_HOME/git/checkouts/…`, whatever `CARGO_HOME` is) and where `cargo vendor` puts them.
+const FETCHED_SOURCES: [&str; 3] = ["/registry/src/", "/git/checkouts/", "/vendor/"];
+
+/// The directory of the crate a source file is in (the part before its last `/src/`), for the crates
+/// cargo fetched (`~/.cargo/registry/…/tokio-1.40.0`, a git checkout, a vendored copy); `None` for the
+/// user's own files, whether shown relative to the working directory or, for a program run elsewhere,
+/// as absolute paths, and for files without a `src` directory.
 pub fn dependency_crate(frame: &Frame) -> Option<&str> {
     let file = frame.file.as_deref().filter(|f| f.starts_with('/') && !in_std(frame))?;
-    file.rfind("/src/").map(|at| &file[..at])
+    let after = FETCHED_SOURCES.iter().filter_map(|dir| file.find(dir).map(|at| at + dir.len() - 1)).min()?;
+    file[after..].rfind("/src/").map(|at| &file[..after + at])
 }
 
 /// The trait methods through which a library uses its users' values on whatever thread it likes:
@@ -339,6 +345,32 @@ mod tests {
         assert_eq!(access_frame(&stack).unwrap().function.as_deref(), Some("write<u64>"));
         // Nothing of the user's: the innermost real frame.
         assert_eq!(summary_frame(&stack[..2]).unwrap().function.as_deref(), Some("memcpy"));
+    }
+
+    #[test]
+    fn dependencies_are_the_crates_cargo_fetched_wherever_the_program_runs() {
+        let crate_of = |file| dependency_crate(&at("f", file)).map(str::to_owned);
+        let registry = "/root/.cargo/registry/src/index.crates.io-1/crossbeam-deque-0.8.5/src/deque.rs";
+        assert_eq!(
+            crate_of(registry).as_deref(),
+            Some("/root/.cargo/registry/src/index.crates.io-1/crossbeam-deque-0.8.5")
+        );
+        let custom_home = "/usr/local/cargo/registry/src/index.crates.io-1/tokio-1.44.1/src/sync/broadcast.rs";
+        assert_eq!(
+            crate_of(custom_home).as_deref(),
+            Some("/usr/local/cargo/registry/src/index.crates.io-1/tokio-1.44.1")
+        );
+        let git = "/home/u/.cargo/git/checkouts/rayon-abc/1234567/rayon-core/src/registry.rs";
+        assert_eq!(crate_of(git).as_deref(), Some("/home/u/.cargo/git/checkouts/rayon-abc/1234567/rayon-core"));
+        let vendored = "/srv/app/vendor/parking_lot/src/mutex.rs";
+        assert_eq!(crate_of(vendored).as_deref(), Some("/srv/app/vendor/parking_lot"));
+        // The program's own files: relative under its working directory, absolute when it runs elsewhere.
+        assert_eq!(crate_of("src/main.rs"), None);
+        assert_eq!(crate_of("/srv/app/src/main.rs"), None);
+        assert_eq!(crate_of("/work/accept7/min/own_volatile/src/main.rs"), None);
+        assert_eq!(crate_of("/srv/app/crates/worker/src/lib.rs"), None);
+        // A fetched crate's file outside its `src` (a build script) names no crate.
+        assert_eq!(crate_of("/root/.cargo/registry/src/index.crates.io-1/libc-0.2.170/build.rs"), None);
     }
 
     #[test]

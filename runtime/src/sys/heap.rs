@@ -8,7 +8,7 @@
 //!   mapping would have gone: with address randomisation off (`setarch -R`) the program's mappings
 //!   land at the same addresses in every run, whenever racewatch maps something in another thread.
 //! - **The heap** ([`alloc`], [`dealloc`], [`realloc`]): blocks of 16 B to 32 KiB in twelve
-//!   power-of-two size classes, carved from 256 KiB slabs and kept on one free list per class; larger
+//!   power-of-two size classes, carved from 64 KiB slabs and kept on one free list per class; larger
 //!   ones (or alignments above a page) are mappings of their own, unmapped when freed. It is not the
 //!   program's `malloc`: racewatch's allocations (a report's symbolization, start-up's tables) take no
 //!   arena of glibc's and change none of the figures `mallinfo2`, `malloc_stats` or `malloc_info`
@@ -26,7 +26,7 @@ const PAGE: usize = 4096;
 const MIN_SHIFT: u32 = 4;
 const MAX_SHIFT: u32 = 15;
 const CLASSES: usize = (MAX_SHIFT - MIN_SHIFT + 1) as usize;
-const SLAB: usize = 256 << 10;
+const SLAB: usize = 64 << 10;
 /// How far below the loaded libraries racewatch's region starts.
 const REGION_OFFSET: usize = 1 << 40;
 

@@ -1,37 +1,27 @@
-//! racewatch's own memory, apart from the program's: anonymous mappings placed away from where the
-//! program's own `mmap`s go, and the allocator the runtime's Rust code uses on top of them.
+//! racewatch's heap: the allocator the runtime's Rust code uses, on mappings of its own in the heap's
+//! region ([`crate::sys::region`]), never the program's `malloc`.
 //!
-//! - **Placement** ([`map`]): every mapping asks the kernel for the next free address of a region
-//!   1 TiB below the loaded libraries (`mmap`'s hint; the kernel takes it when that range is free,
-//!   else places the mapping as usual). The kernel hands the program's `mmap`s out from the top of
-//!   the address space down, so racewatch's stacks and heap never sit where the program's next
-//!   mapping would have gone: with address randomisation off (`setarch -R`) the program's mappings
-//!   land at the same addresses in every run, whenever racewatch maps something in another thread.
-//! - **The heap** ([`alloc`], [`dealloc`], [`realloc`]): blocks of 16 B to 32 KiB in twelve
-//!   power-of-two size classes, carved from 64 KiB slabs and kept on one free list per class; larger
-//!   ones (or alignments above a page) are mappings of their own, unmapped when freed. It is not the
-//!   program's `malloc`: racewatch's allocations (a report's symbolization, start-up's tables) take no
-//!   arena of glibc's and change none of the figures `mallinfo2`, `malloc_stats` or `malloc_info`
-//!   print, and a program that brings its own allocator (jemalloc, mimalloc, a bump allocator) never
-//!   sees them.
+//! - Blocks of 16 B to 32 KiB come from twelve power-of-two size classes, carved from 64 KiB slabs and
+//!   kept on one free list per class; larger ones (or alignments above a page) are mappings of their
+//!   own, unmapped when freed (their range goes back to the region for the next one).
+//! - Not being the program's `malloc`, racewatch's allocations (a report's symbolization, start-up's
+//!   tables) take no arena of glibc's and change none of the figures `mallinfo2`, `malloc_stats` or
+//!   `malloc_info` print, and a program that brings its own allocator (jemalloc, mimalloc, a bump
+//!   allocator) never sees them.
 //! - **Re-entry**: a signal handler that allocated while its thread was inside the heap would wait
 //!   for itself; such a nested call maps its block directly (a nested free of a small block leaks it,
-//!   counted in [`leaked`]). `fork` takes every class's lock first and releases them on both sides
-//!   ([`guard_forks`]), so a child never finds one held by a thread it does not have.
+//!   counted in [`leaked`] and `stats=1`). `fork` takes every class's lock first and releases them on
+//!   both sides ([`guard_forks`]), so a child never finds one held by a thread it does not have.
 
+use crate::sys::region::{self, Use};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const PAGE: usize = 4096;
 const MIN_SHIFT: u32 = 4;
 const MAX_SHIFT: u32 = 15;
 const CLASSES: usize = (MAX_SHIFT - MIN_SHIFT + 1) as usize;
 const SLAB: usize = 64 << 10;
-/// How far below the loaded libraries racewatch's region starts.
-const REGION_OFFSET: usize = 1 << 40;
-
-/// The next address of racewatch's region (0: not chosen yet; 1: no region, let the kernel choose).
-static CURSOR: AtomicUsize = AtomicUsize::new(0);
 static LEAKED: AtomicU64 = AtomicU64::new(0);
 
 /// Small blocks freed from a nested call, which could not take their class's lock: never reused.
@@ -39,44 +29,12 @@ pub fn leaked() -> u64 {
     LEAKED.load(Ordering::Relaxed)
 }
 
-fn region_start() -> usize {
-    // An address inside this library, mapped by the loader near the top of the address space.
-    let here = std::ptr::addr_of!(CURSOR) as usize;
-    match (here & !((1 << 30) - 1)).checked_sub(REGION_OFFSET) {
-        Some(start) if start >= 1 << 32 => start,
-        _ => 1,
-    }
+fn map(len: usize) -> Option<usize> {
+    region::map(len, Use::Heap)
 }
 
-/// Where the next mapping of `len` bytes (page multiple) should go; null to let the kernel choose.
-fn hint(len: usize) -> *mut libc::c_void {
-    let mut at = CURSOR.load(Ordering::Acquire);
-    if at == 0 {
-        let _ = CURSOR.compare_exchange(0, region_start(), Ordering::AcqRel, Ordering::Acquire);
-        at = CURSOR.load(Ordering::Acquire);
-    }
-    if at == 1 {
-        return std::ptr::null_mut();
-    }
-    CURSOR.fetch_add(len, Ordering::AcqRel) as *mut libc::c_void
-}
-
-/// Maps `len` bytes (rounded up to pages) of private, readable and writable, zeroed memory in
-/// racewatch's region (`noreserve`: without a claim on the machine's commit limit, for stacks that are
-/// mostly never touched). `None` when the kernel refuses. Async-signal-safe.
-pub fn map(len: usize, noreserve: bool) -> Option<usize> {
-    let len = len.next_multiple_of(PAGE);
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if noreserve { libc::MAP_NORESERVE } else { 0 };
-    // SAFETY: a fresh private anonymous mapping; the hint is only a hint (no MAP_FIXED), so no
-    // existing memory is touched.
-    let addr = unsafe { libc::mmap(hint(len), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
-    (addr != libc::MAP_FAILED).then_some(addr as usize)
-}
-
-/// Unmaps what [`map`] returned (`len` as passed to it).
-pub fn unmap(addr: usize, len: usize) {
-    // SAFETY: `addr..addr + len` is a mapping of racewatch's that nothing uses any more.
-    unsafe { libc::munmap(addr as *mut libc::c_void, len.next_multiple_of(PAGE)) };
+fn unmap(addr: usize, len: usize) {
+    region::unmap(addr, len, Use::Heap);
 }
 
 /// One size class: its free list (a block's first word links to the next) and the unused rest of its
@@ -122,7 +80,7 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
             return head;
         }
         if c.bump + block > c.end {
-            let Some(slab) = map(SLAB, false) else { return 0 };
+            let Some(slab) = map(SLAB) else { return 0 };
             (c.bump, c.end) = (slab, slab + SLAB);
         }
         c.bump += block;
@@ -132,7 +90,7 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
         Some(0) => std::ptr::null_mut(),
         Some(addr) => addr as *mut u8,
         // Nested: a mapping of its own; once freed it joins its class's free list like any block.
-        None => map(block, false).map_or(std::ptr::null_mut(), |addr| addr as *mut u8),
+        None => map(block).map_or(std::ptr::null_mut(), |addr| addr as *mut u8),
     }
 }
 
@@ -199,9 +157,9 @@ pub unsafe fn realloc(ptr: *mut u8, size: usize, align: usize, new_size: usize) 
 fn map_large(size: usize, align: usize) -> *mut u8 {
     let len = size.next_multiple_of(PAGE);
     if align <= PAGE {
-        return map(len, false).map_or(std::ptr::null_mut(), |addr| addr as *mut u8);
+        return map(len).map_or(std::ptr::null_mut(), |addr| addr as *mut u8);
     }
-    let Some(raw) = map(len + align, false) else { return std::ptr::null_mut() };
+    let Some(raw) = map(len + align) else { return std::ptr::null_mut() };
     let start = raw.next_multiple_of(align);
     if start > raw {
         unmap(raw, start - raw);
@@ -286,16 +244,5 @@ mod tests {
         }
         // SAFETY: as above.
         unsafe { dealloc(p, size, 8) };
-    }
-
-    #[test]
-    fn mappings_go_to_the_region_below_the_libraries() {
-        let a = map(PAGE, false).unwrap();
-        let b = map(3 * PAGE, true).unwrap();
-        let here = std::ptr::addr_of!(CURSOR) as usize;
-        assert!(a < here && here - a >= REGION_OFFSET / 2, "{a:#x} vs {here:#x}");
-        assert!(b > a, "the region fills upwards: {a:#x} then {b:#x}");
-        unmap(a, PAGE);
-        unmap(b, 3 * PAGE);
     }
 }

@@ -23,6 +23,7 @@ pub mod process;
 pub mod ptr;
 pub mod raw;
 pub mod real;
+pub mod region;
 pub mod secure_file;
 pub mod signal;
 pub mod snapshot;

@@ -32,8 +32,9 @@
 // or valid); making these functions `unsafe` would only move the same promise into the callers.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+use crate::sys::region::{self, Use};
 use crate::sys::KNOWN_THREADS as KNOWN_SLOTS;
-use crate::sys::{heap, raw, thread};
+use crate::sys::{raw, thread};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -81,7 +82,7 @@ pub fn init_pool() -> bool {
 }
 
 fn map(len: usize) -> Option<usize> {
-    heap::map(len, true)
+    region::map(len, Use::Stacks)
 }
 
 fn protect_guard(addr: usize) {
@@ -500,7 +501,7 @@ fn release(base: usize, len: usize) {
 /// Unmaps a stack of ours that nothing uses any more (its thread ended, or is ending and switched it
 /// off first).
 fn unmap(addr: usize, len: usize) {
-    heap::unmap(addr, len);
+    region::unmap(addr, len, Use::Stacks);
 }
 
 /// In a forked child: the forking thread keeps its alternate stack for good (its slot's record is

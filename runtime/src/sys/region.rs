@@ -1,0 +1,226 @@
+//! Where racewatch's anonymous mappings go: two regions of the address space below the loaded
+//! libraries, one for its heap ([`crate::sys::heap`]) and one for its stacks, away from where the
+//! kernel puts the program's own mappings.
+//!
+//! The kernel hands the program's `mmap`s out from the top of the address space down. Each mapping
+//! of racewatch's asks (`mmap`'s hint, never `MAP_FIXED`) for an address in its region instead: a
+//! range freed earlier that fits, else the region's next address. So racewatch never takes the place
+//! the program's next mapping would have had (with randomisation off, the program's mappings land at
+//! the same addresses in every run whatever racewatch maps meanwhile), and its heap stays one run of
+//! pages: `/proc/self/maps` shows it as a few lines, not one per block it ever freed. A hint the kernel
+//! cannot honour (the program mapped that range itself) leaves the placement to the kernel, as usual.
+
+use std::cell::Cell;
+
+const PAGE: usize = 4096;
+/// How far below the loaded libraries the heap's region starts; the stacks' starts half-way up.
+const REGION_OFFSET: usize = 1 << 40;
+const STACKS_OFFSET: usize = REGION_OFFSET / 2;
+/// Freed ranges remembered per region for reuse (more are forgotten: address space, not memory).
+const FREE_RANGES: usize = 64;
+
+/// Which region a mapping belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Use {
+    /// racewatch's heap: slabs and large blocks (rw, counted against the commit limit).
+    Heap,
+    /// Alternate and runtime signal stacks (`MAP_NORESERVE`, with guard pages).
+    Stacks,
+}
+
+/// One region: its next unused address and the ranges given back below it.
+#[derive(Debug)]
+struct Region {
+    /// Where the region starts (0: not known yet).
+    base: usize,
+    cursor: usize,
+    free: [(usize, usize); FREE_RANGES],
+    count: usize,
+}
+
+impl Region {
+    const fn new() -> Region {
+        Region { base: 0, cursor: 0, free: [(0, 0); FREE_RANGES], count: 0 }
+    }
+
+    /// The address for `len` bytes: the first freed range that fits, else the cursor.
+    fn claim(&mut self, len: usize) -> usize {
+        if let Some(i) = self.free[..self.count].iter().position(|&(_, size)| size >= len) {
+            let (start, size) = self.free[i];
+            if size == len {
+                self.count -= 1;
+                self.free[i] = self.free[self.count];
+            } else {
+                self.free[i] = (start + len, size - len);
+            }
+            return start;
+        }
+        self.cursor += len;
+        self.cursor - len
+    }
+
+    /// Takes back `[addr, addr + len)`, unmapped, when it lies in the region: merged with the freed
+    /// ranges it touches, and given back to the cursor when it ends there.
+    fn give_back(&mut self, addr: usize, len: usize) {
+        if self.base == 0 || addr < self.base || addr + len > self.cursor || len == 0 {
+            return;
+        }
+        let (mut start, mut end) = (addr, addr + len);
+        let mut i = 0;
+        while i < self.count {
+            let (s, size) = self.free[i];
+            if s + size == start || end == s {
+                (start, end) = (start.min(s), end.max(s + size));
+                self.count -= 1;
+                self.free[i] = self.free[self.count];
+            } else {
+                i += 1;
+            }
+        }
+        if end == self.cursor {
+            self.cursor = start;
+        } else if self.count < FREE_RANGES {
+            self.free[self.count] = (start, end - start);
+            self.count += 1;
+        }
+    }
+}
+
+static HEAP: spin::Mutex<Region> = spin::Mutex::new(Region::new());
+static STACKS: spin::Mutex<Region> = spin::Mutex::new(Region::new());
+
+thread_local! {
+    /// This thread holds a region's lock (a signal handler mapping now lets the kernel choose).
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The start of the heap's region: 1 TiB below this library, which the loader mapped near the top of
+/// the address space; `None` where that is not an address (a 32-bit layout, a library mapped low).
+fn heap_base() -> Option<usize> {
+    let here = std::ptr::addr_of!(HEAP) as usize;
+    (here & !((1 << 30) - 1)).checked_sub(REGION_OFFSET).filter(|&start| start >= 1 << 32)
+}
+
+/// Runs `f` on `use_`'s region with its lock held; `None` when this thread holds one already.
+fn with_region<R>(use_: Use, f: impl FnOnce(&mut Region) -> R) -> Option<R> {
+    if HOLDING.with(|holding| holding.replace(true)) {
+        return None;
+    }
+    let mut region = match use_ {
+        Use::Heap => HEAP.lock(),
+        Use::Stacks => STACKS.lock(),
+    };
+    let result = f(&mut region);
+    drop(region);
+    HOLDING.with(|holding| holding.set(false));
+    Some(result)
+}
+
+/// Maps `len` bytes (rounded up to pages) of private, readable and writable, zeroed memory in
+/// `use_`'s region. `None` when the kernel refuses.
+pub fn map(len: usize, use_: Use) -> Option<usize> {
+    let len = len.next_multiple_of(PAGE);
+    let hint = with_region(use_, |region| {
+        if region.base == 0 {
+            let base = heap_base()? + if use_ == Use::Stacks { STACKS_OFFSET } else { 0 };
+            (region.base, region.cursor) = (base, base);
+        }
+        Some(region.claim(len))
+    })
+    .flatten()
+    .unwrap_or(0);
+    let noreserve = if use_ == Use::Stacks { libc::MAP_NORESERVE } else { 0 };
+    // SAFETY: a fresh private anonymous mapping; the hint is only a hint (no MAP_FIXED), so no
+    // existing memory is touched.
+    let addr = unsafe {
+        libc::mmap(
+            hint as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | noreserve,
+            -1,
+            0,
+        )
+    };
+    if addr as usize != hint && hint != 0 {
+        // Not where asked (the program mapped that range): the range stays the region's to reuse.
+        with_region(use_, |region| region.give_back(hint, len));
+    }
+    (addr != libc::MAP_FAILED).then_some(addr as usize)
+}
+
+/// Unmaps what [`map`] returned for `use_` (or a page-aligned part of it), and gives its range back to
+/// the region.
+pub fn unmap(addr: usize, len: usize, use_: Use) {
+    let len = len.next_multiple_of(PAGE);
+    // SAFETY: `addr..addr + len` is a mapping of racewatch's that nothing uses any more.
+    if unsafe { libc::munmap(addr as *mut libc::c_void, len) } == 0 {
+        with_region(use_, |region| region.give_back(addr, len));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region() -> Region {
+        let mut region = Region::new();
+        (region.base, region.cursor) = (1 << 40, 1 << 40);
+        region
+    }
+
+    #[test]
+    fn freed_ranges_are_reused_first_fit_and_merge() {
+        let mut r = region();
+        let a = r.claim(PAGE);
+        let b = r.claim(4 * PAGE);
+        let c = r.claim(PAGE);
+        let d = r.claim(PAGE);
+        assert_eq!((b - a, c - b, d - c), (PAGE, 4 * PAGE, PAGE));
+        r.give_back(b, 4 * PAGE);
+        assert_eq!(r.claim(2 * PAGE), b, "a hole that fits is reused");
+        assert_eq!(r.claim(3 * PAGE), d + PAGE, "one that does not is passed over");
+        r.give_back(a, PAGE);
+        r.give_back(c, PAGE);
+        assert_eq!(r.count, 2, "a, and the rest of b's hole with c: the two pages in use between them");
+        r.give_back(b, 2 * PAGE);
+        assert_eq!(r.count, 1);
+        assert_eq!(r.free[0], (a, 6 * PAGE), "a, b's four pages and c merged");
+        assert_eq!(r.claim(6 * PAGE), a);
+        assert_eq!(r.count, 0);
+    }
+
+    #[test]
+    fn a_range_freed_at_the_end_gives_the_cursor_back() {
+        let mut r = region();
+        let start = r.cursor;
+        let a = r.claim(PAGE);
+        let b = r.claim(2 * PAGE);
+        let c = r.claim(PAGE);
+        r.give_back(b, 2 * PAGE);
+        r.give_back(c, PAGE);
+        assert_eq!(r.cursor, b, "c and then the hole before it went back to the cursor");
+        assert_eq!(r.count, 0);
+        r.give_back(a, PAGE);
+        assert_eq!(r.cursor, start);
+        // Outside the region, or beyond what it handed out: ignored.
+        r.give_back(start - PAGE, PAGE);
+        r.give_back(start + 8 * PAGE, PAGE);
+        assert_eq!((r.cursor, r.count), (start, 0));
+    }
+
+    #[test]
+    fn mappings_go_below_the_libraries_and_holes_are_filled() {
+        let a = map(PAGE, Use::Heap).unwrap();
+        let b = map(3 * PAGE, Use::Heap).unwrap();
+        let here = std::ptr::addr_of!(HEAP) as usize;
+        assert!(a < here && here - a >= REGION_OFFSET / 2, "{a:#x} vs {here:#x}");
+        let s = map(PAGE, Use::Stacks).unwrap();
+        assert!(s > b, "the stacks' region lies above the heap's: {b:#x}, {s:#x}");
+        unmap(a, PAGE, Use::Heap);
+        let again = map(PAGE, Use::Heap).unwrap();
+        unmap(b, 3 * PAGE, Use::Heap);
+        unmap(again, PAGE, Use::Heap);
+        unmap(s, PAGE, Use::Stacks);
+    }
+}

@@ -10,8 +10,9 @@
 //!   allocator) never sees them.
 //! - **Re-entry**: a signal handler that allocated while its thread was inside the heap would wait
 //!   for itself; such a nested call maps its block directly (a nested free of a small block leaks it,
-//!   counted in [`leaked`] and `stats=1`). `fork` takes every class's lock first and releases them on
-//!   both sides ([`guard_forks`]), so a child never finds one held by a thread it does not have.
+//!   counted in [`leaked`] and `stats=1`). `fork` takes every class's and region's lock first and
+//!   releases them on both sides ([`guard_forks`]), so a child never finds one held by a thread it
+//!   does not have.
 
 use crate::sys::region::{self, Use};
 use std::cell::Cell;
@@ -171,15 +172,20 @@ fn map_large(size: usize, align: usize) -> *mut u8 {
     start as *mut u8
 }
 
-/// Registers the `fork` handlers that keep the heap whole in a child (once, before the program's
-/// `main`): every class's lock is taken before the fork and released after it on both sides.
+/// Registers the `fork` handlers that keep the heap and the regions whole in a child (once, before the
+/// program's `main`): every class's and region's lock is taken before the fork and released after it
+/// on both sides (a thread mapping its alternate stack at the fork would otherwise leave the child's
+/// region locked for good).
 pub fn guard_forks() {
     extern "C" fn prepare() {
         for class in &HEAP {
             std::mem::forget(class.lock());
         }
+        // Then the regions' (a slab is mapped with its class's lock held: the same order).
+        region::hold_for_fork();
     }
     extern "C" fn release() {
+        region::release_after_fork();
         for class in &HEAP {
             // SAFETY: `prepare` took every lock on this thread, the one that forked, and left them
             // held; nobody else has them.

@@ -116,6 +116,22 @@ fn with_region<R>(use_: Use, f: impl FnOnce(&mut Region) -> R) -> Option<R> {
     Some(result)
 }
 
+/// Takes both regions' locks and keeps them (a `fork`'s prepare handler, after the heap's locks).
+pub fn hold_for_fork() {
+    std::mem::forget(HEAP.lock());
+    std::mem::forget(STACKS.lock());
+}
+
+/// Releases what [`hold_for_fork`] took (in the parent and in the child, after the fork).
+pub fn release_after_fork() {
+    // SAFETY: `hold_for_fork` took both locks on this thread, the one that forked, and left them
+    // held; nobody else has them.
+    unsafe {
+        HEAP.force_unlock();
+        STACKS.force_unlock();
+    }
+}
+
 /// Maps `len` bytes (rounded up to pages) of private, readable and writable, zeroed memory in
 /// `use_`'s region. `None` when the kernel refuses.
 pub fn map(len: usize, use_: Use) -> Option<usize> {

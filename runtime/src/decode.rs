@@ -290,6 +290,28 @@ pub fn access_ending_at(
     plain_access(factory, &insn, regs, None)
 }
 
+/// The first instruction of `[func_start, func_end)` at or after `from` that makes a watchable access
+/// through a base other than the stack and frame pointers (a global, the heap through a register): where
+/// a code breakpoint makes a sample land on an access that may be shared. Decodes from `func_start`, so
+/// that `from` need not be an instruction boundary. `None` when there is none after `from`, or the code
+/// cannot be read. Async-signal-safe after [`warm_up`].
+pub fn shared_access_from(code: &dyn CodeReader, func_start: u64, func_end: u64, from: u64) -> Option<u64> {
+    let mut claimed = pool::claim(pool_hint())?;
+    let factory = claimed.factory()?;
+    scan(code, func_start, func_end, |insn| {
+        if insn.ip() < from {
+            return ControlFlow::Continue(());
+        }
+        let (class, _) = classify(factory, insn);
+        match class {
+            Class::Access(_) if !matches!(insn.memory_base(), iced_x86::Register::RSP | iced_x86::Register::RBP) => {
+                ControlFlow::Break(Some(insn.ip()))
+            }
+            _ => ControlFlow::Continue(()),
+        }
+    })
+}
+
 /// The instruction of `[func_start, func_end)` that ends exactly at `rip`.
 fn ending_at(code: &dyn CodeReader, func_start: u64, func_end: u64, rip: u64) -> Option<Instruction> {
     scan(code, func_start, func_end, |insn| match insn.next_ip() {

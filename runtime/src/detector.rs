@@ -122,7 +122,7 @@ fn start(opts: &Options) -> bool {
         STATUS_READ_NS.store(thread::monotonic_ns(), Ordering::Relaxed);
     }
     reporter::on_tick(on_tick);
-    signal::on_step_aside(sampler::stop);
+    signal::on_sampling(sampler::stop, sampler::hold);
     thread::on_program_thread_ending(program_thread_ending);
     reporter::start(opts);
     if let Err(err) = sampler::start(opts) {

@@ -9,6 +9,7 @@
 //! Run time: [`sampler`] → [`decode`] → [`watch`] → [`judge`] → [`queue`] →
 //! [`reporter`] ([`symbolize`], [`report`]). All `unsafe` FFI lives in [`sys`].
 
+pub mod aim;
 pub mod api;
 pub mod bias;
 pub mod decode;

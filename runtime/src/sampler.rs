@@ -26,7 +26,7 @@ use crate::sys::perf::{PerfFd, SampleTimer, SAMPLE_SIG_DATA};
 use crate::sys::signal::{self, PerfSignal, Regs};
 use crate::sys::{cputime, thread};
 use crate::watch::{self, OwnMemory, Watch};
-use crate::{bias, decode, libcalls, profile, registry, sharing, stack};
+use crate::{aim, bias, decode, libcalls, profile, registry, sharing, stack};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Timer signals per kept sample.
@@ -106,6 +106,7 @@ pub fn start(options: &Options) -> Result<(), String> {
     SEED.store(options.seed.unwrap_or(0x9e37_79b9_7f4a_7c15), Ordering::Relaxed);
     COLD_BIAS.store(options.cold_bias, Ordering::Relaxed);
     SKIP_ALONE.store(!options.watch_alone, Ordering::Relaxed);
+    aim::set_enabled(options.sample_period_us < SPIN_FROM_PERIOD_US && options.watchpoints >= 2);
     open_events(options)?;
     decode::warm_up();
     libcalls::init();
@@ -159,6 +160,7 @@ pub fn refresh() {
         if result.is_ok() {
             ENABLED.store(wanted, Ordering::Release);
         }
+        aim::suspend(!wanted);
     }
     set_boost(wanted && BOOST_WANTED.load(Ordering::Acquire));
 }
@@ -234,12 +236,46 @@ pub fn pause_ms() -> u32 {
     }
 }
 
+/// How many signal handlers hold the timers now ([`hold`]).
+static HELD: AtomicU32 = AtomicU32::new(0);
+
+/// Switches every thread's timers off (`true`) for a few system calls of a signal handler, or back on
+/// as they were wanted (`false`, by the last holder): see `signal::make_pending`. Async-signal-safe.
+pub fn hold(on: bool) {
+    let timers = || [(timer(), &ENABLED), (boost_timer(), &BOOST_ON)];
+    if on {
+        if HELD.fetch_add(1, Ordering::AcqRel) == 0 {
+            for timer in timers().into_iter().filter_map(|(timer, _)| timer) {
+                let _ = timer.disable();
+            }
+        }
+        return;
+    }
+    if HELD.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
+    // Stopped or paused meanwhile: left off. Checked again after enabling, so that a stop or pause
+    // between the check and the enable is not undone.
+    let wanted = |on: &AtomicBool| on.load(Ordering::Acquire) && PAUSED_AT_NS.load(Ordering::Acquire) == 0;
+    for (timer, on) in timers() {
+        if let Some(timer) = timer.filter(|_| wanted(on)) {
+            let _ = timer.enable();
+            if !wanted(on) {
+                let _ = timer.disable();
+            }
+        }
+    }
+}
+
 /// Set while sampling is paused (a tracer is attached).
 static PAUSED: AtomicBool = AtomicBool::new(false);
 
 /// Pauses sampling (no new watch windows either) or lets it go on; true when that changed the state.
 pub fn set_paused(paused: bool) -> bool {
     let changed = PAUSED.swap(paused, Ordering::AcqRel) != paused;
+    if paused {
+        aim::suspend(true);
+    }
     if changed {
         refresh();
     }
@@ -257,6 +293,7 @@ pub fn stop() {
         let _ = timer.disable();
         ENABLED.store(false, Ordering::Release);
     }
+    aim::suspend(true);
     set_boost(false);
 }
 
@@ -286,6 +323,7 @@ pub fn forget_after_fork() {
     PAUSED_AT_NS.store(0, Ordering::Release);
     PRIVATE_RUN.store(0, Ordering::Release);
     ENABLED.store(false, Ordering::Release);
+    aim::reset();
     watch::forget_after_fork();
 }
 
@@ -297,6 +335,10 @@ fn claims(sig_data: u64) -> bool {
 fn on_perf(signal: &PerfSignal) {
     if signal.data == SAMPLE_SIG_DATA {
         on_sample(&signal.regs);
+    } else if aim::owns(signal.data) {
+        if aim::hit(signal) {
+            on_aimed(&signal.regs);
+        }
     } else {
         watch::on_trap(signal);
     }
@@ -476,7 +518,9 @@ fn on_sample(regs: &Regs) {
         }
     }
     if !watchable {
-        credits.store(credit, Ordering::Relaxed);
+        // A sample's worth saved up: aim a code breakpoint at covered code instead (see [`aim`]).
+        let aimed = credit >= per_sample as u32 && aim::aim(random, now);
+        credits.store(if aimed { credit - per_sample as u32 } else { credit }, Ordering::Relaxed);
         if random % per_sample == 0 {
             stats::bump(Counter::Samples);
             stats::bump(Counter::SamplesUncovered);
@@ -491,6 +535,16 @@ fn on_sample(regs: &Regs) {
     credits.store(credit - per_sample as u32, Ordering::Relaxed);
     stats::bump(Counter::Samples);
     sample(regs, tid, random >> 1, alone);
+    stats::add(Counter::SampleNs, thread::monotonic_ns().saturating_sub(now));
+}
+
+/// A thread hit the code breakpoint aimed at covered code (see [`aim`]): a sample there.
+fn on_aimed(regs: &Regs) {
+    let tid = thread::gettid();
+    let now = thread::monotonic_ns();
+    let alone = SKIP_ALONE.load(Ordering::Relaxed) && !running::others(tid, now);
+    stats::bump(Counter::Samples);
+    sample(regs, tid, next_random(tid, SEED.load(Ordering::Relaxed)) >> 1, alone);
     stats::add(Counter::SampleNs, thread::monotonic_ns().saturating_sub(now));
 }
 
@@ -606,6 +660,7 @@ fn sample(regs: &Regs, tid: i32, random: u64, alone: bool) {
         return;
     };
     profile::count(function.start, profile::Event::Sample);
+    aim::note_function(function.start);
     if !watch::any_free() {
         stats::bump(Counter::SamplesBusy);
         return;

@@ -36,6 +36,8 @@ counters! {
     BoostSwitches: "boost timer switched on or off",
     AlonePauses: "timers paused while one thread ran alone",
     PrivatePauses: "timers paused after a run of samples in memory only their own thread was seen in",
+    AimsArmed: "code breakpoints aimed at accesses of covered code",
+    AimHits: "code breakpoints hit (samples taken there)",
     WatchesArmed: "watches armed",
     Traps: "watchpoint traps",
     TrapsInMemoryFunction: "traps judged inside a libc memory or string function",

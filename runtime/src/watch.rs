@@ -136,6 +136,8 @@ pub fn init(count: u32) -> Result<usize, String> {
 pub fn give_back_one() -> bool {
     let open = COUNT.load(Ordering::Acquire);
     let Some(last) = open.checked_sub(1) else { return false };
+    // The last slot may hold a code breakpoint (see `crate::aim`): taken down first.
+    crate::aim::take_down();
     let deadline = thread::monotonic_ns() + 200_000_000;
     while SLOTS[last].busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
         if thread::monotonic_ns() > deadline {
@@ -194,6 +196,45 @@ fn count() -> usize {
     COUNT.load(Ordering::Acquire)
 }
 
+/// Top byte of a code breakpoint's `sig_data` (see [`crate::aim`]).
+const AIM_TAG: u64 = 0xa6 << 56;
+
+/// The slot code breakpoints take: the last one, when there are at least two (one is left for watches).
+fn aim_slot() -> Option<usize> {
+    count().checked_sub(1).filter(|&last| last > 0)
+}
+
+/// Arms a code breakpoint at `pc` in every thread, its traps tagged with `generation`, on the aim slot:
+/// claimed here, or already held by a previous aim (`held`). False when the slot is busy with a watch
+/// or the kernel refused (the slot is then free). Async-signal-safe.
+pub fn aim_at(pc: u64, generation: u64, held: bool) -> bool {
+    let Some(index) = aim_slot() else { return false };
+    let slot = &SLOTS[index];
+    if !held && slot.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        return false;
+    }
+    let armed = watchpoint(index)
+        .is_some_and(|wp| wp.arm(pc, 8, WatchKind::Exec, AIM_TAG | (generation & GENERATION_MASK)).is_ok());
+    if !armed {
+        release_aim();
+    }
+    armed
+}
+
+/// Disarms the code breakpoint and frees its slot. Async-signal-safe.
+pub fn release_aim() {
+    let Some(index) = aim_slot() else { return };
+    if let Some(wp) = watchpoint(index) {
+        let _ = wp.disarm();
+    }
+    SLOTS[index].busy.store(false, Ordering::Release);
+}
+
+/// The generation of a code breakpoint's trap (`None`: not one).
+pub fn aim_generation(sig_data: u64) -> Option<u64> {
+    (sig_data & TAG_MASK == AIM_TAG).then_some(sig_data & GENERATION_MASK)
+}
+
 /// Whether some slot is free right now (a hint: claiming may still fail).
 pub fn any_free() -> bool {
     SLOTS.iter().take(count()).any(|slot| !slot.busy.load(Ordering::Relaxed))
@@ -201,7 +242,7 @@ pub fn any_free() -> bool {
 
 /// Whether `sig_data` belongs to one of our watchpoints.
 pub fn owns(sig_data: u64) -> bool {
-    sig_data & TAG_MASK == TAG
+    sig_data & TAG_MASK == TAG || aim_generation(sig_data).is_some()
 }
 
 fn sig_data(generation: u64, slot: usize) -> u64 {
@@ -209,7 +250,7 @@ fn sig_data(generation: u64, slot: usize) -> u64 {
 }
 
 fn parse_sig_data(data: u64) -> Option<(usize, u64)> {
-    owns(data).then_some(((data & 0xff) as usize, (data >> 8) & GENERATION_MASK))
+    (data & TAG_MASK == TAG).then_some(((data & 0xff) as usize, (data >> 8) & GENERATION_MASK))
 }
 
 /// The aligned 1/2/4/8-byte window containing the first byte of `[addr, addr + size)` and as much of the

@@ -1,7 +1,7 @@
 //! The signal-path decoder on hand-assembled instructions (encodings checked with
 //! `llvm-mc-19 --x86-asm-syntax=intel --show-encoding`; the assembly is in each comment).
 
-use racewatch::decode::{access_at, access_ending_at, warm_up, CodeSlice, MemAccess, Regs};
+use racewatch::decode::{access_at, access_ending_at, shared_access_from, warm_up, CodeSlice, MemAccess, Regs};
 
 const BASE: u64 = 0x40_1000;
 const RAX: usize = 0;
@@ -383,4 +383,23 @@ fn vector_and_other_unmodelled_instructions_are_stepped_over_forgetting_what_the
     );
     // movd ebx, xmm0 ; mov rax, qword ptr [rbx + 8]: the address now depends on a vector register
     assert_eq!(at(b"\x66\x0f\x7e\xc3\x48\x8b\x43\x08"), None);
+}
+
+/// Where a code breakpoint is aimed: the first access at or after an offset whose base is neither the
+/// stack pointer nor the frame pointer, found by decoding from the function's start (the offset need
+/// not be an instruction boundary).
+#[test]
+fn aims_skip_the_own_stack_and_start_at_instruction_boundaries() {
+    warm_up();
+    // mov eax, [rsp + 8]; mov eax, [rbp - 4]; lea rax, [rdi + 8]; mov eax, [rdi]; mov [rip + 0x10], ecx; ret
+    let code: &[u8] = &[
+        0x8b, 0x44, 0x24, 0x08, 0x8b, 0x45, 0xfc, 0x48, 0x8d, 0x47, 0x08, 0x8b, 0x07, 0x89, 0x0d, 0x10, 0x00, 0x00,
+        0x00, 0xc3,
+    ];
+    let slice = CodeSlice { base: BASE, bytes: code };
+    let end = BASE + code.len() as u64;
+    assert_eq!(shared_access_from(&slice, BASE, end, BASE), Some(BASE + 11), "the load through rdi");
+    // From inside the load through rdi: the next boundary on is the store to a global.
+    assert_eq!(shared_access_from(&slice, BASE, end, BASE + 12), Some(BASE + 13));
+    assert_eq!(shared_access_from(&slice, BASE, end, BASE + 14), None, "nothing after the store");
 }

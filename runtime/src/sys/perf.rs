@@ -28,6 +28,7 @@ pub const SAMPLE_SIG_DATA: u64 = 0x5241_4345_5341_4d50; // "RACESAMP"
 
 const HW_BREAKPOINT_R: u32 = 1;
 const HW_BREAKPOINT_W: u32 = 2;
+const HW_BREAKPOINT_X: u32 = 4;
 /// The size this struct has in the kernel ABI (PERF_ATTR_SIZE_VER8).
 const ATTR_SIZE: u32 = 136;
 
@@ -255,6 +256,8 @@ pub enum WatchKind {
     Write,
     /// Loads and stores.
     ReadWrite,
+    /// Executing the instruction at the address (a code breakpoint; the length is ignored).
+    Exec,
 }
 
 /// A hardware data breakpoint (one x86 debug register per thread), moved with
@@ -305,6 +308,11 @@ impl Watchpoint {
         attr.bp_type = match kind {
             WatchKind::Write => HW_BREAKPOINT_W,
             WatchKind::ReadWrite => HW_BREAKPOINT_R | HW_BREAKPOINT_W,
+            WatchKind::Exec => {
+                // The kernel takes only the size of a long for a code breakpoint.
+                attr.bp_len = 8;
+                HW_BREAKPOINT_X
+            }
         };
         attr.sig_data = sig_data;
         attr.flags &= !flag::DISABLED;

@@ -646,9 +646,27 @@ static STOP_SAMPLING: AtomicUsize = AtomicUsize::new(0);
 /// lifecycle's, outside handlers ([`step_aside_requested`]).
 static STEP_ASIDE: AtomicBool = AtomicBool::new(false);
 
-/// Sets what stops sampling when racewatch must step aside inside a signal handler.
-pub fn on_step_aside(stop_sampling: fn()) {
+/// Called, in a signal handler, with `true` before and `false` after [`make_pending`] puts the
+/// program's `SIGTRAP` back: switches every thread's sampling timers off meanwhile (a sample firing
+/// between taking back and queueing would take the one slot a pending `SIGTRAP` has, and the
+/// program's would be lost); must be async-signal-safe.
+static HOLD_SAMPLING: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets what stops sampling when racewatch must step aside inside a signal handler, and what holds
+/// the sampling timers while a program's `SIGTRAP` is put back pending.
+pub fn on_sampling(stop_sampling: fn(), hold_sampling: fn(bool)) {
     STOP_SAMPLING.store(stop_sampling as usize, Ordering::Release);
+    HOLD_SAMPLING.store(hold_sampling as usize, Ordering::Release);
+}
+
+/// Holds (`true`) or lets go (`false`) the sampling timers (see [`HOLD_SAMPLING`]).
+fn hold_sampling(hold: bool) {
+    let f = HOLD_SAMPLING.load(Ordering::Acquire);
+    if f != 0 {
+        // SAFETY: HOLD_SAMPLING only ever holds a `fn(bool)` stored by `on_sampling`.
+        let f: fn(bool) = unsafe { std::mem::transmute::<usize, fn(bool)>(f) };
+        f(hold);
+    }
 }
 
 /// Whether racewatch stepped aside in a signal handler since the last call (the lifecycle then
@@ -702,7 +720,9 @@ fn send_to_process(info: *const libc::siginfo_t) {
 /// The program has `SIGTRAP` blocked: queue this foreign one to the thread again and return with
 /// `SIGTRAP` blocked in the kernel, so it waits as a pending signal, exactly as without racewatch.
 /// A `SIGTRAP` already pending here (a sample of racewatch's that fired while this handler ran) is
-/// taken back first: `SIGTRAP` is not queued twice, so it would stand in the program's place.
+/// taken back first: `SIGTRAP` is not queued twice, so it would stand in the program's place. The
+/// sampling timers are held meanwhile, so that no sample takes the slot between the two; a
+/// process-directed `SIGTRAP` taken back with them is sent to the process again.
 fn make_pending(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: `ctx` is the kernel's ucontext for this delivery: the mask in it is restored on
     // return.
@@ -710,9 +730,19 @@ fn make_pending(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_
         let uc = &mut *(ctx as *mut libc::ucontext_t);
         libc::sigaddset(&mut uc.uc_sigmask, libc::SIGTRAP);
     }
+    debug_assert_eq!(sig, libc::SIGTRAP);
+    hold_sampling(true);
     // SAFETY: zeroed siginfo is a valid out-parameter for the kernel to fill.
     let mut taken: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    while take_pending_trap(&mut taken) {}
-    debug_assert_eq!(sig, libc::SIGTRAP);
+    let mut shared = None;
+    while take_pending_trap(&mut taken) {
+        if claimed(&taken).is_none() && process_directed(taken.si_code) {
+            shared = Some(taken);
+        }
+    }
     queue_trap_to_self(info);
+    hold_sampling(false);
+    if let Some(shared) = shared {
+        send_to_process(&shared);
+    }
 }

@@ -544,6 +544,11 @@ fn cases() -> Vec<Case> {
             .repeat(5)
             .expect(&["joined: 320, cancelled: 320"]),
         case("cancel_async_while_racing", "cancel", &["async"]).repeat(5).expect(&["joined: 320, cancelled: 320"]),
+        // A cancel still pending when the worker returns (it reached no cancellation point): racewatch's
+        // waits as the last thread but one ends (the reporter rests) must not act on it.
+        case("cancel_pending_at_thread_return", "cancel", &["pending"])
+            .repeat(5)
+            .expect(&["returned: 20, cancelled: 0"]),
         // 23. siglongjmp out of the program's handlers (SA_ONSTACK, some without restoring the mask): SIGSEGV
         // memory probes in 3 threads; a 2 ms SIGALRM timeout in main while 2 threads probe. A SIGTRAP raised
         // afterwards still runs the program's handler at once.
@@ -1305,6 +1310,7 @@ host_cases!(
     rlimit_as_thread_capacity,
     cancel_deferred_while_racing,
     cancel_async_while_racing,
+    cancel_pending_at_thread_return,
     siglongjmp_sigsegv_probes,
     siglongjmp_sigalrm_timeouts_and_probes,
     prefork_children_exit_while_racing,

@@ -60,6 +60,9 @@ pub struct Options {
     pub cold_bias: bool,
     /// Watch even while no other program thread runs (by default such a sample declines: nobody can race).
     pub watch_alone: bool,
+    /// Aim code breakpoints at covered code with the samples of signals that land where no watch is
+    /// possible (only at the test and debug rates, with at least two watchpoints; `aim=0`: never).
+    pub aim: bool,
     /// Substrings of source paths or function names whose accesses are atomic (inline-assembly atomics).
     pub atomic_code: Vec<String>,
     /// Text reports keep every frame and full names (no folding of standard-library frames).
@@ -95,6 +98,7 @@ impl Options {
         seed: None,
         cold_bias: true,
         watch_alone: false,
+        aim: true,
         atomic_code: Vec::new(),
         full_stacks: false,
         coverage_path: None,
@@ -180,6 +184,7 @@ fn apply(o: &mut Options, key: &str, v: &str, warnings: &mut Vec<String>) -> Opt
         "seed" => parse_u64(v).map(|n| o.seed = Some(n)),
         "cold_bias" => parse_bool(v).map(|b| o.cold_bias = b),
         "watch_alone" => parse_bool(v).map(|b| o.watch_alone = b),
+        "aim" => parse_bool(v).map(|b| o.aim = b),
         "full_stacks" => parse_bool(v).map(|b| o.full_stacks = b),
         "symbolize" => parse_bool(v).map(|b| o.symbolize = b),
         "host" => non_empty(v).map(|h| o.host = h),
@@ -274,6 +279,7 @@ mod tests {
                 seed: Some(42),
                 cold_bias: false,
                 watch_alone: false,
+                aim: true,
                 atomic_code: vec!["vendor/lock.c".into(), "my_asm_".into()],
                 full_stacks: true,
                 coverage_path: Some("/tmp/cov".into()),

@@ -731,6 +731,7 @@ fn install_suppressed_pcs(suppressions: &Suppressions) {
 /// printed first, waited for as at exit (about a second, longer while it reads debug info); a reporter
 /// still printing after that ends after its round. [`wake_from_rest`] starts it again.
 pub fn rest() {
+    let _no_cancel = sys::thread::NoCancel::hold();
     let _control = Control::take();
     let thread = THREAD.load(Ordering::Acquire);
     if thread == 0 {
@@ -777,6 +778,7 @@ pub fn wake_from_rest() {
     if !RESTING.load(Ordering::Acquire) {
         return;
     }
+    let _no_cancel = sys::thread::NoCancel::hold();
     let _control = Control::take();
     if RESTING.load(Ordering::Acquire) {
         // Without a thread (no memory or no room for one) it rests on: the next try starts it.
@@ -830,6 +832,7 @@ pub fn is_reporter_thread(tid: i32) -> bool {
 /// (a reader that does not empty stderr cannot hold the program's exit). What is left in the queue is
 /// counted as dropped. Without a reporter thread, drains here. Call at exit and before a sandbox.
 pub fn shutdown() {
+    let _no_cancel = sys::thread::NoCancel::hold();
     wake_for_queue();
     let thread = THREAD.swap(0, Ordering::AcqRel);
     if thread == 0 {

@@ -106,7 +106,7 @@ pub fn start(options: &Options) -> Result<(), String> {
     SEED.store(options.seed.unwrap_or(0x9e37_79b9_7f4a_7c15), Ordering::Relaxed);
     COLD_BIAS.store(options.cold_bias, Ordering::Relaxed);
     SKIP_ALONE.store(!options.watch_alone, Ordering::Relaxed);
-    aim::set_enabled(options.sample_period_us < SPIN_FROM_PERIOD_US && options.watchpoints >= 2);
+    aim::set_enabled(options.aim && options.sample_period_us < SPIN_FROM_PERIOD_US && options.watchpoints >= 2);
     open_events(options)?;
     decode::warm_up();
     libcalls::init();

@@ -2,7 +2,10 @@
  * main joins them and counts PTHREAD_CANCELED. argv[1]:
  *   "deferred": the threads race and call cancellation points in turn: nanosleep (a signal handler may be
  *               running one when the cancel arrives), pthread_testcancel, read on an empty pipe, poll;
- *   "async":    PTHREAD_CANCEL_ASYNCHRONOUS threads racing in a loop with no system call at all. */
+ *   "async":    PTHREAD_CANCEL_ASYNCHRONOUS threads racing in a loop with no system call at all;
+ *   "pending":  one worker at a time, the program's only other thread, racing with no cancellation point
+ *               and returning: cancelled at once, it returns normally (a deferred cancel waits for a
+ *               cancellation point it never reaches), and its end makes racewatch's reporter rest. */
 #include <poll.h>
 
 #define ROUNDS 80
@@ -47,8 +50,29 @@ static void *asynchronous(void *arg) {
   return NULL;
 }
 
+static void *returns(void *arg) {
+  rw_race_iterations(200000);
+  return arg;
+}
+
+static int pending_at_return(void) {
+  int normal = 0, cancelled = 0;
+  for (int round = 0; round < 20; round++) {
+    pthread_t t;
+    void *ret = NULL;
+    if (pthread_create(&t, NULL, returns, (void *)1) != 0) return 1;
+    pthread_cancel(t);
+    pthread_join(t, &ret);
+    if (ret == PTHREAD_CANCELED) cancelled++;
+    else if (ret == (void *)1) normal++;
+  }
+  printf("returned: %d, cancelled: %d\n", normal, cancelled);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "deferred";
+  if (strcmp(mode, "pending") == 0) return pending_at_return();
   int async = strcmp(mode, "async") == 0;
   if (pipe2(empty_pipe, O_NONBLOCK | O_CLOEXEC) != 0) return 1;
   int cancelled = 0, joined = 0;

@@ -446,7 +446,9 @@ static STEP_ASIDE_DONE: AtomicBool = AtomicBool::new(false);
 
 /// Takes back the `SIGTRAP`s of the runtime's pending on this thread (with `SIGTRAP` blocked for real);
 /// a program's `SIGTRAP` found there is sent again where it was (to this thread, or to the process).
+/// The sampling timers are held meanwhile (see [`make_pending`]).
 pub fn discard_own_pending_trap() {
+    hold_sampling(true);
     // SAFETY: zeroed siginfo is a valid out-parameter for the kernel to fill.
     let mut taken: libc::siginfo_t = unsafe { std::mem::zeroed() };
     while take_pending_trap(&mut taken) {
@@ -456,9 +458,10 @@ pub fn discard_own_pending_trap() {
             } else {
                 queue_trap_to_self(&taken);
             }
-            return;
+            break;
         }
     }
+    hold_sampling(false);
 }
 
 /// Dequeues a `SIGTRAP` pending on this thread (or the process) into `info`, without waiting.

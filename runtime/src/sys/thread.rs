@@ -226,6 +226,33 @@ std::arch::global_asm!(
 extern "C" {
     fn racewatch_thread_entry();
     fn racewatch_thread_return();
+    fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
+}
+
+/// glibc's `PTHREAD_CANCEL_DISABLE`.
+const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
+
+/// Holds the calling thread's cancellation off while alive: racewatch's waits in a program thread
+/// (joining the reporter, sleeping) are cancellation points, and a `pthread_cancel` the program sent
+/// earlier must not end the thread inside racewatch, holding its locks; it stays pending for the
+/// program's next cancellation point, as without racewatch. Not a system call.
+pub struct NoCancel(libc::c_int);
+
+impl NoCancel {
+    pub fn hold() -> NoCancel {
+        let mut old = 0;
+        // SAFETY: changes only the calling thread's cancel state; `old` is a live out-parameter.
+        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+        NoCancel(old)
+    }
+}
+
+impl Drop for NoCancel {
+    fn drop(&mut self) {
+        let mut old = 0;
+        // SAFETY: as in `hold`; restores the state the program had.
+        unsafe { pthread_setcancelstate(self.0, &mut old) };
+    }
 }
 
 /// The address a hooked thread's start routine returns to without racewatch (in `start_thread`).
@@ -286,6 +313,7 @@ pub fn thread_ending() {
     if NO_SYSCALLS.load(Ordering::Acquire) || !ANY_KNOWN.load(Ordering::Acquire) {
         return;
     }
+    let _no_cancel = NoCancel::hold();
     let tid = raw::gettid();
     let slot = known_slot(tid);
     super::stacks::thread_ending(slot);

@@ -86,6 +86,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "fork_parent", source: include_str!("host/fork_parent.c"), metadata: true, flags: &[] },
     Program { name: "fork_status", source: include_str!("host/fork_status.c"), metadata: true, flags: &[] },
     Program { name: "own_proc", source: include_str!("host/own_proc.c"), metadata: true, flags: &[] },
+    Program { name: "task_listing", source: include_str!("host/task_listing.c"), metadata: true, flags: &[] },
     Program { name: "foreign_altstack", source: include_str!("host/foreign_altstack.c"), metadata: true, flags: &[] },
     Program { name: "main_waits", source: include_str!("host/main_waits.c"), metadata: true, flags: &[] },
     Program { name: "own_memory", source: include_str!("host/own_memory.c"), metadata: true, flags: &[] },
@@ -481,6 +482,10 @@ fn cases() -> Vec<Case> {
             "task entries: 3",
             "done",
         ]),
+        // The reporter thread starting again with each round's first thread is never listed.
+        case("task_listing_right_after_thread_start", "task_listing", &["100"])
+            .repeat(3)
+            .expect(&["rounds with a count other than 4: 0"]),
         case("own_proc_files_show_a_blocked_sigtrap", "own_proc", &["blocked"]).repeat(2).expect(&[
             "process SigBlk:\t0000000000000210",
             "calling thread SigBlk:\t0000000000000210",
@@ -1296,6 +1301,7 @@ host_cases!(
     nofile_16_from_shell_ulimit,
     fork_children_exit,
     forked_child_signal_state_is_the_programs,
+    task_listing_right_after_thread_start,
     own_proc_files_show_the_programs_state,
     own_proc_files_show_a_blocked_sigtrap,
     main_alt_stack_unmapped_by_the_exiting_thread,

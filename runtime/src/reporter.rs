@@ -668,6 +668,20 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
     std::ptr::null_mut()
 }
 
+/// Starts the reporter thread and waits (at most 100 ms) until it has published its thread id: the
+/// program's listings of `/proc/self/task` leave that id out ([`crate::proc_view`]), and the thread is
+/// started from the program's `pthread_create` while the program has no other thread, so no thread of
+/// the program's can list the task directory before the id is known.
+fn spawn() -> Option<libc::pthread_t> {
+    REPORTER_TID.store(0, Ordering::Release);
+    let thread = sys::thread::spawn_runtime_thread(reporter_main)?;
+    let deadline = sys::thread::monotonic_ns() + 100_000_000;
+    while REPORTER_TID.load(Ordering::Acquire) == 0 && sys::thread::monotonic_ns() < deadline {
+        std::thread::yield_now();
+    }
+    Some(thread)
+}
+
 /// Called before `halt_on_error` ends the process (what the process leaves at exit: profile, records,
 /// `stats`).
 static HALTING: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
@@ -701,7 +715,7 @@ pub fn start(options: &Options) {
     let reporter = Mutex::new(Some(Reporter::new(config, std::process::id())));
     STATE.store(Box::leak(Box::new(reporter)), Ordering::Release);
     STOP.store(false, Ordering::Release);
-    match sys::thread::spawn_runtime_thread(reporter_main) {
+    match spawn() {
         Some(thread) => THREAD.store(thread, Ordering::Release),
         None => log::warn(format_args!("cannot start the reporter thread; reports are printed at exit")),
     }
@@ -782,7 +796,7 @@ pub fn wake_from_rest() {
     let _control = Control::take();
     if RESTING.load(Ordering::Acquire) {
         // Without a thread (no memory or no room for one) it rests on: the next try starts it.
-        if let Some(thread) = sys::thread::spawn_runtime_thread(reporter_main) {
+        if let Some(thread) = spawn() {
             THREAD.store(thread, Ordering::Release);
             RESTING.store(false, Ordering::Release);
         }

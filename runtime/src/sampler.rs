@@ -518,8 +518,10 @@ fn on_sample(regs: &Regs) {
         }
     }
     if !watchable {
-        // A sample's worth saved up: aim a code breakpoint at covered code instead (see [`aim`]).
-        let aimed = credit >= per_sample as u32 && aim::aim(random, now);
+        // A sample's worth saved up: aim a code breakpoint at covered code instead (see [`aim`]), while
+        // most signals land where no watch is possible (as for the boost: where most land in covered code,
+        // the timer finds it by itself, and each aim would cost two ioctls that reach every thread).
+        let aimed = credit >= per_sample as u32 && BOOST_WANTED.load(Ordering::Relaxed) && aim::aim(random, now);
         credits.store(if aimed { credit - per_sample as u32 } else { credit }, Ordering::Relaxed);
         if random % per_sample == 0 {
             stats::bump(Counter::Samples);

@@ -1437,6 +1437,80 @@ fn a_raw_seccomp_instruction_in_a_module_loaded_later_is_found() {
     assert!(found[0].contains(&format!("{}+0x", lib.display())), "names the module: {}", found[0]);
 }
 
+/// A plugin host: it opens `./plugin.so` by a relative path and moves to another directory (where a FIFO
+/// has the same name) while the plugin's threads race; unloads it and checks `/proc/self/maps`; rewrites
+/// the file in place with a smaller build (truncate and write, as `cp` does) and loads it again. Reports
+/// name the plugin's source lines (its file is found where the kernel mapped it, not by the name
+/// relative to the directory now), the unloaded plugin is no longer mapped, and the rewritten file is
+/// never read through the old mapping (a read past its new end was a SIGBUS that killed the host).
+#[test]
+fn a_plugin_opened_by_relative_path_and_reloaded_in_place() {
+    if skip_detection() {
+        return;
+    }
+    let Some(clang) = clang() else { return };
+    let dir = scratch("plugin-reload");
+    let plugin = "#include <pthread.h>\n#include <stdatomic.h>\n\
+        static atomic_int stop; static pthread_t t[2]; long plugin_counter;\n\
+        #ifdef BIG\nstatic const char pad[2 << 20] = {1}; const char *plugin_pad = pad;\n#endif\n\
+        __attribute__((noinline)) static void bump(void) { plugin_counter++; }\n\
+        static void *run(void *a) { while (!atomic_load(&stop)) bump(); return a; }\n\
+        __attribute__((constructor)) static void start(void) { for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, run, 0); }\n\
+        __attribute__((destructor)) static void end(void) { atomic_store(&stop, 1); for (int i = 0; i < 2; i++) pthread_join(t[i], 0); }\n";
+    let src = dir.join("plugin.c");
+    std::fs::write(&src, plugin).unwrap();
+    for (out, extra) in [("v1.so", &["-DBIG"][..]), ("v2.so", &[][..])] {
+        let mut cmd = Command::new(&clang);
+        cmd.args(racewatch_instrument::toolchain::C_FLAGS)
+            .args(["-O1", "-g", "-shared", "-fPIC", "-pthread"])
+            .args(extra)
+            .arg(&src);
+        check(cmd.arg("-o").arg(dir.join(out)).output().unwrap(), "clang -shared");
+    }
+    std::fs::create_dir_all(dir.join("other")).unwrap();
+    let fifo = dir.join("other/plugin.so");
+    if !fifo.exists() {
+        check(Command::new("mkfifo").arg(&fifo).output().unwrap(), "mkfifo");
+    }
+    let host = build_c(
+        &clang,
+        &dir,
+        "plugin_host",
+        "#include <dlfcn.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n\
+         static int mapped(const char *name) { FILE *f = fopen(\"/proc/self/maps\", \"r\"); char l[4096]; int n = 0;\n\
+           while (fgets(l, sizeof l, f)) if (strstr(l, name)) n++; fclose(f); return n; }\n\
+         static void copy(const char *from, const char *to) { FILE *in = fopen(from, \"rb\"), *out = fopen(to, \"wb\");\n\
+           char b[65536]; size_t k; while ((k = fread(b, 1, sizeof b, in)) > 0) fwrite(b, 1, k, out); fclose(in); fclose(out); }\n\
+         int main(int argc, char **argv) { useconds_t us = (useconds_t)(atof(argv[1]) * 1e6);\n\
+           copy(\"v1.so\", \"plugin.so\"); void *h = dlopen(\"./plugin.so\", RTLD_NOW);\n\
+           if (!h) { printf(\"dlopen: %s\\n\", dlerror()); return 1; }\n\
+           if (chdir(\"other\") != 0) return 1; usleep(us); dlclose(h);\n\
+           printf(\"round 0 done, mapped after dlclose: %d\\n\", mapped(\"plugin.so\"));\n\
+           if (chdir(\"..\") != 0) return 1; copy(\"v2.so\", \"plugin.so\"); h = dlopen(\"./plugin.so\", RTLD_NOW);\n\
+           if (!h) { printf(\"dlopen: %s\\n\", dlerror()); return 1; }\n\
+           usleep(us); dlclose(h); printf(\"round 1 done\\n\"); return 0; }\n",
+        &["-ldl"],
+    );
+    let (run, runs) = retry_for(Duration::from_secs(20), || {
+        let mut cmd = common::racewatch();
+        cmd.current_dir(&dir).args(["run", "-o", "sample_period_us=1000", "-o", "fail_on_race=0", "--"]);
+        cmd.arg(&host).arg("1.5");
+        let start = Instant::now();
+        let run = common::spawn_and_wait(cmd);
+        let elapsed = start.elapsed().as_secs_f64();
+        if run.status.code() != Some(0)
+            || run.stdout != "round 0 done, mapped after dlclose: 0\nround 1 done\n"
+            || elapsed > 10.0
+        {
+            return Err(format!("{} after {elapsed:.1} s:\n{}\n{}", run.status, run.stdout, run.stderr));
+        }
+        Ok(common::has_report(&run.stderr).then_some(run))
+    })
+    .unwrap_or_else(|why| panic!("{why}"));
+    assert!(run.stderr.contains("plugin.c:"), "the plugin's frames are named by source line:\n{}", run.stderr);
+    eprintln!("plugin host: a report after {runs} run(s)");
+}
+
 // ---- The detector really runs in these programs ----
 
 /// These tests need racewatch: they have nothing to check in a self-check run.

@@ -724,7 +724,8 @@ fn limiting(pid: libc::pid_t, resource: c_int, limit: *const libc::rlimit) {
     }
 }
 
-/// Interposed `dlclose`: no stack unwind may read a module's `.eh_frame` while the loader unmaps it.
+/// Interposed `dlclose`: no stack unwind may read a module's `.eh_frame` while the loader unmaps it, and
+/// no module file of an unloaded library stays mapped for its symbols ([`crate::reporter::module_unloaded`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     let closing = unwind_info::suspend();
@@ -732,6 +733,9 @@ pub extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     // read the module: keep it loaded rather than unmap it under that reader.
     let rc = if closing.safe { real::dlclose(handle) } else { 0 };
     unwind_info::closed(&closing);
+    if rc == 0 && closing.safe {
+        crate::reporter::module_unloaded();
+    }
     rc
 }
 

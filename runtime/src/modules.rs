@@ -44,6 +44,69 @@ impl LoadedModule {
     pub fn contains(&self, addr: u64) -> bool {
         self.segments.iter().any(|&(start, end)| (start..end).contains(&addr))
     }
+
+    /// The file the kernel mapped this module from, as `/proc/self/maps` names it at its first loaded
+    /// segment: an absolute path whatever the working directory is now (a library the program opened
+    /// as `./plugin.so` before a `chdir`). `None` when that file was deleted or replaced since.
+    pub fn mapped_file(&self) -> Option<MappedFile> {
+        let &(start, _) = self.segments.first()?;
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        maps.lines()
+            .find_map(|line| MappedFile::parse(line).filter(|(range, _)| range.contains(&start)).map(|(_, f)| f))
+    }
+}
+
+/// A file mapped into the process: its path, device and inode as `/proc/<pid>/maps` shows them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MappedFile {
+    pub path: String,
+    /// Device (major, minor).
+    pub dev: (u32, u32),
+    pub ino: u64,
+}
+
+impl MappedFile {
+    /// One line of `/proc/<pid>/maps`: its address range and file (`None` for anonymous memory, a
+    /// pseudo-file such as `[heap]`, or a file deleted since it was mapped).
+    fn parse(line: &str) -> Option<(std::ops::Range<u64>, MappedFile)> {
+        let mut rest = line;
+        let mut field = || {
+            let trimmed = rest.trim_start();
+            let end = trimmed.find(char::is_whitespace).unwrap_or(trimmed.len());
+            rest = &trimmed[end..];
+            &trimmed[..end]
+        };
+        let (start, end) = field().split_once('-')?;
+        let (_perms, _offset, dev, ino) = (field(), field(), field(), field());
+        let path = rest.trim_start();
+        if !path.starts_with('/') || path.ends_with(" (deleted)") {
+            return None;
+        }
+        let (major, minor) = dev.split_once(':')?;
+        let file = MappedFile {
+            path: path.to_string(),
+            dev: (u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?),
+            ino: ino.parse().ok()?,
+        };
+        Some((u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?, file))
+    }
+
+    /// The files the process has mapped privately now (as the loader maps modules; racewatch's own
+    /// mappings of module files for symbols are shared, read-only).
+    pub fn mapped_privately() -> std::collections::HashSet<String> {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        maps.lines()
+            .filter(|line| line.split_whitespace().nth(1).is_some_and(|perms| perms.ends_with('p')))
+            .filter_map(|line| MappedFile::parse(line).map(|(_, file)| file.path))
+            .collect()
+    }
+
+    /// Whether `meta` (of the file at [`Self::path`] now) is this very file, and a regular one.
+    pub fn is(&self, meta: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let dev = meta.dev();
+        meta.is_file() && meta.ino() == self.ino && (libc::major(dev), libc::minor(dev)) == self.dev
+    }
 }
 
 fn loaded() -> Vec<LoadedModule> {
@@ -207,6 +270,22 @@ pub fn read_memory(addr: u64, len: u64) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn maps_lines_name_files_by_absolute_path_device_and_inode() {
+        let line = "7f3a1c000000-7f3a1c021000 r-xp 00001000 fe:01 1835562                    /opt/my app/lib.so";
+        let (range, file) = MappedFile::parse(line).unwrap();
+        assert_eq!(range, 0x7f3a_1c00_0000..0x7f3a_1c02_1000);
+        assert_eq!(file, MappedFile { path: "/opt/my app/lib.so".into(), dev: (0xfe, 1), ino: 1_835_562 });
+        assert_eq!(MappedFile::parse("7f3a1c000000-7f3a1c021000 rw-p 00000000 00:00 0 "), None, "anonymous");
+        assert_eq!(MappedFile::parse("55d0c4e5a000-55d0c4e7b000 rw-p 00000000 00:00 0   [heap]"), None);
+        assert_eq!(MappedFile::parse("7f3a1c000000-7f3a1c021000 r-xp 00000000 fe:01 12 /tmp/p.so (deleted)"), None);
+        // The test binary's own module resolves to its file, the same one as on disk.
+        let exe = std::env::current_exe().unwrap();
+        let module = loaded().into_iter().find(|m| std::path::Path::new(&m.path) == exe).unwrap();
+        let mapped = module.mapped_file().unwrap();
+        assert!(mapped.is(&std::fs::metadata(&mapped.path).unwrap()), "{mapped:?}");
+    }
 
     #[test]
     fn walk_finds_the_test_binary_and_skips_the_vdso() {

@@ -639,9 +639,61 @@ fn drain() {
         sys::fd::enter_private_table();
     }
     while let Some(event) = queue::pop() {
+        // A module unloaded since the last report is not read through an old mapping of its file.
+        reporter.symbolizer.forget_unloaded();
         reporter.handle(&event);
         sys::fd::apply_private_closes();
     }
+    HOLDS_FILES.store(reporter.symbolizer.holds_files(), Ordering::Release);
+}
+
+/// Whether the symbolizer holds module files (mapped for their symbols and debug info).
+static HOLDS_FILES: AtomicBool = AtomicBool::new(false);
+/// Set by a `dlclose` while the symbolizer holds module files; cleared once the reporter thread dropped
+/// the files of modules no longer loaded.
+static UNLOADED: AtomicBool = AtomicBool::new(false);
+
+/// The program unloaded a module (`dlclose` returned): the reporter thread drops what it read of module
+/// files no longer mapped, and the caller waits for that (at most 50 ms), so that the program's next look
+/// at `/proc/self/maps` does not find the module still there, and a file the program rewrites in place
+/// next (a plugin reloaded over its old copy) is no longer mapped by racewatch.
+pub fn module_unloaded() {
+    if !HOLDS_FILES.load(Ordering::Acquire) {
+        return;
+    }
+    UNLOADED.store(true, Ordering::Release);
+    if THREAD.load(Ordering::Acquire) == 0 {
+        // Resting (the library's destructor joined the program's other threads) or never started: done
+        // here, unless something holds the reporter's state.
+        let Some(mutex) = sys::ptr::leaked_ref(STATE.load(Ordering::Acquire)) else { return };
+        if let Ok(mut guard) = mutex.try_lock() {
+            if let Some(reporter) = guard.as_mut() {
+                reporter.symbolizer.forget_unloaded();
+                HOLDS_FILES.store(reporter.symbolizer.holds_files(), Ordering::Release);
+            }
+        }
+        UNLOADED.store(false, Ordering::Release);
+        return;
+    }
+    sys::wake::notify();
+    let deadline = sys::thread::monotonic_ns() + 50_000_000;
+    while UNLOADED.load(Ordering::Acquire) && sys::thread::monotonic_ns() < deadline {
+        sys::thread::sleep_us(100);
+    }
+}
+
+/// On the reporter thread: answers [`module_unloaded`].
+fn forget_unloaded_modules() {
+    if !UNLOADED.load(Ordering::Acquire) {
+        return;
+    }
+    if let Some(mut guard) = state() {
+        if let Some(reporter) = guard.as_mut() {
+            reporter.symbolizer.forget_unloaded();
+            HOLDS_FILES.store(reporter.symbolizer.holds_files(), Ordering::Release);
+        }
+    }
+    UNLOADED.store(false, Ordering::Release);
 }
 
 extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
@@ -655,6 +707,7 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
             break;
         }
         let token = sys::wake::token();
+        forget_unloaded_modules();
         sys::unwind_info::refresh_if_stale();
         let wait_ms = TICK.get().map_or(MAX_WAIT_MS, |tick| tick().min(MAX_WAIT_MS));
         drain();

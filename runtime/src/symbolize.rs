@@ -46,7 +46,8 @@ pub const JIT_MODULE: &str = "<jit>";
 
 /// Maps runtime PCs to frames. Build and use it on one ordinary thread.
 pub struct Symbolizer {
-    files: HashMap<PathBuf, ModuleDebug>,
+    /// Module files read, by the path they were opened at, with what that file was then.
+    files: HashMap<PathBuf, (ModuleDebug, Option<FileId>)>,
     cwd: Option<PathBuf>,
     /// The runtime's module when it is a library of its own (preloaded), not linked into the executable.
     runtime_module: Option<String>,
@@ -133,9 +134,8 @@ impl Symbolizer {
                 offset,
             });
         }
-        let path = PathBuf::from(&module.path);
-        let file = self.files.entry(path.clone()).or_insert_with(|| open_module(&path));
-        let object = find_function(file.objects(), offset)?;
+        let path = module_file(&module)?;
+        let object = find_function(self.debug_for(&path).objects(), offset)?;
         Some(DataSymbol {
             name: object.name.clone(),
             size: object.size,
@@ -185,8 +185,7 @@ impl Symbolizer {
             return &[];
         }
         let Ok(path) = std::env::current_exe() else { return &[] };
-        let file = self.files.entry(path.clone()).or_insert_with(|| open_module(&path));
-        file.functions()
+        self.debug_for(&path).functions()
     }
 
     /// Symbolizes one runtime PC of this process; never empty.
@@ -197,8 +196,9 @@ impl Symbolizer {
                 .unwrap_or_else(|| vec![Frame { offset: pc, ..Frame::default() }]);
         };
         let offset = pc.wrapping_sub(module.bias);
-        let mut frames = if self.reads_files() {
-            self.symbolize_in_module(Path::new(&module.path), offset, is_return_address)
+        let file = if self.reads_files() { module_file(&module) } else { None };
+        let mut frames = if let Some(file) = file {
+            self.symbolize_in_file(&file, &module.path, offset, is_return_address)
         } else {
             let probe = if is_return_address { pc.wrapping_sub(1) } else { pc };
             let function = crate::sys::dl::dynamic_symbol_at(probe).map(|s| demangle(&s.name));
@@ -223,11 +223,68 @@ impl Symbolizer {
     /// Symbolizes `offset` (an address in the module file's own address space)
     /// inside the ELF file at `path`; never empty.
     pub fn symbolize_in_module(&mut self, path: &Path, offset: u64, is_return_address: bool) -> Vec<Frame> {
-        let cwd = self.cwd.clone();
-        let file = self.files.entry(path.to_path_buf()).or_insert_with(|| open_module(path));
-        let module = path.to_string_lossy();
-        file.symbolize(offset, is_return_address, Origin { module: Some(&module), build_id: None, cwd: cwd.as_deref() })
+        self.symbolize_in_file(path, &path.to_string_lossy(), offset, is_return_address)
     }
+
+    /// [`Self::symbolize_in_module`] for the file at `path`, frames naming the module `name`.
+    fn symbolize_in_file(&mut self, path: &Path, name: &str, offset: u64, is_return_address: bool) -> Vec<Frame> {
+        let cwd = self.cwd.clone();
+        let origin = Origin { module: Some(name), build_id: None, cwd: cwd.as_deref() };
+        self.debug_for(path).symbolize(offset, is_return_address, origin)
+    }
+
+    /// The module file at `path`, read once and kept while it stays the same file: one replaced or
+    /// rewritten in place since (a plugin reloaded over its old copy) is read again, its old mapping
+    /// dropped before anything reads it (a file truncated under a mapping raises SIGBUS on access).
+    fn debug_for(&mut self, path: &Path) -> &ModuleDebug {
+        let id = FileId::of(path);
+        if self.files.get(path).is_some_and(|(_, was)| *was != id) {
+            self.files.remove(path);
+        }
+        &self.files.entry(path.to_path_buf()).or_insert_with(|| (open_module(path), id)).0
+    }
+
+    /// Drops what was read of module files the process no longer maps (a `dlclose`d library): their
+    /// mappings leave `/proc/self/maps` as the program's own did.
+    pub fn forget_unloaded(&mut self) {
+        if self.files.is_empty() {
+            return;
+        }
+        let mapped = modules::MappedFile::mapped_privately();
+        self.files.retain(|path, _| path.to_str().is_some_and(|p| mapped.contains(p)));
+    }
+
+    /// Whether any module file is held.
+    pub fn holds_files(&self) -> bool {
+        !self.files.is_empty()
+    }
+}
+
+/// What a file is: device, inode, size and modification time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+impl FileId {
+    fn of(path: &Path) -> Option<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(FileId { dev: meta.dev(), ino: meta.ino(), size: meta.size(), mtime: (meta.mtime(), meta.mtime_nsec()) })
+    }
+}
+
+/// The file a loaded module was mapped from, by the absolute path the kernel gives it, when the file
+/// at that path now is still that file (and a regular one): not a module the program opened by a
+/// relative path from another directory, nor one deleted or replaced since (its frames are then
+/// shown as offsets).
+fn module_file(module: &modules::LoadedModule) -> Option<PathBuf> {
+    let mapped = module.mapped_file()?;
+    let meta = std::fs::metadata(&mapped.path).ok()?;
+    mapped.is(&meta).then(|| PathBuf::from(mapped.path))
 }
 
 /// The runtime's own module when it is a shared library (the preloaded

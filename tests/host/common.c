@@ -159,6 +159,19 @@ RW_FN int rw_wait_child(pid_t pid, double seconds, int *status) {
   }
 }
 
+/* The number after "FIELD:" in a /proc status file (-1 when absent or unreadable). */
+RW_FN long rw_status_field(const char *path, const char *field) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[256];
+  long value = -1;
+  size_t n = strlen(field);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, field, n) == 0 && line[n] == ':') value = atol(line + n + 1);
+  fclose(f);
+  return value;
+}
+
 /* "exit N" or "signal N" for a wait status. */
 RW_FN void rw_print_status(const char *what, int status) {
   if (WIFEXITED(status))

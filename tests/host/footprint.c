@@ -89,30 +89,18 @@ static int depth_mode(void) {
   return 0;
 }
 
-static long status_field(const char *path, const char *field) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  char line[256];
-  long value = -1;
-  size_t n = strlen(field);
-  while (fgets(line, sizeof line, f))
-    if (strncmp(line, field, n) == 0 && line[n] == ':') value = atol(line + n + 1);
-  fclose(f);
-  return value;
-}
-
 static atomic_long busy_polls;
 
 static void *busy_worker(void *arg) {
   (void)arg;
-  long before = status_field("/proc/thread-self/status", "voluntary_ctxt_switches");
+  long before = rw_status_field("/proc/thread-self/status", "voluntary_ctxt_switches");
   double end = rw_now() + 2.0;
   while (rw_now() < end)
     for (int i = 0; i < 1000; i++) {
       rw_bump();
       atomic_fetch_add_explicit(&busy_polls, 1, memory_order_relaxed);
     }
-  long after = status_field("/proc/thread-self/status", "voluntary_ctxt_switches");
+  long after = rw_status_field("/proc/thread-self/status", "voluntary_ctxt_switches");
   return (void *)(after - before);
 }
 
@@ -169,7 +157,7 @@ static int churn_mode(void) {
       pthread_join(t[k], NULL);
     }
   }
-  long lines0 = maps_lines(), vm0 = status_field("/proc/self/status", "VmSize");
+  long lines0 = maps_lines(), vm0 = rw_status_field("/proc/self/status", "VmSize");
   int failed = 0;
   for (int i = 0; i < 3000; i += 4) {
     pthread_t t[4];
@@ -182,7 +170,7 @@ static int churn_mode(void) {
       pthread_join(t[k], NULL);
     }
   }
-  long lines1 = maps_lines(), vm1 = status_field("/proc/self/status", "VmSize");
+  long lines1 = maps_lines(), vm1 = rw_status_field("/proc/self/status", "VmSize");
   rw_stop_racing();
   rw_join();
   printf("threads that failed to start: %d\n", failed);

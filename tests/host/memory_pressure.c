@@ -42,16 +42,6 @@ static void *racer_after_go(void *arg) {
   return NULL;
 }
 
-static long locked_kb(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long kb = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "VmLck:", 6)) kb = atol(line + 6);
-  if (f) fclose(f);
-  return kb;
-}
-
 static pthread_mutex_t total_lock = PTHREAD_MUTEX_INITIALIZER;
 static long total;
 
@@ -74,13 +64,13 @@ static int locked_growth(void) {
     printf("mlockall: %s\n", rw_errname(errno));
     return 0;
   }
-  long before = locked_kb();
+  long before = rw_status_field("/proc/self/status", "VmLck");
   pthread_t threads[2];
   for (int i = 0; i < 2; i++)
     if (pthread_create(&threads[i], NULL, own_work, NULL)) return 1;
   for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
   rw_sleep(0.3); /* the reporter's ticks, had they allocated */
-  long grown = locked_kb() - before;
+  long grown = rw_status_field("/proc/self/status", "VmLck") - before;
   printf("locked memory grew by less than 48 MiB: %s\n", grown < (48 << 10) ? "yes" : "no");
   if (getenv("RW_LOCKED_VERBOSE")) fprintf(stderr, "grew by %ld kB\n", grown);
   munlockall();

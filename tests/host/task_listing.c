@@ -14,16 +14,6 @@ static void *worker(void *arg) {
   return arg;
 }
 
-static int status_threads(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  int n = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "Threads:", 8)) n = atoi(line + 8);
-  if (f) fclose(f);
-  return n;
-}
-
 int main(int argc, char **argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 100, differ = 0;
   for (int round = 0; round < rounds; round++) {
@@ -37,7 +27,7 @@ int main(int argc, char **argv) {
     while (dir && (entry = readdir(dir)))
       if (entry->d_name[0] != '.') listed++;
     if (dir) closedir(dir);
-    int counted = status_threads();
+    int counted = (int)rw_status_field("/proc/self/status", "Threads");
     if (listed != 4 || counted != 4) {
       if (differ < 3) printf("round %d: listed %d, status %d\n", round, listed, counted);
       differ++;

@@ -22,9 +22,19 @@
 //! by `tgkill` (a thread other than the main one may forge neither code: an `SA_SIGINFO` handler reads
 //! `SI_TKILL` and the process's own pid). A one-shot handler (`SA_RESETHAND`) always runs where the
 //! kernel delivered it: the kernel already put back the default action.
+//!
+//! The signal sent on can reach the main thread at a moment the kernel leaves no trace of: the kernel
+//! woke the main thread's wait for the first delivery, found nothing when the worker had taken it, and
+//! wound the wait back to run again (the instruction pointer on the `syscall` instruction, `rax` the
+//! call's number) just before the signal sent on arrived. The handler then runs and the wait starts
+//! over, for ever if the program waits for that one signal. Without racewatch the wait ends with
+//! `EINTR` after the handler; so a signal sent on that finds the main thread about to run a wait that
+//! a handler ends (`pause`, `sigsuspend`, the `poll`/`select`/`epoll` family; a blocking read, write,
+//! accept, connect or child wait when the handler lacks `SA_RESTART`) ends that wait with `EINTR`
+//! ([`end_wait`]).
 
-use crate::sys::{raw, stacks, tracer};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use crate::sys::{mem, raw, stacks, tracer};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 /// Signals whose program handlers are wrapped: those a process is sent by `kill`, `sigqueue`, `alarm`,
 /// its terminal or a child, which programs wait for in `pause`/`sigsuspend`. Not the faults, the
@@ -52,6 +62,13 @@ static FLAGS: [AtomicI32; SIGNALS] = [const { AtomicI32::new(0) }; SIGNALS];
 /// Whether `sig`'s program handlers are wrapped.
 pub fn wraps(sig: i32) -> bool {
     WRAPPED.contains(&sig)
+}
+
+/// The signals sent on to the main thread that have not run there yet, a bit each.
+static SENT_ON: AtomicU64 = AtomicU64::new(0);
+
+fn bit(sig: i32) -> u64 {
+    1u64 << ((sig - 1) & 63)
 }
 
 /// The program's handler and flags as last recorded for `sig` (what the kernel's trampoline stands for).
@@ -119,6 +136,10 @@ extern "C-unwind" fn trampoline(sig: libc::c_int, info: *mut libc::siginfo_t, ct
     let Recorded { handler, flags } = recorded(sig);
     if matches!(handler, libc::SIG_DFL | libc::SIG_IGN) {
         return; // The program's record changed meanwhile (another thread's `sigaction`): nothing to run.
+    }
+    if SENT_ON.load(Ordering::Acquire) & bit(sig) != 0 && raw::gettid() == raw::getpid() {
+        SENT_ON.fetch_and(!bit(sig), Ordering::AcqRel);
+        end_wait(ctx, flags);
     }
     // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
     if let Some(info) = unsafe { info.as_ref() } {
@@ -193,15 +214,78 @@ fn sent_on_to_main(sig: i32, info: &libc::siginfo_t, flags: i32) -> bool {
     // alternate stack).
     let mut main_mask = None;
     let ran = stacks::run_on_runtime_stack(stacks::current_sp(), &mut || main_mask = tracer::read().main_mask);
-    let sent = ran
-        && main_mask.is_some_and(|mask| mask & 1 << (sig - 1) == 0)
-        && match route {
+    let sent = ran && main_mask.is_some_and(|mask| mask & bit(sig) == 0) && {
+        SENT_ON.fetch_or(bit(sig), Ordering::AcqRel);
+        match route {
             Route::Queue => raw::queue_to_thread(pid, pid, info),
             Route::Kill => raw::tgkill(pid, pid, sig) == 0,
-        };
+        }
+    };
     // SAFETY: as above.
     unsafe { *errno = saved };
     sent
+}
+
+/// System calls that a handler's run ends with `EINTR` whatever its flags.
+const ENDED_BY_ANY_HANDLER: [i64; 9] = [
+    libc::SYS_pause,
+    libc::SYS_rt_sigsuspend,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_select,
+    libc::SYS_pselect6,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_pwait2,
+];
+
+/// Blocking system calls that a handler without `SA_RESTART` ends with `EINTR`.
+const ENDED_WITHOUT_RESTART: [i64; 13] = [
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_readv,
+    libc::SYS_writev,
+    libc::SYS_recvfrom,
+    libc::SYS_sendto,
+    libc::SYS_recvmsg,
+    libc::SYS_sendmsg,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_connect,
+    libc::SYS_wait4,
+    libc::SYS_waitid,
+];
+
+/// Whether a handler with `flags` ends system call `number` with `EINTR`.
+fn ended_by_handler(number: i64, flags: i32) -> bool {
+    ENDED_BY_ANY_HANDLER.contains(&number) || (flags & libc::SA_RESTART == 0 && ENDED_WITHOUT_RESTART.contains(&number))
+}
+
+/// The `syscall` instruction.
+const SYSCALL: [u8; 2] = [0x0f, 0x05];
+
+/// Makes the interrupted context (`ctx`, the kernel's `ucontext_t`) that is about to run a wait a
+/// handler with `flags` ends return `EINTR` from it instead: past the `syscall` instruction, `rax`
+/// `-EINTR`.
+fn end_wait(ctx: *mut libc::c_void, flags: i32) {
+    // SAFETY: a non-null `ctx` is the kernel's ucontext for this delivery, this handler's to change.
+    let Some(uc) = (unsafe { ctx.cast::<libc::ucontext_t>().as_mut() }) else { return };
+    let regs = &mut uc.uc_mcontext.gregs;
+    let (ip, number) = (regs[libc::REG_RIP as usize], regs[libc::REG_RAX as usize]);
+    if !ended_by_handler(number, flags) {
+        return;
+    }
+    // SAFETY: errno is this thread's; it is put back so the interrupted code never sees the read.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let saved = unsafe { *errno };
+    let mut code = [0u8; 2];
+    if mem::read_into(ip as u64, &mut code) == 2 && code == SYSCALL {
+        regs[libc::REG_RAX as usize] = -i64::from(libc::EINTR);
+        regs[libc::REG_RIP as usize] = ip + 2;
+    }
+    // SAFETY: as above.
+    unsafe { *errno = saved };
 }
 
 #[cfg(test)]
@@ -223,6 +307,34 @@ mod tests {
         assert_eq!(route(libc::SIGCHLD, libc::SI_USER, plain), None);
         // One-shot: the kernel already put the default action back.
         assert_eq!(route(libc::SIGTERM, libc::SI_USER, libc::SA_RESETHAND), None);
+    }
+
+    #[test]
+    fn a_wait_about_to_start_again_ends_with_eintr() {
+        let code: [u8; 4] = [0x90, 0x0f, 0x05, 0x90];
+        let at = |offset: usize, number: i64| {
+            // SAFETY: zeroed ucontext_t is a valid value to fill in.
+            let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
+            uc.uc_mcontext.gregs[libc::REG_RIP as usize] = code.as_ptr() as i64 + offset as i64;
+            uc.uc_mcontext.gregs[libc::REG_RAX as usize] = number;
+            uc
+        };
+        let after = |mut uc: libc::ucontext_t, flags: i32| {
+            end_wait(&mut uc as *mut libc::ucontext_t as *mut libc::c_void, flags);
+            (
+                uc.uc_mcontext.gregs[libc::REG_RIP as usize] - code.as_ptr() as i64,
+                uc.uc_mcontext.gregs[libc::REG_RAX as usize],
+            )
+        };
+        let eintr = -i64::from(libc::EINTR);
+        // `pause` wound back onto its `syscall`: returns EINTR, past the instruction.
+        assert_eq!(after(at(1, libc::SYS_pause), libc::SA_RESTART), (3, eintr));
+        // A read: only for a handler without SA_RESTART.
+        assert_eq!(after(at(1, libc::SYS_read), 0), (3, eintr));
+        assert_eq!(after(at(1, libc::SYS_read), libc::SA_RESTART), (1, libc::SYS_read));
+        // Not on a `syscall` instruction, or not a wait: as it was.
+        assert_eq!(after(at(0, libc::SYS_pause), 0), (0, libc::SYS_pause));
+        assert_eq!(after(at(1, libc::SYS_getpid), 0), (1, libc::SYS_getpid));
     }
 
     #[test]

@@ -509,6 +509,13 @@ fn cases() -> Vec<Case> {
             "signal() returns the previous handler: 1",
             "one-shot handler ran: 1, default back: 1, flags kept: 1",
         ]),
+        // The same with handlers that read the siginfo (a child's end and status, a kill's sender and
+        // code) or are one-shot: the main thread gets them, with the first delivery's siginfo.
+        case("main_waits_for_signals_read_through_siginfo", "main_waits", &["siginfo"]).repeat(3).expect(&[
+            "child, siginfo: 15 rounds, handled outside main: 0, sender and code intact: 15",
+            "kill, siginfo: 15 rounds, handled outside main: 0, sender and code intact: 15",
+            "one-shot alarm: 15 rounds, handled outside main: 0, default action back: 15",
+        ]),
         // 16f. racewatch's memory is its own: a report leaves the program's malloc statistics alone, and
         // with address randomisation off the program's mappings land where they would without it.
         case("malloc_statistics_unchanged_by_reports", "own_memory", &[]).expect(&[
@@ -1306,6 +1313,7 @@ host_cases!(
     own_proc_files_show_a_blocked_sigtrap,
     main_alt_stack_unmapped_by_the_exiting_thread,
     main_waits_for_signals_beside_busy_workers,
+    main_waits_for_signals_read_through_siginfo,
     malloc_statistics_unchanged_by_reports,
     mappings_without_randomisation_land_alike,
     fork_storm_while_reporting,

@@ -7,6 +7,8 @@ static pid_t main_tid;
 static volatile sig_atomic_t got;
 static volatile sig_atomic_t outside_main;
 static volatile sig_atomic_t queued_ok;
+static volatile sig_atomic_t info_ok;
+static volatile pid_t last_child;
 
 static void note(void) {
   if (syscall(SYS_gettid) != main_tid) outside_main++;
@@ -17,6 +19,8 @@ static void on_info(int sig, siginfo_t *info, void *ctx) {
   (void)sig;
   (void)ctx;
   if (info->si_code == SI_QUEUE && info->si_value.sival_int == 42 && info->si_pid == getpid()) queued_ok++;
+  if (sig == SIGCHLD && info->si_code == CLD_EXITED && info->si_pid == last_child && info->si_status == 3) info_ok++;
+  if (sig == SIGUSR2 && info->si_code == SI_USER && info->si_pid == getpid()) info_ok++;
   note();
 }
 
@@ -26,6 +30,12 @@ static void *queue_later(void *arg) {
   rw_sleep(0.01);
   union sigval value = {.sival_int = 42};
   sigqueue(getpid(), (int)(intptr_t)arg, value);
+  return NULL;
+}
+
+static void *kill_later(void *arg) {
+  rw_sleep(0.01);
+  kill(getpid(), (int)(intptr_t)arg);
   return NULL;
 }
 
@@ -44,25 +54,47 @@ static void install(int sig, int info) {
 static void rounds(const char *what) {
   outside_main = 0;
   queued_ok = 0;
+  info_ok = 0;
+  int default_back = 0;
   for (int i = 0; i < ROUNDS; i++) {
     got = 0;
     if (!strcmp(what, "alarm")) {
+      ualarm(10000, 0);
+    } else if (!strcmp(what, "one-shot alarm")) {
+      struct sigaction sa;
+      memset(&sa, 0, sizeof sa);
+      sa.sa_handler = on_plain;
+      sa.sa_flags = SA_RESETHAND;
+      sigaction(SIGALRM, &sa, NULL);
       ualarm(10000, 0);
     } else if (!strcmp(what, "sigqueue")) {
       pthread_t t;
       pthread_create(&t, NULL, queue_later, (void *)(intptr_t)SIGUSR1);
       pthread_detach(t);
-    } else if (!strcmp(what, "child")) {
-      if (fork() == 0) {
+    } else if (!strcmp(what, "kill, siginfo")) {
+      pthread_t t;
+      pthread_create(&t, NULL, kill_later, (void *)(intptr_t)SIGUSR2);
+      pthread_detach(t);
+    } else if (!strncmp(what, "child", 5)) {
+      pid_t child = fork();
+      if (child == 0) {
         rw_sleep(0.01);
-        _exit(0);
+        _exit(3);
       }
+      last_child = child;
     }
     while (!got) pause();
-    if (!strcmp(what, "child")) wait(NULL);
+    if (!strncmp(what, "child", 5)) wait(NULL);
+    if (!strcmp(what, "one-shot alarm")) {
+      struct sigaction old;
+      sigaction(SIGALRM, NULL, &old);
+      default_back += old.sa_handler == SIG_DFL;
+    }
   }
   printf("%s: %d rounds, handled outside main: %d", what, ROUNDS, (int)outside_main);
   if (!strcmp(what, "sigqueue")) printf(", payload and sender intact: %d", (int)queued_ok);
+  if (strstr(what, "siginfo")) printf(", sender and code intact: %d", (int)info_ok);
+  if (!strcmp(what, "one-shot alarm")) printf(", default action back: %d", default_back);
   printf("\n");
 }
 
@@ -90,8 +122,20 @@ static void readback(void) {
          (old.sa_flags & (SA_SIGINFO | SA_RESETHAND)) == SA_RESETHAND);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   main_tid = syscall(SYS_gettid);
+  if (argc > 1 && !strcmp(argv[1], "siginfo")) {
+    /* Handlers that read the siginfo of a child's end or of a kill, and a one-shot alarm handler. */
+    install(SIGCHLD, 1);
+    install(SIGUSR2, 1);
+    rw_start(2, 60, 0);
+    rounds("child, siginfo");
+    rounds("kill, siginfo");
+    rounds("one-shot alarm");
+    rw_stop_racing();
+    rw_join();
+    return 0;
+  }
   install(SIGALRM, 0);
   install(SIGUSR1, 1);
   install(SIGCHLD, 0);

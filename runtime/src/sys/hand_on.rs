@@ -17,24 +17,25 @@
 //! reads back its own handler and flags. The trampoline runs the program's handler, except on a
 //! thread other than the main one, while detection is on, for a signal sent to the process that the
 //! main thread lets through now (read from `/proc/self/status`, the main thread's `State` and
-//! `SigBlk`): the signal is then sent to the main thread instead: a `sigqueue`'s with its own
-//! `siginfo`; a `kill`'s, `alarm`'s or terminal's, or a child's to a handler that takes no `siginfo`,
-//! by `tgkill` (a thread other than the main one may forge neither code: an `SA_SIGINFO` handler reads
-//! `SI_TKILL` and the process's own pid). A one-shot handler (`SA_RESETHAND`) always runs where the
-//! kernel delivered it: the kernel already put back the default action.
+//! `SigBlk`): the signal is then handed over ([`hand_over`]). Its `siginfo` is saved, and the main
+//! thread is sent the same signal by `sigqueue` with a mark; the kernel delivers it there with the
+//! program's flags, mask and stack, and the main thread's trampoline runs the handler with the saved
+//! `siginfo`, so the handler reads the sender, code and payload of the first delivery (a child's end
+//! and status, a `kill`'s pid, `SI_KERNEL` for `alarm`). A one-shot handler (`SA_RESETHAND`), which the
+//! kernel reset for the first delivery, is put back for the second, which resets it again.
 //!
-//! The signal sent on can reach the main thread at a moment the kernel leaves no trace of: the kernel
-//! woke the main thread's wait for the first delivery, found nothing when the worker had taken it, and
-//! wound the wait back to run again (the instruction pointer on the `syscall` instruction, `rax` the
-//! call's number) just before the signal sent on arrived. The handler then runs and the wait starts
+//! The signal handed over can reach the main thread at a moment the kernel leaves no trace of: the
+//! kernel woke the main thread's wait for the first delivery, found nothing when the worker had taken
+//! it, and wound the wait back to run again (the instruction pointer on the `syscall` instruction,
+//! `rax` the call's number) just before the second arrived. The handler then runs and the wait starts
 //! over, for ever if the program waits for that one signal. Without racewatch the wait ends with
-//! `EINTR` after the handler; so a signal sent on that finds the main thread about to run a wait that
-//! a handler ends (`pause`, `sigsuspend`, the `poll`/`select`/`epoll` family; a blocking read, write,
-//! accept, connect or child wait when the handler lacks `SA_RESTART`) ends that wait with `EINTR`
-//! ([`end_wait`]).
+//! `EINTR` after the handler; so a signal handed over that finds the main thread about to run a wait
+//! that a handler ends (`pause`, `sigsuspend`, the `poll`/`select`/`epoll` family; a blocking read,
+//! write, accept, connect or child wait when the handler lacks `SA_RESTART`) ends that wait with
+//! `EINTR` ([`end_wait`]).
 
 use crate::sys::{mem, raw, stacks, tracer};
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 /// Signals whose program handlers are wrapped: those a process is sent by `kill`, `sigqueue`, `alarm`,
 /// its terminal or a child, which programs wait for in `pause`/`sigsuspend`. Not the faults, the
@@ -63,9 +64,6 @@ static FLAGS: [AtomicI32; SIGNALS] = [const { AtomicI32::new(0) }; SIGNALS];
 pub fn wraps(sig: i32) -> bool {
     WRAPPED.contains(&sig)
 }
-
-/// The signals sent on to the main thread that have not run there yet, a bit each.
-static SENT_ON: AtomicU64 = AtomicU64::new(0);
 
 fn bit(sig: i32) -> u64 {
     1u64 << ((sig - 1) & 63)
@@ -137,13 +135,13 @@ extern "C-unwind" fn trampoline(sig: libc::c_int, info: *mut libc::siginfo_t, ct
     if matches!(handler, libc::SIG_DFL | libc::SIG_IGN) {
         return; // The program's record changed meanwhile (another thread's `sigaction`): nothing to run.
     }
-    if SENT_ON.load(Ordering::Acquire) & bit(sig) != 0 && raw::gettid() == raw::getpid() {
-        SENT_ON.fetch_and(!bit(sig), Ordering::AcqRel);
-        end_wait(ctx, flags);
-    }
-    // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
-    if let Some(info) = unsafe { info.as_ref() } {
-        if sent_on_to_main(sig, info, flags) {
+    // SAFETY: a non-null `info` is the kernel's siginfo for this delivery, this handler's to change.
+    if let Some(delivered) = unsafe { info.as_mut() } {
+        let (pid, tid) = (raw::getpid(), raw::gettid());
+        if pid == tid && is_handed_over(delivered, pid) {
+            take_saved(sig, delivered);
+            end_wait(ctx, flags);
+        } else if hand_over(sig, delivered, flags, pid, tid) {
             return;
         }
     }
@@ -171,39 +169,59 @@ pub fn call_program_handler(
     }
 }
 
-/// How the signal would be sent on to the main thread, from what the handler can see of it; `None`
-/// when it stays here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Route {
-    /// `rt_tgsigqueueinfo` with its own `siginfo`.
-    Queue,
-    /// `tgkill`.
-    Kill,
+/// Whether a signal with `code` was sent to the process (by `kill`, `sigqueue`, `alarm`, the terminal,
+/// a child's end or stop): one the kernel would have given a waiting main thread. Not one sent to this
+/// thread (`raise`, `pthread_kill`, a timer of its own) or by a subsystem (`SI_TIMER`, `SI_SIGIO`, ...).
+fn sent_to_process(sig: i32, code: i32) -> bool {
+    matches!(code, libc::SI_QUEUE | libc::SI_USER | libc::SI_KERNEL) || (sig == libc::SIGCHLD && code > 0)
 }
 
-fn route(sig: i32, code: i32, flags: i32) -> Option<Route> {
-    if flags & libc::SA_RESETHAND != 0 {
-        return None;
-    }
-    match code {
-        libc::SI_QUEUE => Some(Route::Queue),
-        libc::SI_USER | libc::SI_KERNEL if sig != libc::SIGCHLD => Some(Route::Kill),
-        // A child's end or stop (`CLD_*`): its siginfo cannot be sent again, only to a handler that
-        // does not read it.
-        code if sig == libc::SIGCHLD && code > 0 && flags & libc::SA_SIGINFO == 0 => Some(Route::Kill),
-        _ => None,
-    }
-}
+/// The `sigqueue` value that marks a signal handed over to the main thread (with the process's pid).
+const HANDED_OVER: u64 = 0x7277_6861_6e64_6f76;
 
-/// Sends the signal on to the main thread when it was sent to the process, reached a thread other
-/// than the main one while detection is on, and the main thread lets it through now.
-fn sent_on_to_main(sig: i32, info: &libc::siginfo_t, flags: i32) -> bool {
-    let Some(route) = route(sig, info.si_code, flags) else { return false };
-    if !crate::sys::signal::detecting() {
+/// The `siginfo` of each signal handed over to the main thread and not yet run there, as 16 words;
+/// `SAVED_BUSY` says which slots hold one.
+static SAVED: [[AtomicU64; 16]; SIGNALS] = [const { [const { AtomicU64::new(0) }; 16] }; SIGNALS];
+static SAVED_BUSY: [AtomicBool; SIGNALS] = [const { AtomicBool::new(false) }; SIGNALS];
+
+fn save(sig: i32, info: &libc::siginfo_t) -> bool {
+    let i = sig as usize;
+    if SAVED_BUSY[i].swap(true, Ordering::AcqRel) {
         return false;
     }
-    let (pid, tid) = (raw::getpid(), raw::gettid());
-    if pid == tid {
+    // SAFETY: siginfo_t is 128 plain bytes (the size is checked by the transmute).
+    let words: [u64; 16] = unsafe { std::mem::transmute(*info) };
+    for (slot, word) in SAVED[i].iter().zip(words) {
+        slot.store(word, Ordering::Relaxed);
+    }
+    true
+}
+
+/// Takes the saved `siginfo` of `sig` into `info`.
+fn take_saved(sig: i32, info: &mut libc::siginfo_t) {
+    let i = sig as usize;
+    let words: [u64; 16] = std::array::from_fn(|k| SAVED[i][k].load(Ordering::Relaxed));
+    // SAFETY: as in `save`: the words are a siginfo_t's bytes.
+    *info = unsafe { std::mem::transmute::<[u64; 16], libc::siginfo_t>(words) };
+    SAVED_BUSY[i].store(false, Ordering::Release);
+}
+
+/// Whether this delivery is a signal a worker handed over ([`hand_over`]): a `sigqueue` from this process
+/// with the mark.
+fn is_handed_over(info: &libc::siginfo_t, pid: i32) -> bool {
+    // SAFETY: the union's `si_pid` and `si_value` are set for SI_QUEUE.
+    info.si_code == libc::SI_QUEUE
+        && unsafe { info.si_pid() } == pid
+        && unsafe { info.si_value().sival_ptr } as u64 == HANDED_OVER
+}
+
+/// Hands the signal over to the main thread when it was sent to the process, reached a thread other than
+/// the main one while detection is on, and the main thread lets it through now: its `siginfo` is saved,
+/// the main thread is sent the same signal marked as handed over, and the main thread's trampoline runs
+/// the handler with the saved `siginfo`. A one-shot handler (`SA_RESETHAND`), which the kernel reset for
+/// this delivery, is put back in the kernel for the one to the main thread.
+fn hand_over(sig: i32, info: &libc::siginfo_t, flags: i32, pid: i32, tid: i32) -> bool {
+    if pid == tid || !sent_to_process(sig, info.si_code) || !crate::sys::signal::detecting() {
         return false;
     }
     // SAFETY: errno is this thread's; it is put back so the interrupted code never sees our calls.
@@ -214,16 +232,40 @@ fn sent_on_to_main(sig: i32, info: &libc::siginfo_t, flags: i32) -> bool {
     // alternate stack).
     let mut main_mask = None;
     let ran = stacks::run_on_runtime_stack(stacks::current_sp(), &mut || main_mask = tracer::read().main_mask);
-    let sent = ran && main_mask.is_some_and(|mask| mask & bit(sig) == 0) && {
-        SENT_ON.fetch_or(bit(sig), Ordering::AcqRel);
-        match route {
-            Route::Queue => raw::queue_to_thread(pid, pid, info),
-            Route::Kill => raw::tgkill(pid, pid, sig) == 0,
-        }
-    };
+    let sent = ran
+        && main_mask.is_some_and(|mask| mask & bit(sig) == 0)
+        && (flags & libc::SA_RESETHAND == 0 || rearm_one_shot(sig))
+        && save(sig, info)
+        && (raw::queue_to_thread(pid, pid, &marked(sig, pid)) || {
+            SAVED_BUSY[sig as usize].store(false, Ordering::Release);
+            false
+        });
     // SAFETY: as above.
     unsafe { *errno = saved };
     sent
+}
+
+/// The `siginfo` that marks `sig` as handed over.
+fn marked(sig: i32, pid: i32) -> libc::siginfo_t {
+    let mut words = [0u64; 16];
+    words[0] = sig as u32 as u64; // si_signo, si_errno 0
+    words[1] = libc::SI_QUEUE as u32 as u64; // si_code
+    words[2] = pid as u32 as u64 | u64::from(raw::getuid()) << 32; // si_pid, si_uid
+    words[3] = HANDED_OVER; // si_value
+                            // SAFETY: the words are a siginfo_t's bytes in the x86-64 layout.
+    unsafe { std::mem::transmute::<[u64; 16], libc::siginfo_t>(words) }
+}
+
+/// Puts the trampoline back in the kernel for a one-shot handler the kernel just reset to `SIG_DFL`
+/// (the kernel keeps the flags and mask); `false` when the program changed the action meanwhile.
+fn rearm_one_shot(sig: i32) -> bool {
+    // SAFETY: zeroed sigaction is a valid out-parameter.
+    let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+    if crate::sys::real::sigaction(sig, std::ptr::null(), &mut current) != 0 || current.sa_sigaction != libc::SIG_DFL {
+        return false;
+    }
+    current.sa_sigaction = trampoline_address();
+    crate::sys::real::sigaction(sig, &current, std::ptr::null_mut()) == 0
 }
 
 /// System calls that a handler's run ends with `EINTR` whatever its flags.
@@ -293,20 +335,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn signals_sent_to_the_process_go_on_and_others_stay() {
-        let plain = 0;
-        assert_eq!(route(libc::SIGTERM, libc::SI_USER, plain), Some(Route::Kill));
-        assert_eq!(route(libc::SIGALRM, libc::SI_KERNEL, libc::SA_SIGINFO), Some(Route::Kill));
-        assert_eq!(route(libc::SIGUSR1, libc::SI_QUEUE, libc::SA_SIGINFO), Some(Route::Queue));
-        // Sent to this thread (`raise`, `pthread_kill`, a timer of its own): stays.
-        assert_eq!(route(libc::SIGUSR1, libc::SI_TKILL, plain), None);
-        assert_eq!(route(libc::SIGALRM, libc::SI_TIMER, plain), None);
-        // A child's end: only to a handler that does not read the siginfo.
-        assert_eq!(route(libc::SIGCHLD, libc::CLD_EXITED, plain), Some(Route::Kill));
-        assert_eq!(route(libc::SIGCHLD, libc::CLD_EXITED, libc::SA_SIGINFO), None);
-        assert_eq!(route(libc::SIGCHLD, libc::SI_USER, plain), None);
-        // One-shot: the kernel already put the default action back.
-        assert_eq!(route(libc::SIGTERM, libc::SI_USER, libc::SA_RESETHAND), None);
+    fn signals_sent_to_the_process_are_handed_over_and_others_stay() {
+        assert!(sent_to_process(libc::SIGTERM, libc::SI_USER));
+        assert!(sent_to_process(libc::SIGALRM, libc::SI_KERNEL));
+        assert!(sent_to_process(libc::SIGUSR1, libc::SI_QUEUE));
+        assert!(sent_to_process(libc::SIGCHLD, libc::CLD_EXITED));
+        // Sent to this thread (`raise`, `pthread_kill`, a timer of its own), or by a subsystem: stays.
+        assert!(!sent_to_process(libc::SIGUSR1, libc::SI_TKILL));
+        assert!(!sent_to_process(libc::SIGALRM, libc::SI_TIMER));
+        assert!(!sent_to_process(libc::SIGUSR2, libc::CLD_EXITED));
+    }
+
+    #[test]
+    fn a_handed_over_signal_is_told_by_its_mark_and_carries_the_first_siginfo() {
+        let pid = raw::getpid();
+        let mark = marked(libc::SIGCHLD, pid);
+        assert_eq!((mark.si_signo, mark.si_code), (libc::SIGCHLD, libc::SI_QUEUE));
+        assert!(is_handed_over(&mark, pid));
+        assert!(!is_handed_over(&mark, pid + 1));
+        // SAFETY: zeroed siginfo is a valid value.
+        let mut first: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        first.si_signo = libc::SIGCHLD;
+        first.si_code = libc::CLD_EXITED;
+        assert!(save(libc::SIGCHLD, &first));
+        assert!(!save(libc::SIGCHLD, &first), "one at a time");
+        let mut delivered = mark;
+        take_saved(libc::SIGCHLD, &mut delivered);
+        assert_eq!((delivered.si_signo, delivered.si_code), (libc::SIGCHLD, libc::CLD_EXITED));
+        assert!(save(libc::SIGCHLD, &first));
+        take_saved(libc::SIGCHLD, &mut delivered);
     }
 
     #[test]

@@ -50,6 +50,11 @@ pub fn queue_to_thread(pid: i32, tid: i32, info: &libc::siginfo_t) -> bool {
     syscall6(libc::SYS_rt_tgsigqueueinfo, args) == 0
 }
 
+/// The caller's real user id.
+pub fn getuid() -> u32 {
+    syscall6(libc::SYS_getuid, [0; 6]) as u32
+}
+
 /// The caller's process id.
 pub fn getpid() -> i32 {
     syscall6(libc::SYS_getpid, [0; 6]) as i32

@@ -1519,6 +1519,58 @@ fn a_plugin_opened_by_relative_path_and_reloaded_in_place() {
     eprintln!("plugin host: a report after {runs} run(s)");
 }
 
+/// Another interposer preloaded after racewatch (`LD_PRELOAD=<runtime>:shim.so`, as `racewatch run` leaves
+/// a user's own preload) counts the program's `pthread_create` and `sigaction` calls only, as without
+/// racewatch: racewatch's own thread and `SIGTRAP` handler go to libc directly.
+#[test]
+fn an_interposer_preloaded_after_racewatch_sees_only_the_program() {
+    if skip_detection() {
+        return;
+    }
+    let Some(clang) = clang() else { return };
+    let dir = scratch("interposer-after");
+    let shim = "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <pthread.h>\n#include <signal.h>\n#include <stdio.h>\n\
+        static long creates, actions;\n\
+        int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*f)(void *), void *arg) {\n\
+          int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *) = dlsym(RTLD_NEXT, \"pthread_create\");\n\
+          creates++; return real(t, a, f, arg); }\n\
+        int sigaction(int s, const struct sigaction *n, struct sigaction *o) {\n\
+          int (*real)(int, const struct sigaction *, struct sigaction *) = dlsym(RTLD_NEXT, \"sigaction\");\n\
+          if (n) actions++; return real(s, n, o); }\n\
+        __attribute__((destructor)) static void report(void) { printf(\"shim: pthread_create %ld, sigaction %ld\\n\", creates, actions); }\n";
+    std::fs::write(dir.join("shim.c"), shim).unwrap();
+    let mut cmd = Command::new(&clang);
+    cmd.args(["-O1", "-shared", "-fPIC"]).arg(dir.join("shim.c")).arg("-o").arg(dir.join("shim.so")).arg("-ldl");
+    check(cmd.output().unwrap(), "clang -shared");
+    let Some(host) = program("race_only") else { return };
+    let shim_lib = dir.join("shim.so");
+    let run_with = |racewatch: bool| {
+        let mut cmd = if racewatch {
+            let mut cmd = common::racewatch();
+            cmd.args(["run", "-o", "sample_period_us=1000", "-o", "fail_on_race=0", "--"]).arg(&host);
+            cmd
+        } else {
+            Command::new(&host)
+        };
+        cmd.env("LD_PRELOAD", &shim_lib);
+        common::spawn_and_wait(cmd)
+    };
+    let plain = run_with(false);
+    assert!(plain.stdout.contains("shim: pthread_create"), "the shim did not run: {}", plain.stdout);
+    let (run, _) = retry_for(Duration::from_secs(20), || {
+        let run = run_with(true);
+        if run.stdout != plain.stdout || run.status.code() != plain.status.code() {
+            return Err(format!(
+                "with racewatch before the shim: {:?} {} instead of {:?}",
+                run.stdout, run.status, plain.stdout
+            ));
+        }
+        Ok(common::has_report(&run.stderr).then_some(run))
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(run.stdout, plain.stdout);
+}
+
 // ---- The detector really runs in these programs ----
 
 /// These tests need racewatch: they have nothing to check in a self-check run.

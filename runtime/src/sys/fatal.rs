@@ -53,7 +53,7 @@ pub fn install(callback: fn()) {
         // "default, empty mask" base for ours, which gets our handler and flags.
         unsafe {
             let mut old: libc::sigaction = std::mem::zeroed();
-            if real::sigaction(sig, std::ptr::null(), &mut old) != 0 || old.sa_sigaction != libc::SIG_DFL {
+            if real::own_sigaction(sig, std::ptr::null(), &mut old) != 0 || old.sa_sigaction != libc::SIG_DFL {
                 continue;
             }
             let mut new: libc::sigaction = std::mem::zeroed();
@@ -62,7 +62,7 @@ pub fn install(callback: fn()) {
             // 8 KiB for its SIGSEGV handler); the callback moves to a runtime stack when it can.
             new.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND;
             COVERED.fetch_or(bit(sig), Ordering::AcqRel);
-            if real::sigaction(sig, &new, std::ptr::null_mut()) != 0 {
+            if real::own_sigaction(sig, &new, std::ptr::null_mut()) != 0 {
                 COVERED.fetch_and(!bit(sig), Ordering::AcqRel);
             }
         }

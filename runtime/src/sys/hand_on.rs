@@ -261,11 +261,13 @@ fn marked(sig: i32, pid: i32) -> libc::siginfo_t {
 fn rearm_one_shot(sig: i32) -> bool {
     // SAFETY: zeroed sigaction is a valid out-parameter.
     let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
-    if crate::sys::real::sigaction(sig, std::ptr::null(), &mut current) != 0 || current.sa_sigaction != libc::SIG_DFL {
+    if crate::sys::real::own_sigaction(sig, std::ptr::null(), &mut current) != 0
+        || current.sa_sigaction != libc::SIG_DFL
+    {
         return false;
     }
     current.sa_sigaction = trampoline_address();
-    crate::sys::real::sigaction(sig, &current, std::ptr::null_mut()) == 0
+    crate::sys::real::own_sigaction(sig, &current, std::ptr::null_mut()) == 0
 }
 
 /// System calls that a handler's run ends with `EINTR` whatever its flags.

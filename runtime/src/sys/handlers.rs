@@ -92,7 +92,7 @@ fn apply_trap_rule(adopting: bool) {
         }
         // SAFETY: zeroed sigaction is a valid out-parameter.
         let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
-        if real::sigaction(sig, std::ptr::null(), &mut current) != 0 {
+        if real::own_sigaction(sig, std::ptr::null(), &mut current) != 0 {
             continue;
         }
         let kernel_has_trap = signal::has_trap(&current.sa_mask);
@@ -112,7 +112,7 @@ fn apply_trap_rule(adopting: bool) {
             if wrapping {
                 hand_on::to_kernel(sig, &mut current);
             }
-            real::sigaction(sig, &current, std::ptr::null_mut());
+            real::own_sigaction(sig, &current, std::ptr::null_mut());
         }
     }
 }

@@ -1,5 +1,7 @@
 //! The libc functions racewatch interposes, reached past its own definitions
-//! with `dlsym(RTLD_NEXT, name)`.
+//! with `dlsym(RTLD_NEXT, name)`; and, for racewatch's own calls (its threads,
+//! its `SIGTRAP` handler), libc's definitions themselves, so that another
+//! interposer preloaded after racewatch sees only the program's calls.
 //!
 //! [`resolve_all`] runs in the constructor, so later calls (possibly from a
 //! signal handler: programs call `sigprocmask` there) only load a pointer.
@@ -21,25 +23,48 @@ pub type MainFn = extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_
 struct Real {
     name: &'static CStr,
     addr: AtomicUsize,
+    /// Resolved in libc itself rather than in the next object.
+    in_libc: bool,
 }
 
 impl Real {
     const fn new(name: &'static CStr) -> Real {
-        Real { name, addr: AtomicUsize::new(0) }
+        Real { name, addr: AtomicUsize::new(0), in_libc: false }
     }
 
-    /// The next definition's address, or 0 when there is none.
+    const fn libc_own(name: &'static CStr) -> Real {
+        Real { name, addr: AtomicUsize::new(0), in_libc: true }
+    }
+
+    /// The definition's address, or 0 when there is none.
     fn get(&self) -> usize {
         let addr = self.addr.load(Ordering::Acquire);
         if addr != 0 {
             return addr;
         }
-        // SAFETY: `name` is NUL-terminated; RTLD_NEXT asks the dynamic linker for the
-        // next object's definition, which is what an interposer must call.
-        let found = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize;
+        let found = match self.in_libc.then(libc_handle).flatten() {
+            // SAFETY: `handle` is libc's, from dlopen; `name` is NUL-terminated. A handle's lookup
+            // searches that object and its dependencies only.
+            Some(handle) => unsafe { libc::dlsym(handle as *mut c_void, self.name.as_ptr()) as usize },
+            None => 0,
+        };
+        let found = if found != 0 {
+            found
+        } else {
+            // SAFETY: `name` is NUL-terminated; RTLD_NEXT asks the dynamic linker for the
+            // next object's definition, which is what an interposer must call.
+            unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) as usize }
+        };
         self.addr.store(found, Ordering::Release);
         found
     }
+}
+
+/// The loaded C library's handle (it is always loaded: racewatch links it).
+fn libc_handle() -> Option<usize> {
+    // SAFETY: the name is NUL-terminated; RTLD_NOLOAD only looks up an object already loaded.
+    let handle = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    (!handle.is_null()).then_some(handle as usize)
 }
 
 static PTHREAD_CREATE: Real = Real::new(c"pthread_create");
@@ -87,6 +112,8 @@ static READDIR: Real = Real::new(c"readdir");
 static READDIR64: Real = Real::new(c"readdir64");
 static CLOSEDIR: Real = Real::new(c"closedir");
 static MUNMAP: Real = Real::new(c"munmap");
+static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
+static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
 
 const ALL: &[&Real] = &[
     &PTHREAD_CREATE,
@@ -134,6 +161,8 @@ const ALL: &[&Real] = &[
     &READDIR64,
     &CLOSEDIR,
     &MUNMAP,
+    &OWN_PTHREAD_CREATE,
+    &OWN_SIGACTION,
 ];
 
 /// Resolves every real function now (call from the constructor).
@@ -179,6 +208,29 @@ pub fn pthread_create(
         start,
         arg
     )
+}
+
+/// libc's `pthread_create`, for racewatch's own threads.
+pub fn own_pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
+    call!(
+        OWN_PTHREAD_CREATE,
+        libc::ENOSYS,
+        fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut c_void) -> c_int,
+        thread,
+        attr,
+        start,
+        arg
+    )
+}
+
+/// libc's `sigaction`, for the actions racewatch sets or reads for itself.
+pub fn own_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    call!(OWN_SIGACTION, -1, fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int, sig, act, old)
 }
 
 /// The real `pthread_join`.

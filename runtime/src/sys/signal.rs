@@ -165,7 +165,7 @@ pub fn install(claims: Claims, handler: PerfHandler) -> io::Result<()> {
     note_process();
     // SAFETY: zeroed `sigaction` is a valid "SIG_DFL, empty mask" value to receive the old one.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    if real::sigaction(libc::SIGTRAP, std::ptr::null(), &mut old) != 0 {
+    if real::own_sigaction(libc::SIGTRAP, std::ptr::null(), &mut old) != 0 {
         return Err(io::Error::last_os_error());
     }
     record(&old);
@@ -192,7 +192,7 @@ fn install_kernel_action() -> bool {
         new.sa_sigaction = on_sigtrap as *const () as usize;
         new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | restart;
         *(&mut new.sa_mask as *mut libc::sigset_t as *mut u64) = u64::MAX;
-        real::sigaction(libc::SIGTRAP, &new, std::ptr::null_mut()) == 0
+        real::own_sigaction(libc::SIGTRAP, &new, std::ptr::null_mut()) == 0
     }
 }
 
@@ -212,7 +212,7 @@ pub fn program_ignores_trap() -> bool {
     }
     // SAFETY: zeroed sigaction is a valid out-parameter.
     let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
-    real::sigaction(libc::SIGTRAP, std::ptr::null(), &mut current) == 0 && current.sa_sigaction == libc::SIG_IGN
+    real::own_sigaction(libc::SIGTRAP, std::ptr::null(), &mut current) == 0 && current.sa_sigaction == libc::SIG_IGN
 }
 
 /// Gives `SIGTRAP` back to the kernel as the program set it (detection is off for good): its
@@ -223,7 +223,7 @@ pub fn hand_back() {
     }
     mute();
     let program = program_action();
-    real::sigaction(libc::SIGTRAP, &program, std::ptr::null_mut());
+    real::own_sigaction(libc::SIGTRAP, &program, std::ptr::null_mut());
     if trap_blocked() {
         raw::sigprocmask(libc::SIG_BLOCK, Some(1 << (libc::SIGTRAP - 1)));
     }
@@ -264,7 +264,7 @@ static LIBC_RESTORER: AtomicUsize = AtomicUsize::new(0);
 fn note_libc_restorer() {
     // SAFETY: zeroed `sigaction` is a valid out-parameter.
     let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
-    if real::sigaction(libc::SIGTRAP, std::ptr::null(), &mut now) == 0 && now.sa_flags & SA_RESTORER != 0 {
+    if real::own_sigaction(libc::SIGTRAP, std::ptr::null(), &mut now) == 0 && now.sa_flags & SA_RESTORER != 0 {
         LIBC_RESTORER.store(now.sa_restorer.map_or(0, |f| f as usize), Ordering::Release);
     }
 }
@@ -613,7 +613,7 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
             // handler returns.
             // SAFETY: zeroed sigaction is SIG_DFL with an empty mask.
             let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
-            real::sigaction(libc::SIGTRAP, &dfl, std::ptr::null_mut());
+            real::own_sigaction(libc::SIGTRAP, &dfl, std::ptr::null_mut());
             raw::tgkill(raw::getpid(), raw::gettid(), sig);
         }
         handler => {

@@ -94,7 +94,7 @@ pub fn spawn_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc:
         libc::pthread_attr_init(&mut attr);
         libc::pthread_attr_setstacksize(&mut attr, STACK);
         let mut thread: libc::pthread_t = 0;
-        let rc = real::pthread_create(&mut thread, &attr, runtime_thread_main, body as *mut libc::c_void);
+        let rc = real::own_pthread_create(&mut thread, &attr, runtime_thread_main, body as *mut libc::c_void);
         libc::pthread_attr_destroy(&mut attr);
         (rc == 0).then_some(thread)
     };

@@ -199,15 +199,7 @@ pub fn pthread_create(
     start: StartRoutine,
     arg: *mut c_void,
 ) -> c_int {
-    call!(
-        PTHREAD_CREATE,
-        libc::ENOSYS,
-        fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut c_void) -> c_int,
-        thread,
-        attr,
-        start,
-        arg
-    )
+    create_with(&PTHREAD_CREATE, thread, attr, start, arg)
 }
 
 /// libc's `pthread_create`, for racewatch's own threads.
@@ -217,8 +209,18 @@ pub fn own_pthread_create(
     start: StartRoutine,
     arg: *mut c_void,
 ) -> c_int {
+    create_with(&OWN_PTHREAD_CREATE, thread, attr, start, arg)
+}
+
+fn create_with(
+    real: &Real,
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
     call!(
-        OWN_PTHREAD_CREATE,
+        real,
         libc::ENOSYS,
         fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut c_void) -> c_int,
         thread,
@@ -230,7 +232,11 @@ pub fn own_pthread_create(
 
 /// libc's `sigaction`, for the actions racewatch sets or reads for itself.
 pub fn own_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    call!(OWN_SIGACTION, -1, fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int, sig, act, old)
+    action_with(&OWN_SIGACTION, sig, act, old)
+}
+
+fn action_with(real: &Real, sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    call!(real, -1, fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int, sig, act, old)
 }
 
 /// The real `pthread_join`.
@@ -240,7 +246,7 @@ pub fn pthread_join(thread: libc::pthread_t, value: *mut *mut c_void) -> c_int {
 
 /// The real `sigaction`.
 pub fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    call!(SIGACTION, -1, fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int, sig, act, old)
+    action_with(&SIGACTION, sig, act, old)
 }
 
 /// The real `signal`.

@@ -123,6 +123,8 @@ pub fn record(sig: i32, recorded: Recorded) {
     let i = sig as usize;
     FLAGS[i].store(recorded.flags, Ordering::Release);
     HANDLERS[i].store(recorded.handler, Ordering::Release);
+    // A signal handed over under the old disposition may never reach the trampoline (ignored now).
+    SAVED_BUSY[i].store(false, Ordering::Release);
 }
 
 fn trampoline_address() -> usize {
@@ -141,6 +143,10 @@ extern "C-unwind" fn trampoline(sig: libc::c_int, info: *mut libc::siginfo_t, ct
         if pid == tid && is_handed_over(delivered, pid) {
             take_saved(sig, delivered);
             end_wait(ctx, flags);
+        } else if pid == tid {
+            // One handed over may have merged with this one (a standard signal pending once): its slot
+            // must not stay taken.
+            SAVED_BUSY[sig as usize].store(false, Ordering::Release);
         } else if hand_over(sig, delivered, flags, pid, tid) {
             return;
         }

@@ -941,6 +941,19 @@ fn execute(argv: &[OsString], launch: Launch, timeout: Duration) -> (u32, String
     cmd.args(&argv[1..]).env_remove("RACEWATCH_OPTIONS").env_remove("LD_PRELOAD");
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).process_group(0);
     cmd.stderr(if launch == Launch::DeadStderr { dead_pipe() } else { Stdio::piped() });
+    // Every run starts from the default dispositions, whatever the test runner inherited (`nohup`
+    // ignores SIGHUP, a shell's background job SIGINT and SIGQUIT, and exec keeps what is ignored).
+    // SAFETY: `sigaction` is async-signal-safe, as the code between fork and exec must be.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in (1..32).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP) {
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &act, std::ptr::null_mut());
+            }
+            Ok(())
+        });
+    }
     let start = Instant::now();
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {argv:?}: {e}"));
     drop(cmd); // our copy of a dead pipe's write end

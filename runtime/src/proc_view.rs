@@ -79,6 +79,9 @@ pub struct Facts {
     pub trap_ignored: Option<bool>,
     /// Whether the thread has `SIGTRAP` blocked (`SigBlk`).
     pub trap_blocked: Option<bool>,
+    /// The thread's whole `SigBlk` while racewatch's handler runs in it (which blocks every signal
+    /// meanwhile): the mask of the code the handler interrupted.
+    pub blocked_in_handler: Option<u64>,
     /// Whether a `SIGTRAP` pending for the thread shows (`SigPnd`): `Some(false)` while the program lets
     /// `SIGTRAP` through, where one pending is racewatch's, on its way to the handler.
     pub trap_pending: Option<bool>,
@@ -105,6 +108,7 @@ pub fn rewrite_status(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usiz
                 w.put(line)?;
                 continue;
             };
+            let bits = if key == b"SigBlk:" { facts.blocked_in_handler.unwrap_or(bits) } else { bits };
             let bits = if set { bits | TRAP_BIT } else { bits & !TRAP_BIT };
             w.put(key)?;
             w.put_fmt(format_args!("\t{bits:016x}\n"))?;
@@ -198,6 +202,7 @@ fn facts_for(tid: i32, caller: i32) -> Facts {
         trap_caught: installed.then_some(handler != libc::SIG_DFL && handler != libc::SIG_IGN),
         trap_ignored: installed.then_some(handler == libc::SIG_IGN),
         trap_blocked: blocked.filter(|_| installed),
+        blocked_in_handler: if tid == caller { None } else { signal::mask_in_handler(tid) },
         trap_pending: (installed && blocked == Some(false)).then_some(false),
         hidden_threads: u32::from(reporter::has_thread()),
     }
@@ -225,6 +230,9 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     };
     let facts = facts_for(tid, caller);
     let rewrite = |text: &[u8], out: &mut [u8]| {
+        // Looked at again once the text is read: the thread may have entered racewatch's handler since.
+        let in_handler = if tid == caller { None } else { signal::mask_in_handler(tid) };
+        let facts = Facts { blocked_in_handler: facts.blocked_in_handler.or(in_handler), ..facts };
         if stat {
             rewrite_stat(text, &facts, out)
         } else {
@@ -350,11 +358,22 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_inside_racewatchs_handler_shows_the_mask_it_was_interrupted_with() {
+        let busy = STATUS.replace("SigBlk:\t0000000000000000", "SigBlk:\tfffffffffffbfeef");
+        let facts = Facts { trap_blocked: Some(false), blocked_in_handler: Some(0xa01), ..Facts::default() };
+        let mut out = [0u8; 1024];
+        let len = rewrite_status(busy.as_bytes(), &facts, &mut out).unwrap();
+        let text = String::from_utf8(out[..len].to_vec()).unwrap();
+        assert!(text.contains("\nSigBlk:\t0000000000000a01\n"), "{text}");
+    }
+
+    #[test]
     fn status_shows_the_programs_signals_and_threads() {
         let facts = Facts {
             trap_caught: Some(false),
             trap_ignored: Some(false),
             trap_blocked: Some(true),
+            blocked_in_handler: None,
             trap_pending: None,
             hidden_threads: 1,
         };

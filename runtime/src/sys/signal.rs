@@ -385,6 +385,18 @@ fn note_blocked_tid(blocked: bool) {
 /// records its bit, so an entry left by an ended thread is set right when its id comes back.
 static BLOCKED_TIDS: [AtomicI32; 64] = [const { AtomicI32::new(0) }; 64];
 
+/// For each known thread (by its slot) inside racewatch's handler: the mask of the code it interrupted,
+/// which the thread's `SigBlk` shows without racewatch (the handler blocks every signal meanwhile).
+static MASK_IN_HANDLER: [AtomicU64; thread::KNOWN_SLOTS] = [const { AtomicU64::new(0) }; thread::KNOWN_SLOTS];
+static IN_HANDLER: [AtomicBool; thread::KNOWN_SLOTS] = [const { AtomicBool::new(false) }; thread::KNOWN_SLOTS];
+
+/// The mask thread `tid` had when racewatch's handler interrupted it, while the handler runs there.
+pub fn mask_in_handler(tid: i32) -> Option<u64> {
+    let slot = thread::known_slot(tid)?;
+    let mask = MASK_IN_HANDLER[slot].load(Ordering::Acquire);
+    IN_HANDLER[slot].load(Ordering::Acquire).then_some(mask)
+}
+
 /// Whether the program has `SIGTRAP` blocked in thread `tid` (`None`: unknown, more threads blocked
 /// it than the table holds).
 pub fn trap_blocked_in(tid: i32) -> Option<bool> {
@@ -502,7 +514,8 @@ fn perf_fields(info: &libc::siginfo_t) -> (u64, u32, u32, u64) {
 extern "C-unwind" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // A thread the runtime does not know (a raw `clone`, maybe sharing another thread's TLS): nothing
     // thread-local is touched, the runtime's signals are dropped, others go to the program.
-    let known = thread::known_slot(raw::gettid()).is_some();
+    let slot = thread::known_slot(raw::gettid());
+    let known = slot.is_some();
     if info.is_null() || ctx.is_null() {
         chain(sig, info, ctx, known);
         return;
@@ -513,15 +526,18 @@ extern "C-unwind" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ct
         chain(sig, info, ctx, known);
         return;
     }
-    if !known {
-        return;
-    }
+    let Some(slot) = slot else { return };
+    // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler.
+    let interrupted = to_bits(unsafe { &(*(ctx as *const libc::ucontext_t)).uc_sigmask });
+    MASK_IN_HANDLER[slot].store(interrupted, Ordering::Release);
+    IN_HANDLER[slot].store(true, Ordering::Release);
     // SAFETY: errno is thread-local and this thread's own (a known thread has its own TLS); we
     // restore it so the interrupted code never sees our syscalls.
     let errno_slot = unsafe { libc::__errno_location() };
     // SAFETY: `errno_slot` is this thread's errno.
     let saved_errno = unsafe { *errno_slot };
     dispatch(claimed, ctx);
+    IN_HANDLER[slot].store(false, Ordering::Release);
     // SAFETY: as above.
     unsafe { *errno_slot = saved_errno };
 }

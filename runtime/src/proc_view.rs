@@ -202,7 +202,7 @@ fn facts_for(tid: i32, caller: i32) -> Facts {
         trap_caught: installed.then_some(handler != libc::SIG_DFL && handler != libc::SIG_IGN),
         trap_ignored: installed.then_some(handler == libc::SIG_IGN),
         trap_blocked: blocked.filter(|_| installed),
-        blocked_in_handler: if tid == caller { None } else { signal::mask_in_handler(tid) },
+        blocked_in_handler: None,
         trap_pending: (installed && blocked == Some(false)).then_some(false),
         hidden_threads: u32::from(reporter::has_thread()),
     }
@@ -230,9 +230,9 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     };
     let facts = facts_for(tid, caller);
     let rewrite = |text: &[u8], out: &mut [u8]| {
-        // Looked at again once the text is read: the thread may have entered racewatch's handler since.
+        // Looked at once the text is read: whether the thread is in racewatch's handler as it was read.
         let in_handler = if tid == caller { None } else { signal::mask_in_handler(tid) };
-        let facts = Facts { blocked_in_handler: facts.blocked_in_handler.or(in_handler), ..facts };
+        let facts = Facts { blocked_in_handler: in_handler, ..facts };
         if stat {
             rewrite_stat(text, &facts, out)
         } else {

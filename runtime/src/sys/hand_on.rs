@@ -139,16 +139,21 @@ extern "C-unwind" fn trampoline(sig: libc::c_int, info: *mut libc::siginfo_t, ct
     }
     // SAFETY: a non-null `info` is the kernel's siginfo for this delivery, this handler's to change.
     if let Some(delivered) = unsafe { info.as_mut() } {
-        let (pid, tid) = (raw::getpid(), raw::gettid());
-        if pid == tid && is_handed_over(delivered, pid) {
-            take_saved(sig, delivered);
-            end_wait(ctx, flags);
-        } else if pid == tid {
-            // One handed over may have merged with this one (a standard signal pending once): its slot
-            // must not stay taken.
-            SAVED_BUSY[sig as usize].store(false, Ordering::Release);
-        } else if hand_over(sig, delivered, flags, pid, tid) {
-            return;
+        // The process and thread ids (two system calls) only when there is something to decide.
+        let may_hand_over = sent_to_process(sig, delivered.si_code) && crate::sys::signal::detecting();
+        let slot_taken = SAVED_BUSY[sig as usize].load(Ordering::Acquire);
+        if may_hand_over || slot_taken || delivered.si_code == libc::SI_QUEUE {
+            let (pid, tid) = (raw::getpid(), raw::gettid());
+            if pid == tid && is_handed_over(delivered, pid) {
+                take_saved(sig, delivered);
+                end_wait(ctx, flags);
+            } else if pid == tid {
+                // One handed over may have merged with this one (a standard signal pending once): its
+                // slot must not stay taken.
+                SAVED_BUSY[sig as usize].store(false, Ordering::Release);
+            } else if may_hand_over && hand_over(sig, delivered, flags, pid) {
+                return;
+            }
         }
     }
     call_program_handler(handler, flags, sig, info, ctx);
@@ -221,15 +226,12 @@ fn is_handed_over(info: &libc::siginfo_t, pid: i32) -> bool {
         && unsafe { info.si_value().sival_ptr } as u64 == HANDED_OVER
 }
 
-/// Hands the signal over to the main thread when it was sent to the process, reached a thread other than
-/// the main one while detection is on, and the main thread lets it through now: its `siginfo` is saved,
-/// the main thread is sent the same signal marked as handed over, and the main thread's trampoline runs
-/// the handler with the saved `siginfo`. A one-shot handler (`SA_RESETHAND`), which the kernel reset for
+/// Hands the signal over to the main thread (called for one sent to the process that reached a thread
+/// other than the main one while detection is on) when the main thread lets it through now: its
+/// `siginfo` is saved, the main thread is sent the same signal marked as handed over, and the main
+/// thread's trampoline runs the handler with the saved `siginfo`. A one-shot handler (`SA_RESETHAND`), which the kernel reset for
 /// this delivery, is put back in the kernel for the one to the main thread.
-fn hand_over(sig: i32, info: &libc::siginfo_t, flags: i32, pid: i32, tid: i32) -> bool {
-    if pid == tid || !sent_to_process(sig, info.si_code) || !crate::sys::signal::detecting() {
-        return false;
-    }
+fn hand_over(sig: i32, info: &libc::siginfo_t, flags: i32, pid: i32) -> bool {
     // SAFETY: errno is this thread's; it is put back so the interrupted code never sees our calls.
     let errno = unsafe { libc::__errno_location() };
     // SAFETY: as above.

@@ -51,9 +51,15 @@ const CLEARED_PREFIXES: &[&str] = &["CARGO_CFG_", "CARGO_FEATURE_", "CARGO_PKG_"
 fn main() {
     let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     // Only what the runtime library is built from (not its tests or benches).
-    for path in
-        ["runtime/src", "runtime/Cargo.toml", "instrument/src", "instrument/Cargo.toml", "Cargo.toml", "Cargo.lock"]
-    {
+    for path in [
+        "runtime/src",
+        "runtime/Cargo.toml",
+        "runtime/build.rs",
+        "instrument/src",
+        "instrument/Cargo.toml",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(path).display());
     }
 

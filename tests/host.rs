@@ -674,6 +674,11 @@ fn cases() -> Vec<Case> {
             .options(&["sample_period_us=20000"])
             .repeat(3)
             .expect(&["busy thread's voluntary context switches at most 3: 1"]),
+        // The loader's list of modules, racewatch's own left out: nothing else of racewatch's (its unwinder
+        // is linked in, not libgcc_s.so.1).
+        case("loaded_modules_beside_racewatch", "footprint", &["modules"])
+            .repeat(2)
+            .expect(&["libgcc_s.so.1 loaded: no"]),
         case("thread_churn_maps_and_vmsize", "footprint", &["churn"]).repeat(2).expect(&[
             "threads that failed to start: 0",
             "maps lines grew by less than 20: 1",
@@ -1371,6 +1376,7 @@ host_cases!(
     ptrace_traced_racing_child,
     thread_stack_depth_to_guard_page,
     busy_thread_no_voluntary_switches,
+    loaded_modules_beside_racewatch,
     thread_churn_maps_and_vmsize,
     pthread_exit_main_workers_return,
     pthread_exit_main_workers_pthread_exit,

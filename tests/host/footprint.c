@@ -7,8 +7,12 @@
  *   busy:  a thread that busy-polls (racily) for 1 s while another races prints whether its voluntary
  *          context switches (/proc/thread-self/status) stayed near zero (a watch window that sleeps shows).
  *   churn: 3000 short-lived threads (returning, pthread_exit, cancelled), a few at a time, while two
- *          threads race: /proc/self/maps lines and VmSize may grow only a little. */
+ *          threads race: /proc/self/maps lines and VmSize may grow only a little.
+ *   modules: while two threads race, the modules the loader lists (racewatch's own left out, as a program
+ *          that knows it is preloaded would) and whether libgcc_s.so.1 is loaded: a C program that never
+ *          loads it must not find it loaded (racewatch's unwinder is linked into it). */
 #include <dlfcn.h>
+#include <link.h>
 #include <setjmp.h>
 
 #define FRAME 128
@@ -183,11 +187,33 @@ static int churn_mode(void) {
   return 0;
 }
 
+static int list_module(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  (void)data;
+  const char *name = info->dlpi_name;
+  if (!name[0] || strstr(name, "libracewatch")) return 0;
+  const char *slash = strrchr(name, '/');
+  printf("module %s\n", slash ? slash + 1 : name);
+  return 0;
+}
+
+static int modules_mode(void) {
+  rw_start(2, 5.0, 0);
+  usleep(300 * 1000);
+  dl_iterate_phdr(list_module, NULL);
+  void *gcc_s = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_NOLOAD);
+  printf("libgcc_s.so.1 loaded: %s\n", gcc_s ? "yes" : "no");
+  rw_stop_racing();
+  rw_join();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (!strcmp(mode, "depth")) return depth_mode();
   if (!strcmp(mode, "busy")) return busy_mode();
   if (!strcmp(mode, "churn")) return churn_mode();
-  fprintf(stderr, "usage: footprint depth|busy|churn\n");
+  if (!strcmp(mode, "modules")) return modules_mode();
+  fprintf(stderr, "usage: footprint depth|busy|churn|modules\n");
   return 2;
 }

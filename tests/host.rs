@@ -428,6 +428,12 @@ fn cases() -> Vec<Case> {
         case("seccomp_strict_syscall", "seccomp", &["strict-syscall"]).expect(&["read 1 byte(s): S", "done"]),
         case("seccomp_filter_one_thread", "seccomp", &["filter"]).expect(&["read 1 byte(s): S", "done"]),
         case("seccomp_filter_tsync_all_threads", "seccomp", &["tsync"]).expect(&["tsync filter: ok", "done"]),
+        // A filter the program inherited (its launcher's) that forbids a call of racewatch's: the program
+        // runs as without racewatch (a probe child finds the call first; racewatch steps aside).
+        case("seccomp_inherited_kill_process", "seccomp", &["inherit-kill"]).repeat(2).expect(&["filter: ok", "done"]),
+        case("seccomp_inherited_kill_thread", "seccomp", &["inherit-thread"]).expect(&["filter: ok", "done"]),
+        case("seccomp_inherited_trap", "seccomp", &["inherit-trap"]).expect(&["filter: ok", "done"]),
+        case("seccomp_inherited_errno", "seccomp", &["inherit-errno"]).expect(&["filter: ok", "done"]),
         // 13. Descriptors closed or reused under the runtime.
         case("fds_close_loop", "fds", &["close", "{dir}/data"])
             .expect(&["pipe: 65536 bytes, 0 mismatches, checksum ac34ccc3", "data file written"])
@@ -1314,6 +1320,10 @@ host_cases!(
     seccomp_strict_syscall,
     seccomp_filter_one_thread,
     seccomp_filter_tsync_all_threads,
+    seccomp_inherited_kill_process,
+    seccomp_inherited_kill_thread,
+    seccomp_inherited_trap,
+    seccomp_inherited_errno,
     fds_close_loop,
     fds_close_range,
     fds_dup2_over_all,

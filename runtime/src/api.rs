@@ -97,6 +97,18 @@ fn init() {
     if !secure {
         warn_if_preloaded_without_interposers();
     }
+    // Before any system call of racewatch's that a filter the process inherited might kill.
+    match sys::seccomp_probe::probe() {
+        sys::seccomp_probe::Verdict::Killed { call, signal } => {
+            // Dormant from here: no index (reading the modules' tables is a system call too).
+            detector::inherited_filter_kills(call, signal);
+            return;
+        }
+        sys::seccomp_probe::Verdict::Unknown(errno) if opts.verbosity >= 1 => log::line(format_args!(
+            "a seccomp filter is in force and its probe could not run (errno {errno}): racewatch goes on"
+        )),
+        _ => {}
+    }
     reporter::on_halt(halting);
 
     let mut announce = Announcements::default();

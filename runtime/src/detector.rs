@@ -327,6 +327,19 @@ pub fn give_back_watchpoint() -> bool {
     true
 }
 
+/// A seccomp filter the process inherited kills `call`, a system call racewatch makes (a probe child
+/// died from `signal` making it, [`sys::seccomp_probe`]): racewatch stays out of the kernel's way for
+/// the whole process, as after the program's own sandbox, with one line. Call at start-up.
+pub fn inherited_filter_kills(call: &str, signal: i32) {
+    SANDBOXED.store(true, Ordering::Release);
+    thread::stop_syscalls_in_program_threads();
+    let _ = STATE.compare_exchange(IDLE, OFF, Ordering::AcqRel, Ordering::Acquire);
+    log::warn(format_args!(
+        "a seccomp filter this process runs under kills the system call {call} that racewatch makes (signal {signal} \
+         in a probe process); race detection is off"
+    ));
+}
+
 /// The program is about to install a seccomp filter or enter strict mode in some thread.
 pub fn entering_sandbox() {
     if SANDBOXED.swap(true, Ordering::AcqRel) {

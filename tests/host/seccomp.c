@@ -5,7 +5,12 @@
  * argv[1] = "filter":         a worker installs a BPF filter (kill the process on anything but a few
  *                             calls), races ~0.5 s, writes one byte and leaves with SYS_exit.
  * argv[1] = "tsync":          main filters every thread with SECCOMP_FILTER_FLAG_TSYNC while they race,
- *                             races on, and exits with exit(0). */
+ *                             races on, and exits with exit(0).
+ * argv[1] = "inherit-kill", "inherit-trap", "inherit-thread", "inherit-errno": a launcher (a container
+ *                             runtime, systemd's SystemCallFilter=) installs a filter that allows every
+ *                             call but one of racewatch's (perf_event_open: kill the process, kill the
+ *                             thread, or EPERM; process_vm_readv: SIGSYS), then execs this program again,
+ *                             which races two threads for 1 s under the inherited filter. */
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -33,6 +38,33 @@ static int install_filter(const int *allowed, int count, unsigned flags) {
   return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
 }
 
+/* Every call allowed but `denied`, which gets `action`. */
+static int install_denying(int denied, unsigned action) {
+  struct sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)denied, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, action),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof code / sizeof code[0], code};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+  return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+}
+
+static int inherit_mode(char **argv) {
+  int rc;
+  if (strcmp(mode, "inherit-kill") == 0) rc = install_denying(SYS_perf_event_open, SECCOMP_RET_KILL_PROCESS);
+  else if (strcmp(mode, "inherit-thread") == 0) rc = install_denying(SYS_perf_event_open, SECCOMP_RET_KILL_THREAD);
+  else if (strcmp(mode, "inherit-errno") == 0) rc = install_denying(SYS_perf_event_open, SECCOMP_RET_ERRNO | EPERM);
+  else rc = install_denying(SYS_process_vm_readv, SECCOMP_RET_TRAP);
+  printf("filter: %s\n", rc == 0 ? "ok" : "failed");
+  fflush(stdout);
+  char *again[] = {argv[0], "inherited-run", NULL};
+  execv("/proc/self/exe", again);
+  perror("execv");
+  return 127;
+}
+
 static void *sandboxed(void *arg) {
   (void)arg;
   long iterations = rw_calibrate(0.5);
@@ -58,6 +90,13 @@ int main(int argc, char **argv) {
   mode = argc > 1 ? argv[1] : "strict-prctl";
   printf("mode %s\n", mode);
   fflush(stdout);
+  if (strncmp(mode, "inherit-", 8) == 0) return inherit_mode(argv);
+  if (strcmp(mode, "inherited-run") == 0) {
+    rw_start(2, 1.0, 0);
+    rw_join();
+    printf("done\n");
+    return 0;
+  }
   if (strcmp(mode, "tsync") == 0) {
     rw_start(2, 1.0, 0);
     rw_race_until(rw_now() + 0.2);

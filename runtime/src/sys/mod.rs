@@ -24,6 +24,7 @@ pub mod ptr;
 pub mod raw;
 pub mod real;
 pub mod region;
+pub mod seccomp_probe;
 pub mod secure_file;
 pub mod signal;
 pub mod snapshot;

@@ -32,10 +32,10 @@ const HW_BREAKPOINT_X: u32 = 4;
 /// The size this struct has in the kernel ABI (PERF_ATTR_SIZE_VER8).
 const ATTR_SIZE: u32 = 136;
 
-const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
-const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
+pub const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+pub const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
 /// `_IOW('$', 11, __u64)`.
-const PERF_EVENT_IOC_MODIFY_ATTRIBUTES: libc::c_ulong = 0x4008_240b;
+pub const PERF_EVENT_IOC_MODIFY_ATTRIBUTES: libc::c_ulong = 0x4008_240b;
 
 /// Bits of the `perf_event_attr` flags word (bit numbers from `linux/perf_event.h`).
 pub mod flag {
@@ -281,7 +281,8 @@ impl Watchpoint {
         Watchpoint { fd }
     }
 
-    fn base(slot: u32) -> PerfEventAttr {
+    /// The attr a watchpoint is opened with: disabled, parked on a harmless address.
+    pub fn base(slot: u32) -> PerfEventAttr {
         PerfEventAttr {
             type_: PERF_TYPE_BREAKPOINT,
             size: ATTR_SIZE,

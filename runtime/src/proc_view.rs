@@ -121,6 +121,18 @@ pub fn rewrite_status(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usiz
     Some(w.len)
 }
 
+/// glibc's internal signals (`SIGCANCEL`, 32, and `SIGSETXID`, 33) as `SigBlk` bits: no libc call of
+/// the program's blocks them, racewatch's handler does.
+const GLIBC_INTERNAL: u64 = (1 << 31) | (1 << 32);
+
+/// Whether a status text's `SigBlk` holds glibc's internal signals, as racewatch's handler's mask does.
+pub fn shows_handler_mask(text: &[u8]) -> bool {
+    text.split(|&b| b == b'\n')
+        .find_map(|line| line.strip_prefix(b"SigBlk:"))
+        .and_then(hex_field)
+        .is_some_and(|bits| bits & GLIBC_INTERNAL == GLIBC_INTERNAL)
+}
+
 /// `stat` text with the program's thread count (field 20, `num_threads`).
 pub fn rewrite_stat(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usize> {
     // The command name (field 2) may hold spaces and parentheses: fields are counted after its last ')'.
@@ -239,7 +251,11 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
             rewrite_status(text, &facts, out)
         }
     };
-    crate::sys::memfile::rewritten(path, flags & libc::O_CLOEXEC != 0, rewrite)
+    // Another thread's status read while racewatch's handler enters or leaves there (before it noted
+    // the interrupted mask, or after) shows the handler's mask: read again.
+    let settled =
+        |text: &[u8]| stat || tid == caller || !shows_handler_mask(text) || signal::mask_in_handler(tid).is_some();
+    crate::sys::memfile::rewritten(path, flags & libc::O_CLOEXEC != 0, settled, rewrite)
 }
 
 /// The `open` flags of an `fopen` mode that only reads (`None`: one that writes, never rewritten).
@@ -391,6 +407,16 @@ mod tests {
         let facts = Facts { trap_pending: Some(false), ..Facts::default() };
         let len = rewrite_status(pending.as_bytes(), &facts, &mut out).unwrap();
         assert!(std::str::from_utf8(&out[..len]).unwrap().contains("\nSigPnd:\t0000000000000200\n"));
+    }
+
+    #[test]
+    fn the_handler_mask_is_told_by_glibc_internal_signals() {
+        let busy = STATUS.replace("SigBlk:\t0000000000000000", "SigBlk:\tfffffffffffbfeef");
+        assert!(shows_handler_mask(busy.as_bytes()));
+        // What a program gets from sigfillset and pthread_sigmask: glibc keeps 32 and 33 out.
+        let program = STATUS.replace("SigBlk:\t0000000000000000", "SigBlk:\tfffffffe7ffbfeff");
+        assert!(!shows_handler_mask(program.as_bytes()));
+        assert!(!shows_handler_mask(STATUS.as_bytes()));
     }
 
     #[test]

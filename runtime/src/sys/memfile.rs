@@ -40,11 +40,21 @@ impl Drop for Scratch {
 pub fn rewritten(
     path: &CStr,
     cloexec: bool,
+    settled: impl Fn(&[u8]) -> bool,
     rewrite: impl FnOnce(&[u8], &mut [u8]) -> Option<usize>,
 ) -> Option<libc::c_int> {
     let mut scratch = Scratch::new()?;
     let (text, out) = scratch.halves();
-    let len = read_all(path, text)?;
+    let mut len = read_all(path, text)?;
+    // A text caught in a moment that passes (racewatch's handler entering or leaving in the thread it
+    // describes) is read again, a few times at most.
+    for _ in 0..SETTLE_TRIES {
+        if settled(&text[..len]) {
+            break;
+        }
+        syscall6(libc::SYS_sched_yield, [0; 6]);
+        len = read_all(path, text)?;
+    }
     let new_len = rewrite(&text[..len], out)?;
     if out[..new_len] == text[..len] {
         return None;
@@ -72,6 +82,9 @@ pub fn rewritten(
     syscall6(libc::SYS_lseek, [fd as u64, 0, libc::SEEK_SET as u64, 0, 0, 0]);
     Some(fd)
 }
+
+/// How many times [`rewritten`] reads a text again that is not settled.
+const SETTLE_TRIES: usize = 64;
 
 /// The whole text of `path` into `buf`; `None` if it cannot be read or does not fit.
 fn read_all(path: &CStr, buf: &mut [u8]) -> Option<usize> {
@@ -118,14 +131,14 @@ mod tests {
             out[..text.len()].make_ascii_uppercase();
             Some(text.len())
         };
-        let fd = super::rewritten(c"/proc/self/comm", true, upper).unwrap();
+        let fd = super::rewritten(c"/proc/self/comm", true, |_| true, upper).unwrap();
         let own = std::fs::read_to_string("/proc/self/comm").unwrap();
         assert_eq!(read(fd), own.to_uppercase());
         let same = |text: &[u8], out: &mut [u8]| {
             out[..text.len()].copy_from_slice(text);
             Some(text.len())
         };
-        assert_eq!(super::rewritten(c"/proc/self/comm", true, same), None);
-        assert_eq!(super::rewritten(c"/nonexistent/file", true, same), None);
+        assert_eq!(super::rewritten(c"/proc/self/comm", true, |_| true, same), None);
+        assert_eq!(super::rewritten(c"/nonexistent/file", true, |_| true, same), None);
     }
 }

@@ -603,6 +603,41 @@ fn a_race_after_the_program_was_single_threaded_again_is_reported() {
     race_on_counter("race_after_join", &[]);
 }
 
+/// A container or chroot that does not mount `/proc` (here: a tmpfs over it in a mount namespace of
+/// its own): the race is still found, and the report names the program's file, its functions and the
+/// global, as with `/proc` (without it racewatch once found no code to watch and warned that the
+/// program's table pointed outside it). Needs `unshare --mount` (root); skipped without.
+#[test]
+fn a_race_in_a_process_without_proc_is_reported_with_its_names() {
+    let Some(clang) = common::clang() else { return };
+    let mount_ns = std::process::Command::new("unshare").args(["--mount", "true"]).status();
+    if !mount_ns.is_ok_and(|s| s.success()) {
+        eprintln!("SKIP: unshare --mount does not work here");
+        return;
+    }
+    let dir = common::scratch("detect_without_proc");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/race_after_join.c");
+    let bin =
+        common::build_c(&clang, &dir, "race_after_join", &std::fs::read_to_string(fixture).unwrap(), &["-pthread"]);
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--mount", "sh", "-c", "mount -t tmpfs none /proc && exec \"$0\" run -o \"$1\" -- \"$2\" 60"])
+        .arg(env!("CARGO_BIN_EXE_racewatch"))
+        .arg("sample_period_us=250:watchpoints=4:cold_bias=0:halt_on_error=1")
+        .arg(&bin)
+        .env_remove("RACEWATCH_OPTIONS")
+        .env_remove("LD_PRELOAD");
+    let run = common::spawn_and_wait(cmd);
+    assert!(has_report(&run.stderr), "no report within 60 s without /proc: {}", run.stderr);
+    assert!(!run.stderr.contains("ignoring PC table"), "{}", run.stderr);
+    assert!(run.stderr.contains("global 'counter'"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("#0 bump ") && run.stderr.contains("race_after_join.c:21:"),
+        "symbolized: {}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("(race_after_join+0x"), "the program's file named: {}", run.stderr);
+}
+
 /// Builds `tests/fixtures/NAME.c` (its threads race on a global `counter` for at most the seconds given)
 /// and runs it under the test profile with `halt_on_error=1` and `extra` options: the run, after
 /// asserting that it reported the race on `counter` (`None` without clang).

@@ -110,6 +110,7 @@ fn init() {
         _ => {}
     }
     reporter::on_halt(halting);
+    modules::main_path_without_proc();
 
     let mut announce = Announcements::default();
     {

@@ -144,7 +144,7 @@ fn find_descriptor(search_executable: bool) -> Option<u64> {
     if !search_executable {
         return None;
     }
-    let exe = std::env::current_exe().ok()?;
+    let exe = modules::main_program_path()?;
     let module = modules::all().into_iter().find(|m| std::path::Path::new(&m.path) == exe)?;
     let bytes = crate::sys::fd::read_file(&exe).ok()?;
     let file = racewatch_instrument::elf::Module::from_bytes(&exe, bytes).ok()?;

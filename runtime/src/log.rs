@@ -67,7 +67,7 @@ pub fn set_log_path(path: &str, host: &str) {
         // another user's symlink); when it cannot be made, the first write says so and falls back to
         // stderr.
         let _ = secure_file::directory(path.as_bytes(), true);
-        let exe = std::env::current_exe().ok();
+        let exe = crate::modules::main_program_path();
         let exe = exe.as_ref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
         let dir = path.trim_end_matches('/');
         LogPath::Directory(format!(

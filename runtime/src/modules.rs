@@ -122,7 +122,11 @@ fn loaded() -> Vec<LoadedModule> {
                     (start, start + s.len() as u64)
                 })
                 .collect();
-            let path = lib.name().to_string_lossy().into_owned();
+            let mut path = lib.name().to_string_lossy().into_owned();
+            if path.is_empty() && out.is_empty() {
+                // The main program, where `/proc/self/exe` cannot be read (no `/proc` mounted).
+                path = main_path_without_proc().to_string();
+            }
             let build_id = match lib.id() {
                 Some(findshlibs::SharedLibraryId::GnuBuildId(bytes)) => {
                     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -133,6 +137,34 @@ fn loaded() -> Vec<LoadedModule> {
         })
     });
     out
+}
+
+/// The main program's file as it was started, made absolute against the working directory at the
+/// first call (call once at start-up, before the program can `chdir`); empty when unknown.
+pub fn main_path_without_proc() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let Some(path) = crate::sys::identity::exec_path() else { return String::new() };
+        let absolute = if path.is_absolute() {
+            path
+        } else {
+            std::env::current_dir().map(|dir| dir.join(path)).unwrap_or_default()
+        };
+        absolute.to_string_lossy().into_owned()
+    })
+}
+
+/// The main program's file: `/proc/self/exe`, else the path it was started with.
+pub fn main_program_path() -> Option<std::path::PathBuf> {
+    std::env::current_exe().ok().or_else(|| {
+        let path = main_path_without_proc();
+        (!path.is_empty()).then(|| path.into())
+    })
+}
+
+/// Whether this process's `/proc` files can be read (not in a container or chroot without `/proc`).
+pub fn proc_readable() -> bool {
+    std::path::Path::new("/proc/self/maps").exists()
 }
 
 /// Every loaded module (PC sections not read), in the loader's order.
@@ -213,24 +245,28 @@ pub fn mapping_start(addr: u64) -> Option<u64> {
 pub struct CodeRanges(Vec<(u64, u64)>);
 
 impl CodeRanges {
-    /// The executable mappings now.
+    /// The executable mappings now; where `/proc` cannot be read (a container or chroot without it
+    /// mounted), the loaded modules' executable segments (JIT'd code is then left out).
     pub fn now() -> CodeRanges {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-        CodeRanges::parse(&maps)
+        let ranges = CodeRanges::parse(&maps);
+        if !ranges.0.is_empty() {
+            return ranges;
+        }
+        let mut segments = Vec::new();
+        crate::sys::fork::walking_modules(|| {
+            TargetSharedLibrary::each(|lib| {
+                segments.extend(lib.segments().filter(|s| s.is_code()).map(|s| {
+                    let start = s.actual_virtual_memory_address(lib).0 as u64;
+                    (start, start + s.len() as u64)
+                }));
+            })
+        });
+        CodeRanges::merged(segments)
     }
 
-    /// Parses `/proc/<pid>/maps` text.
-    pub fn parse(maps: &str) -> CodeRanges {
-        let mut ranges: Vec<(u64, u64)> = maps
-            .lines()
-            .filter_map(|line| {
-                let mut fields = line.split_whitespace();
-                let (start, end) = fields.next()?.split_once('-')?;
-                let perms = fields.next()?;
-                (perms.as_bytes().get(2) == Some(&b'x'))
-                    .then_some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
-            })
-            .collect();
+    /// Ranges sorted, adjacent and overlapping ones merged.
+    fn merged(mut ranges: Vec<(u64, u64)>) -> CodeRanges {
         ranges.sort_unstable();
         let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
         for (start, end) in ranges {
@@ -240,6 +276,21 @@ impl CodeRanges {
             }
         }
         CodeRanges(merged)
+    }
+
+    /// Parses `/proc/<pid>/maps` text.
+    pub fn parse(maps: &str) -> CodeRanges {
+        let ranges: Vec<(u64, u64)> = maps
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let (start, end) = fields.next()?.split_once('-')?;
+                let perms = fields.next()?;
+                (perms.as_bytes().get(2) == Some(&b'x'))
+                    .then_some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
+            })
+            .collect();
+        CodeRanges::merged(ranges)
     }
 
     /// Whether `[start, start + len)` lies in one executable mapping.

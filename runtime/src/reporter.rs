@@ -515,7 +515,7 @@ impl Reporter {
 
 /// Who this process is: host, start time, executable and its build-id, version.
 fn this_process(config: &Config) -> Process {
-    let exe_path = std::env::current_exe().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+    let exe_path = modules::main_program_path().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
     let exe_build_id = modules::all()
         .into_iter()
         .find(|m| !exe_path.is_empty() && m.path == exe_path)

@@ -184,7 +184,7 @@ impl Symbolizer {
         if !self.read_files {
             return &[];
         }
-        let Ok(path) = std::env::current_exe() else { return &[] };
+        let Some(path) = modules::main_program_path() else { return &[] };
         self.debug_for(&path).functions()
     }
 
@@ -282,7 +282,13 @@ impl FileId {
 /// relative path from another directory, nor one deleted or replaced since (its frames are then
 /// shown as offsets).
 fn module_file(module: &modules::LoadedModule) -> Option<PathBuf> {
-    let mapped = module.mapped_file()?;
+    let Some(mapped) = module.mapped_file() else {
+        // Without `/proc` (a container or chroot that does not mount it) nothing names the mapped file:
+        // the loader's absolute path is taken as it is.
+        let path = Path::new(&module.path);
+        let usable = !modules::proc_readable() && path.is_absolute() && path.metadata().is_ok_and(|m| m.is_file());
+        return usable.then(|| path.to_path_buf());
+    };
     let meta = std::fs::metadata(&mapped.path).ok()?;
     mapped.is(&meta).then(|| PathBuf::from(mapped.path))
 }
@@ -293,7 +299,7 @@ fn module_file(module: &modules::LoadedModule) -> Option<PathBuf> {
 fn runtime_library() -> Option<String> {
     let here = runtime_library as fn() -> Option<String> as usize as u64;
     let module = modules::module_of(here)?;
-    let exe = std::env::current_exe().ok()?;
+    let exe = modules::main_program_path()?;
     (Path::new(&module.path) != exe).then_some(module.path)
 }
 

@@ -12,6 +12,21 @@ pub fn node_name() -> Option<String> {
     String::from_utf8(bytes).ok().filter(|name| !name.is_empty())
 }
 
+/// The path the main program was started with (`AT_EXECFN`: what `execve` was given, relative to the
+/// working directory the process started in), or `None`.
+pub fn exec_path() -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: getauxval reads the auxiliary vector the kernel left; it takes and returns plain integers.
+    let at = unsafe { libc::getauxval(libc::AT_EXECFN) };
+    if at == 0 {
+        return None;
+    }
+    // SAFETY: AT_EXECFN points to the NUL-terminated path the kernel placed on the initial stack, which
+    // lives as long as the process.
+    let name = unsafe { std::ffi::CStr::from_ptr(at as *const libc::c_char) };
+    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
+}
+
 /// When this process started, in seconds since the epoch: `/proc/self/stat`'s start time (clock ticks
 /// since boot) plus the boot time of `/proc/stat`.
 pub fn start_time() -> Option<u64> {

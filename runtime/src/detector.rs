@@ -77,6 +77,12 @@ pub fn before_thread_create() {
     if STATE.load(Ordering::Acquire) != IDLE || !registry::with_index(|i| i.functions() > 0) {
         return;
     }
+    // Traced from the start (a debugger's `run`, `strace`, a supervisor's PTRACE_TRACEME child): no
+    // signal could be sampled, so nothing starts (no thread for the tracer to see); a thread created
+    // after the tracer detached starts the detector.
+    if tracer::traced_now() {
+        return;
+    }
     if STATE.compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire).is_err() {
         return;
     }

@@ -603,6 +603,15 @@ fn a_race_after_the_program_was_single_threaded_again_is_reported() {
     race_on_counter("race_after_join", &[]);
 }
 
+/// A child spawned the way CPython's `subprocess` does it (`vfork`, every descriptor from 3 closed
+/// before `exec`, here stderr too) closes its own copies: the parent's detection goes on and its races
+/// are still printed (the child's closes once switched the parent's detection off for good).
+#[test]
+fn a_race_after_a_vfork_child_closed_every_descriptor_is_reported() {
+    let Some(run) = race_on_counter("vfork_close", &[]) else { return };
+    assert!(!run.stderr.contains("closed the runtime's perf event descriptors"), "{}", run.stderr);
+}
+
 /// A container or chroot that does not mount `/proc` (here: a tmpfs over it in a mount namespace of
 /// its own): the race is still found, and the report names the program's file, its functions and the
 /// global, as with `/proc` (without it racewatch once found no code to watch and warned that the

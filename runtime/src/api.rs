@@ -86,6 +86,8 @@ fn init() {
         |file, argv, _| crate::intercept::execvp(file, argv),
     );
     detector::note_original_process();
+    // Whose records these are, from the start: a `vfork` child's calls must never change them.
+    sys::signal::note_process();
     detector::init_fork_handling();
     log::check_stderr();
     let secure = sys::secure_file::secure_execution();

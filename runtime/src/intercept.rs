@@ -389,8 +389,13 @@ pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     real::dup3(old, new, flags)
 }
 
-/// The program closes descriptors `first..=last`.
+/// The program closes descriptors `first..=last`. In a `vfork` child (CPython's `subprocess`, which
+/// closes every descriptor from 3 before `exec`) the descriptor table is the child's own copy, while
+/// racewatch's records are its parent's: nothing of the parent's changes.
 fn closing(first: u64, last: u64) {
+    if signal::in_borrowed_memory() {
+        return;
+    }
     if fd::any_own_in(first, last) {
         detector::descriptors_taken();
     }
@@ -399,8 +404,11 @@ fn closing(first: u64, last: u64) {
     }
 }
 
-/// The program puts a descriptor at `new`.
+/// The program puts a descriptor at `new` (in a `vfork` child: its own table, see [`closing`]).
 fn replacing(new: c_int) {
+    if signal::in_borrowed_memory() {
+        return;
+    }
     if fd::is_own(new) {
         detector::descriptors_taken();
     }

@@ -838,6 +838,64 @@ fn read_listing(large: bool, dir: *mut libc::DIR) -> *mut libc::dirent64 {
     }
 }
 
+/// Interposed `scandir`: a listing of the process's threads or descriptors made with it (libuv's, so
+/// node's `fs.readdirSync`) leaves racewatch's out, as [`opendir`] does.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn scandir(
+    path: *const c_char,
+    list: *mut *mut *mut libc::dirent64,
+    filter: real::ScanFilter,
+    order: real::ScanOrder,
+) -> c_int {
+    scanned(path, list, real::scandir(false, None, path, list, filter, order))
+}
+
+/// Interposed `scandir64` (the same layout on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn scandir64(
+    path: *const c_char,
+    list: *mut *mut *mut libc::dirent64,
+    filter: real::ScanFilter,
+    order: real::ScanOrder,
+) -> c_int {
+    scanned(path, list, real::scandir(true, None, path, list, filter, order))
+}
+
+/// Interposed `scandirat` (a path relative to `dir` is never one of the process's own listings).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn scandirat(
+    dir: c_int,
+    path: *const c_char,
+    list: *mut *mut *mut libc::dirent64,
+    filter: real::ScanFilter,
+    order: real::ScanOrder,
+) -> c_int {
+    scanned(path, list, real::scandir(false, Some(dir), path, list, filter, order))
+}
+
+/// Interposed `scandirat64`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn scandirat64(
+    dir: c_int,
+    path: *const c_char,
+    list: *mut *mut *mut libc::dirent64,
+    filter: real::ScanFilter,
+    order: real::ScanOrder,
+) -> c_int {
+    scanned(path, list, real::scandir(true, Some(dir), path, list, filter, order))
+}
+
+/// What a `scandir` of `path` that returned `count` entries in `*list` returns to the program.
+fn scanned(path: *const c_char, list: *mut *mut *mut libc::dirent64, count: c_int) -> c_int {
+    if count <= 0 || !ptr::cstr_starts_with(path, proc_view::PREFIX) {
+        return count;
+    }
+    match opt_cstr(path).and_then(proc_view::listing) {
+        Some(target) => ptr::drop_scanned(list, count, |name| proc_view::hidden_entry(target, name)),
+        None => count,
+    }
+}
+
 /// Interposed `closedir`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn closedir(dir: *mut libc::DIR) -> c_int {

@@ -2,10 +2,34 @@
  * the count with Threads: in its status, round after round: three workers wait on a barrier while main
  * lists; then they end, so each round starts from one thread (racewatch's reporter thread rests when the
  * program is single-threaded, and starts again with the round's first pthread_create). Prints the rounds
- * whose two counts differ. argv[1]: rounds (default 100). */
+ * whose counts differ; the task directory is listed twice, with opendir/readdir and with scandir (libuv's, so
+ * node's, way). Then, while workers still race, its descriptors listed both ways must agree. argv[1]:
+ * rounds (default 100). */
 #include <dirent.h>
 
 static pthread_barrier_t barrier;
+
+static int not_dots(const struct dirent *entry) { return entry->d_name[0] != '.'; }
+
+/* Entries of `path` other than . and .., listed with scandir (-1 if it fails). */
+static int scanned(const char *path) {
+  struct dirent **list;
+  int n = scandir(path, &list, not_dots, alphasort);
+  for (int i = 0; i < n; i++) free(list[i]);
+  if (n >= 0) free(list);
+  return n;
+}
+
+/* The same with opendir/readdir. */
+static int listed_entries(const char *path) {
+  DIR *dir = opendir(path);
+  int n = 0;
+  struct dirent *entry;
+  while (dir && (entry = readdir(dir)))
+    if (entry->d_name[0] != '.') n++;
+  if (dir) closedir(dir);
+  return dir ? n : -1;
+}
 
 static void *worker(void *arg) {
   rw_race_iterations(20000);
@@ -21,15 +45,11 @@ int main(int argc, char **argv) {
     pthread_barrier_init(&barrier, NULL, 4);
     for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, worker, NULL);
     pthread_barrier_wait(&barrier);
-    DIR *dir = opendir("/proc/self/task");
-    int listed = 0;
-    struct dirent *entry;
-    while (dir && (entry = readdir(dir)))
-      if (entry->d_name[0] != '.') listed++;
-    if (dir) closedir(dir);
+    int listed = listed_entries("/proc/self/task");
+    int scans = scanned("/proc/self/task");
     int counted = (int)rw_status_field("/proc/self/status", "Threads");
-    if (listed != 4 || counted != 4) {
-      if (differ < 3) printf("round %d: listed %d, status %d\n", round, listed, counted);
+    if (listed != 4 || scans != 4 || counted != 4) {
+      if (differ < 3) printf("round %d: listed %d, scandir %d, status %d\n", round, listed, scans, counted);
       differ++;
     }
     pthread_barrier_wait(&barrier);
@@ -37,5 +57,10 @@ int main(int argc, char **argv) {
     pthread_barrier_destroy(&barrier);
   }
   printf("rounds with a count other than 4: %d\n", differ);
+  rw_start(2, 0.5, 0);
+  usleep(200 * 1000);
+  int fds_listed = listed_entries("/proc/self/fd"), fds_scanned = scanned("/proc/self/fd");
+  rw_join();
+  printf("descriptors listed with readdir and scandir agree: %d\n", fds_listed == fds_scanned);
   return 0;
 }

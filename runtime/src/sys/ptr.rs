@@ -48,3 +48,29 @@ pub fn cstr_starts_with(ptr: *const std::ffi::c_char, prefix: &[u8]) -> bool {
             unsafe { *ptr.add(i) as u8 == want }
         })
 }
+
+/// Drops the entries of a `scandir` list (`count` pointers at `*list`, each from `malloc`) whose names
+/// `hidden` says, freeing each, and closes the gap: returns the new count. The list keeps its allocation.
+pub fn drop_scanned(
+    list: *mut *mut *mut libc::dirent64,
+    count: libc::c_int,
+    hidden: impl Fn(&[u8]) -> bool,
+) -> libc::c_int {
+    // SAFETY: `list` is the out-pointer the program gave scandir, which filled it with a malloc'd
+    // array of `count` entries (count > 0 checked by the caller's contract below).
+    let Some(array) = (unsafe { list.as_ref() }).copied().filter(|a| !a.is_null() && count > 0) else { return count };
+    let mut kept = 0usize;
+    for i in 0..count as usize {
+        // SAFETY: `i < count`, within the array scandir returned.
+        let entry = unsafe { *array.add(i) };
+        if dirent_name(entry).is_some_and(&hidden) {
+            // SAFETY: each entry was allocated with malloc by scandir; nothing else refers to it.
+            unsafe { libc::free(entry.cast()) };
+            continue;
+        }
+        // SAFETY: `kept <= i < count`.
+        unsafe { *array.add(kept) = entry };
+        kept += 1;
+    }
+    kept as libc::c_int
+}

@@ -111,6 +111,10 @@ static OPENDIR: Real = Real::new(c"opendir");
 static READDIR: Real = Real::new(c"readdir");
 static READDIR64: Real = Real::new(c"readdir64");
 static CLOSEDIR: Real = Real::new(c"closedir");
+static SCANDIR: Real = Real::new(c"scandir");
+static SCANDIR64: Real = Real::new(c"scandir64");
+static SCANDIRAT: Real = Real::new(c"scandirat");
+static SCANDIRAT64: Real = Real::new(c"scandirat64");
 static MUNMAP: Real = Real::new(c"munmap");
 static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
 static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
@@ -160,6 +164,10 @@ const ALL: &[&Real] = &[
     &READDIR,
     &READDIR64,
     &CLOSEDIR,
+    &SCANDIR,
+    &SCANDIR64,
+    &SCANDIRAT,
+    &SCANDIRAT64,
     &MUNMAP,
     &OWN_PTHREAD_CREATE,
     &OWN_SIGACTION,
@@ -535,6 +543,50 @@ pub fn readdir(large: bool, dir: *mut libc::DIR) -> *mut libc::dirent64 {
 /// The real `closedir`.
 pub fn closedir(dir: *mut libc::DIR) -> c_int {
     call!(CLOSEDIR, -1, fn(*mut libc::DIR) -> c_int, dir)
+}
+
+/// `scandir`'s filter: whether an entry is kept.
+pub type ScanFilter = Option<unsafe extern "C" fn(*const libc::dirent64) -> c_int>;
+/// `scandir`'s order: a `qsort` comparison of two entries.
+pub type ScanOrder = Option<unsafe extern "C" fn(*mut *const libc::dirent64, *mut *const libc::dirent64) -> c_int>;
+
+/// The real `scandirat` (`scandirat64` when `large`; the same layout on x86-64), or `scandir`
+/// (`scandir64`) when `dir` is `None`.
+pub fn scandir(
+    large: bool,
+    dir: Option<c_int>,
+    path: *const c_char,
+    list: *mut *mut *mut libc::dirent64,
+    filter: ScanFilter,
+    order: ScanOrder,
+) -> c_int {
+    match dir {
+        None => {
+            let real = if large { &SCANDIR64 } else { &SCANDIR };
+            call!(
+                real,
+                -1,
+                fn(*const c_char, *mut *mut *mut libc::dirent64, ScanFilter, ScanOrder) -> c_int,
+                path,
+                list,
+                filter,
+                order
+            )
+        }
+        Some(fd) => {
+            let real = if large { &SCANDIRAT64 } else { &SCANDIRAT };
+            call!(
+                real,
+                -1,
+                fn(c_int, *const c_char, *mut *mut *mut libc::dirent64, ScanFilter, ScanOrder) -> c_int,
+                fd,
+                path,
+                list,
+                filter,
+                order
+            )
+        }
+    }
 }
 
 /// The real `munmap`.

@@ -838,52 +838,58 @@ fn read_listing(large: bool, dir: *mut libc::DIR) -> *mut libc::dirent64 {
     }
 }
 
-/// Interposed `scandir`: a listing of the process's threads or descriptors made with it (libuv's, so
-/// node's `fs.readdirSync`) leaves racewatch's out, as [`opendir`] does.
-#[cfg_attr(feature = "preload", no_mangle)]
-pub extern "C" fn scandir(
-    path: *const c_char,
-    list: *mut *mut *mut libc::dirent64,
-    filter: real::ScanFilter,
-    order: real::ScanOrder,
-) -> c_int {
-    scanned(path, list, real::scandir(false, None, path, list, filter, order))
+/// Interposes `scandir` and its kin: a listing of the process's threads or descriptors made with them
+/// (libuv's, so node's `fs.readdirSync`) leaves racewatch's out, as [`opendir`] does. `large`: the
+/// `64` name (the same layout on x86-64); with a directory descriptor, a path relative to it is never
+/// one of the process's own listings.
+macro_rules! interpose_scandir {
+    ($(#[$doc:meta])* $name:ident, $large:expr) => {
+        $(#[$doc])*
+        #[cfg_attr(feature = "preload", no_mangle)]
+        pub extern "C" fn $name(
+            path: *const c_char,
+            list: *mut *mut *mut libc::dirent64,
+            filter: real::ScanFilter,
+            order: real::ScanOrder,
+        ) -> c_int {
+            scanned(path, list, real::scandir($large, None, path, list, filter, order))
+        }
+    };
+    ($(#[$doc:meta])* at $name:ident, $large:expr) => {
+        $(#[$doc])*
+        #[cfg_attr(feature = "preload", no_mangle)]
+        pub extern "C" fn $name(
+            dir: c_int,
+            path: *const c_char,
+            list: *mut *mut *mut libc::dirent64,
+            filter: real::ScanFilter,
+            order: real::ScanOrder,
+        ) -> c_int {
+            scanned(path, list, real::scandir($large, Some(dir), path, list, filter, order))
+        }
+    };
 }
 
-/// Interposed `scandir64` (the same layout on x86-64).
-#[cfg_attr(feature = "preload", no_mangle)]
-pub extern "C" fn scandir64(
-    path: *const c_char,
-    list: *mut *mut *mut libc::dirent64,
-    filter: real::ScanFilter,
-    order: real::ScanOrder,
-) -> c_int {
-    scanned(path, list, real::scandir(true, None, path, list, filter, order))
-}
-
-/// Interposed `scandirat` (a path relative to `dir` is never one of the process's own listings).
-#[cfg_attr(feature = "preload", no_mangle)]
-pub extern "C" fn scandirat(
-    dir: c_int,
-    path: *const c_char,
-    list: *mut *mut *mut libc::dirent64,
-    filter: real::ScanFilter,
-    order: real::ScanOrder,
-) -> c_int {
-    scanned(path, list, real::scandir(false, Some(dir), path, list, filter, order))
-}
-
-/// Interposed `scandirat64`.
-#[cfg_attr(feature = "preload", no_mangle)]
-pub extern "C" fn scandirat64(
-    dir: c_int,
-    path: *const c_char,
-    list: *mut *mut *mut libc::dirent64,
-    filter: real::ScanFilter,
-    order: real::ScanOrder,
-) -> c_int {
-    scanned(path, list, real::scandir(true, Some(dir), path, list, filter, order))
-}
+interpose_scandir!(
+    /// Interposed `scandir`.
+    scandir,
+    false
+);
+interpose_scandir!(
+    /// Interposed `scandir64`.
+    scandir64,
+    true
+);
+interpose_scandir!(
+    /// Interposed `scandirat`.
+    at scandirat,
+    false
+);
+interpose_scandir!(
+    /// Interposed `scandirat64`.
+    at scandirat64,
+    true
+);
 
 /// What a `scandir` of `path` that returned `count` entries in `*list` returns to the program.
 fn scanned(path: *const c_char, list: *mut *mut *mut libc::dirent64, count: c_int) -> c_int {

@@ -45,7 +45,7 @@ pub fn rewritten(
 ) -> Option<libc::c_int> {
     let mut scratch = Scratch::new()?;
     let (text, out) = scratch.halves();
-    let mut len = read_all(path, text)?;
+    let mut len = super::raw::read_whole(path, text)?;
     // A text caught in a moment that passes (racewatch's handler entering or leaving in the thread it
     // describes) is read again, a few times at most.
     for _ in 0..SETTLE_TRIES {
@@ -53,7 +53,7 @@ pub fn rewritten(
             break;
         }
         syscall6(libc::SYS_sched_yield, [0; 6]);
-        len = read_all(path, text)?;
+        len = super::raw::read_whole(path, text)?;
     }
     let new_len = rewrite(&text[..len], out)?;
     if out[..new_len] == text[..len] {
@@ -85,31 +85,6 @@ pub fn rewritten(
 
 /// How many times [`rewritten`] reads a text again that is not settled.
 const SETTLE_TRIES: usize = 64;
-
-/// The whole text of `path` into `buf`; `None` if it cannot be read or does not fit.
-fn read_all(path: &CStr, buf: &mut [u8]) -> Option<usize> {
-    let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
-    let fd = syscall6(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags, 0, 0, 0]);
-    if fd < 0 {
-        return None;
-    }
-    let mut len = 0;
-    let complete = loop {
-        let rest = &mut buf[len..];
-        if rest.is_empty() {
-            break false;
-        }
-        let n = syscall6(libc::SYS_read, [fd as u64, rest.as_mut_ptr() as u64, rest.len() as u64, 0, 0, 0]);
-        match n {
-            0 => break true,
-            n if n < 0 && n != -i64::from(libc::EINTR) => break false,
-            n if n < 0 => {}
-            n => len += n as usize,
-        }
-    };
-    syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
-    complete.then_some(len)
-}
 
 #[cfg(test)]
 mod tests {

@@ -6,6 +6,8 @@
 //! interposer. They also touch no thread-local storage, so they are safe in a
 //! thread the runtime does not know (a raw `clone` sharing another thread's TLS).
 
+use std::ffi::CStr;
+
 /// A raw system call with up to six arguments; returns the kernel's result (`-errno` on failure).
 #[inline]
 pub fn syscall6(number: i64, args: [u64; 6]) -> i64 {
@@ -101,6 +103,32 @@ pub fn sigaltstack(new: Option<&libc::stack_t>) -> Option<libc::stack_t> {
     let new = new.map_or(0, |s| s as *const libc::stack_t as u64);
     let rc = syscall6(libc::SYS_sigaltstack, [new, &mut old as *mut libc::stack_t as u64, 0, 0, 0, 0]);
     (rc == 0).then_some(old)
+}
+
+/// The whole text of `path` into `buf` (raw calls: no descriptor kept, none of racewatch's
+/// interposers, not a cancellation point); `None` if it cannot be read or does not fit.
+pub fn read_whole(path: &CStr, buf: &mut [u8]) -> Option<usize> {
+    let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
+    let fd = syscall6(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags, 0, 0, 0]);
+    if fd < 0 {
+        return None;
+    }
+    let mut len = 0;
+    let complete = loop {
+        let rest = &mut buf[len..];
+        if rest.is_empty() {
+            break false;
+        }
+        let n = syscall6(libc::SYS_read, [fd as u64, rest.as_mut_ptr() as u64, rest.len() as u64, 0, 0, 0]);
+        match n {
+            0 => break true,
+            n if n < 0 && n != -i64::from(libc::EINTR) => break false,
+            n if n < 0 => {}
+            n => len += n as usize,
+        }
+    };
+    syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+    complete.then_some(len)
 }
 
 #[cfg(test)]

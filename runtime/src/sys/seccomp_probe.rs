@@ -32,18 +32,12 @@ pub enum Verdict {
 
 /// Whether `/proc/self/status` shows a seccomp filter (mode 2) or strict mode (1) in force.
 pub fn filter_in_force() -> bool {
-    let path = c"/proc/self/status";
-    let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
-    let fd = syscall6(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags, 0, 0, 0]);
-    if fd < 0 {
-        // No `/proc` (a container or chroot without it): the kernel says it too.
-        return syscall6(libc::SYS_prctl, [libc::PR_GET_SECCOMP as u64, 0, 0, 0, 0, 0]) > 0;
-    }
     let mut buf = [0u8; 4096];
-    let n = syscall6(libc::SYS_read, [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]);
-    syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
-    let Some(text) = usize::try_from(n).ok().and_then(|n| buf.get(..n)) else { return false };
-    seccomp_mode(text).is_some_and(|mode| mode != 0)
+    match super::raw::read_whole(c"/proc/self/status", &mut buf) {
+        Some(len) => seccomp_mode(&buf[..len]).is_some_and(|mode| mode != 0),
+        // No `/proc` (a container or chroot without it): the kernel says it too.
+        None => syscall6(libc::SYS_prctl, [libc::PR_GET_SECCOMP as u64, 0, 0, 0, 0, 0]) > 0,
+    }
 }
 
 /// The `Seccomp:` field of a status text.

@@ -83,17 +83,8 @@ fn parse(status: &[u8]) -> Status {
 /// Whether a tracer is attached now, read without keeping a descriptor (the raw calls: the program's
 /// view of the file, [`crate::proc_view`], is not racewatch's). False when it cannot be read.
 pub fn traced_now() -> bool {
-    use super::raw::syscall6;
-    let path = c"/proc/self/status";
-    let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
-    let fd = syscall6(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags, 0, 0, 0]);
-    if fd < 0 {
-        return false;
-    }
     let mut buf = [0u8; 4096];
-    let n = syscall6(libc::SYS_read, [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]);
-    syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
-    usize::try_from(n).ok().and_then(|n| buf.get(..n)).is_some_and(|text| parse(text).tracer.is_some())
+    super::raw::read_whole(c"/proc/self/status", &mut buf).is_some_and(|len| parse(&buf[..len]).tracer.is_some())
 }
 
 /// In a forked child, whose copy of the descriptor (closed with the runtime's others) named the parent.

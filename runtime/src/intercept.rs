@@ -393,23 +393,27 @@ pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 /// closes every descriptor from 3 before `exec`) the descriptor table is the child's own copy, while
 /// racewatch's records are its parent's: nothing of the parent's changes.
 fn closing(first: u64, last: u64) {
-    if signal::in_borrowed_memory() {
+    // The `getpid` of that check only where something would change (not at every `close`).
+    let ours = fd::any_own_in(first, last);
+    let stderr = (first..=last).contains(&2);
+    if !(ours || stderr) || signal::in_borrowed_memory() {
         return;
     }
-    if fd::any_own_in(first, last) {
+    if ours {
         detector::descriptors_taken();
     }
-    if (first..=last).contains(&2) {
+    if stderr {
         log::stderr_closed();
     }
 }
 
 /// The program puts a descriptor at `new` (in a `vfork` child: its own table, see [`closing`]).
 fn replacing(new: c_int) {
-    if signal::in_borrowed_memory() {
+    let ours = fd::is_own(new);
+    if !(ours || new == 2) || signal::in_borrowed_memory() {
         return;
     }
-    if fd::is_own(new) {
+    if ours {
         detector::descriptors_taken();
     }
     if new == 2 {

@@ -435,7 +435,18 @@ pub fn join_for(thread: libc::pthread_t, timeout_ms: u64) -> bool {
         let ns = deadline.tv_nsec as u64 + (timeout_ms % 1000) * 1_000_000;
         deadline.tv_sec += (timeout_ms / 1000 + ns / 1_000_000_000) as libc::time_t;
         deadline.tv_nsec = (ns % 1_000_000_000) as libc::c_long;
-        libc::pthread_timedjoin_np(thread, std::ptr::null_mut(), &deadline) == 0
+        match libc::pthread_timedjoin_np(thread, std::ptr::null_mut(), &deadline) {
+            0 => true,
+            libc::ETIMEDOUT => false,
+            // Not joinable any more (glibc marks a thread it joined with a negative tid): it has ended;
+            // asking again can never succeed, and a caller looping on it would spin.
+            libc::ESRCH => true,
+            // Someone else joins it: wait as a timed join would have, then let the caller decide.
+            _ => {
+                sleep_us(timeout_ms * 1000);
+                false
+            }
+        }
     }
 }
 

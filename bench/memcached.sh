@@ -13,6 +13,7 @@
 #   ROUNDS              rounds (default 3)
 # Environment: CONFIGS="…"  default "plain default debug test tsan"; NAME=K=V:K=V[@RUNTIME.so] adds one
 #              BUILD=DIR    where the three builds go (default /tmp/racewatch-memcached-build; reused)
+#              RESULTS=DIR  keep each run's stderr there (CONFIG.ROUND.err), for reading the reports
 # Needs: clang-19 (libclang-rt-19-dev for TSan), autoconf, automake, libevent-dev, python3.
 
 set -euo pipefail
@@ -120,19 +121,27 @@ done
 echo >&2
 
 median() { cut -d' ' -f"$1" "$2" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-races() {
-    cat "$TMP/$1".*.err | grep -E '^SUMMARY: (racewatch|ThreadSanitizer): data race' | sort -u | wc -l
-}
+summaries() { cat "$TMP/$1".*.err | grep -E '^SUMMARY: (racewatch|ThreadSanitizer): data race' || true; }
+races() { summaries "$1" | sort -u | wc -l; }
+# The source lines the SUMMARY lines name (racewatch names both accesses of a race, TSan one access per
+# report): the racy places found, comparable between the two.
+places() { summaries "$1" | grep -oE '[A-Za-z0-9_.-]+\.c:[0-9]+' | sort -u | wc -l; }
+if [ -n "${RESULTS:-}" ]; then
+    mkdir -p "$RESULTS"
+    for ((i = 0; i < NC; i++)); do
+        for f in "$TMP/$i".*.err; do [ -f "$f" ] && cp "$f" "$RESULTS/${LABEL[$i]}.$(basename "$f" | cut -d. -f2).err"; done
+    done
+fi
 base=$(median 1 "$TMP/0.runs")
 echo
 echo "memcached ($(cd "$SRC" && git describe --tags 2> /dev/null || echo "source tree")), 4 worker threads, 8 loopback" \
     "connections (90% gets), $ROUNDS rounds x $SECONDS_EACH s per configuration, $(nproc) CPUs"
 echo
-printf '| %-8s | %12s | %6s | %15s | %12s |\n' config "CPU µs/op" ratio "distinct races" "peak RSS MB"
-printf '|%s|%s|%s|%s|%s|\n' ---------- -------------- -------- ----------------- --------------
+printf '| %-8s | %12s | %6s | %15s | %14s | %12s |\n' config "CPU µs/op" ratio "distinct races" "source lines" "peak RSS MB"
+printf '|%s|%s|%s|%s|%s|%s|\n' ---------- -------------- -------- ----------------- ---------------- --------------
 for ((i = 0; i < NC; i++)); do
     cpu=$(median 1 "$TMP/$i.runs")
     peak=$(sort -n -k2 "$TMP/$i.runs" | tail -1 | cut -d' ' -f2)
-    printf '| %-8s | %12s | %6.2f | %15s | %12.1f |\n' "${LABEL[$i]}" "$cpu" "$(awk -v c="$cpu" -v b="$base" 'BEGIN { print c / b }')" \
-        "$(races "$i")" "$(awk -v p="$peak" 'BEGIN { print p / 1024 }')"
+    printf '| %-8s | %12s | %6.2f | %15s | %14s | %12.1f |\n' "${LABEL[$i]}" "$cpu" "$(awk -v c="$cpu" -v b="$base" 'BEGIN { print c / b }')" \
+        "$(races "$i")" "$(places "$i")" "$(awk -v p="$peak" 'BEGIN { print p / 1024 }')"
 done

@@ -99,6 +99,12 @@ const PROGRAMS: &[Program] = &[
     Program { name: "cancel", source: include_str!("host/cancel.c"), metadata: true, flags: &[] },
     Program { name: "longjmp_probe", source: include_str!("host/longjmp_probe.c"), metadata: true, flags: &[] },
     Program { name: "prefork_exit", source: include_str!("host/prefork_exit.c"), metadata: true, flags: &[] },
+    Program {
+        name: "exit_while_last_worker_ends",
+        source: include_str!("host/exit_while_last_worker_ends.c"),
+        metadata: true,
+        flags: &[],
+    },
     Program { name: "trap_doors", source: include_str!("host/trap_doors.c"), metadata: true, flags: &[] },
     // Strict C11 with X/Open: no _GNU_SOURCE (tests/host/common.c), so `signal` is `__sysv_signal`.
     Program {
@@ -587,6 +593,12 @@ fn cases() -> Vec<Case> {
             .repeat(5)
             .timeout(Duration::from_secs(60))
             .expect(&["batch 0 child 0: exit 10", "batch 2 child 3: exit 13"]),
+        // main's exit() and its last worker's end wait for the reporter at once (set 11's rayon-core
+        // `stack_overflow_crash`: one joiner freed it, the other wrote to its unmapped descriptor).
+        case("exit_while_last_worker_ends", "exit_while_last_worker_ends", &[])
+            .repeat(2)
+            .timeout(Duration::from_secs(60))
+            .expect(&["children that exited 0: 40 of 40"]),
         // 25. The program's SIGTRAP handler through the other doors: signal() as __sysv_signal (strict C11),
         // bsd_signal, sysv_signal, ssignal, sigset, the raw rt_sigaction system call; sigignore.
         case("own_sigtrap_handler_sysv_signal_c11", "trap_doors_c11", &["signal"]).repeat(3).expect(DOOR_HANDLER_RAN_3),
@@ -1358,6 +1370,7 @@ host_cases!(
     siglongjmp_sigsegv_probes,
     siglongjmp_sigalrm_timeouts_and_probes,
     prefork_children_exit_while_racing,
+    exit_while_last_worker_ends,
     own_sigtrap_handler_sysv_signal_c11,
     own_sigtrap_handler_bsd_signal,
     own_sigtrap_handler_sysv_signal,

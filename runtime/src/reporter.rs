@@ -901,6 +901,10 @@ pub fn is_reporter_thread(tid: i32) -> bool {
 pub fn shutdown() {
     let _no_cancel = sys::thread::NoCancel::hold();
     wake_for_queue();
+    // The program's last thread but one may be ending right now, joining the reporter in [`rest`]: one
+    // joiner at a time. Joined twice, a thread whose descriptor glibc freed (and unmapped, with its
+    // stack, once the stack cache is full) is written to by the second join.
+    let _control = Control::take();
     let thread = THREAD.swap(0, Ordering::AcqRel);
     if thread == 0 {
         // A second call after a reporter was left writing would wait for its lock forever.

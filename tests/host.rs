@@ -99,6 +99,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "cancel", source: include_str!("host/cancel.c"), metadata: true, flags: &[] },
     Program { name: "longjmp_probe", source: include_str!("host/longjmp_probe.c"), metadata: true, flags: &[] },
     Program { name: "prefork_exit", source: include_str!("host/prefork_exit.c"), metadata: true, flags: &[] },
+    Program { name: "huge_stack", source: include_str!("host/huge_stack.c"), metadata: true, flags: &[] },
     Program {
         name: "exit_while_last_worker_ends",
         source: include_str!("host/exit_while_last_worker_ends.c"),
@@ -272,6 +273,14 @@ impl Case {
     }
     fn check(self, check: fn(&Outcome) -> Result<(), String>) -> Self {
         Case { check, ..self }
+    }
+}
+
+/// No warning that the reporter thread was given up for a thread limit the program did not reach.
+fn reporter_kept(outcome: &Outcome) -> Result<(), String> {
+    match outcome.stderr.lines().find(|line| line.contains("limit of threads")) {
+        Some(line) => Err(format!("the reporter was given up: {line}")),
+        None => Ok(()),
     }
 }
 
@@ -599,6 +608,12 @@ fn cases() -> Vec<Case> {
             .repeat(2)
             .timeout(Duration::from_secs(60))
             .expect(&["children that exited 0: 40 of 40"]),
+        // A stack no machine can map fails with EAGAIN as without racewatch: at once, and the reporter
+        // is not given up for it (set 11's rayon-core pool with an isize::MAX stack).
+        case("huge_stack_eagain", "huge_stack", &[]).repeat(2).check(reporter_kept).expect(&[
+            "huge stacks refused with EAGAIN: 4 of 4, each within 100 ms: yes",
+            "then a thread with a normal stack: started",
+        ]),
         // 25. The program's SIGTRAP handler through the other doors: signal() as __sysv_signal (strict C11),
         // bsd_signal, sysv_signal, ssignal, sigset, the raw rt_sigaction system call; sigignore.
         case("own_sigtrap_handler_sysv_signal_c11", "trap_doors_c11", &["signal"]).repeat(3).expect(DOOR_HANDLER_RAN_3),
@@ -1371,6 +1386,7 @@ host_cases!(
     siglongjmp_sigalrm_timeouts_and_probes,
     prefork_children_exit_while_racing,
     exit_while_last_worker_ends,
+    huge_stack_eagain,
     own_sigtrap_handler_sysv_signal_c11,
     own_sigtrap_handler_bsd_signal,
     own_sigtrap_handler_sysv_signal,

@@ -61,7 +61,9 @@ pub extern "C" fn pthread_create(
         alt_stack: if detector::is_running() { stacks::alt_stack_size_for(stack) } else { 0 },
     };
     let mut rc = thread::create_hooked(thread, attr, start, arg, detector::thread_hook, info);
-    if rc == libc::EAGAIN && detector::give_back_reporter_thread() {
+    // A stack that cannot be mapped (a size beyond the address space, a memory limit) fails the same
+    // way without the reporter: it is kept, and the program gets its EAGAIN at once.
+    if rc == libc::EAGAIN && stacks::stack_would_map(attr) && detector::give_back_reporter_thread() {
         // The program is at its thread limit (RLIMIT_NPROC, threads-max): the reporter thread was
         // racewatch's one thread in it, and the program gets it back. The kernel counts an ended thread
         // off a little after `pthread_join` returns, later on a loaded machine (50 tries lost the

@@ -245,6 +245,8 @@ pub fn current_thread_stack() -> Option<(usize, usize)> {
 extern "C" {
     // glibc >= 2.18; not in the libc crate.
     fn pthread_getattr_default_np(attr: *mut libc::pthread_attr_t) -> libc::c_int;
+    // The stack address set with `pthread_attr_setstack(addr)`, null when none was: not in the libc crate.
+    fn pthread_attr_getstackaddr(attr: *const libc::pthread_attr_t, addr: *mut *mut libc::c_void) -> libc::c_int;
 }
 
 /// The stack size a thread created with `attr` (null: the defaults) gets. Call in the creating thread.
@@ -264,6 +266,37 @@ pub fn stack_size_of(attr: *const libc::pthread_attr_t) -> usize {
         }
     }
     size
+}
+
+/// Whether glibc could map the stack `attr` asks for: true for a stack the program gives itself
+/// (`pthread_attr_setstack`), else whether a private read-write mapping of its size (accounted as
+/// glibc's is, under `RLIMIT_AS` and strict overcommit) can be made now; it is unmapped at once. A
+/// `pthread_create` that fails with `EAGAIN` for a stack that cannot be mapped (a size beyond the address
+/// space, a memory limit) did not fail for lack of room for a thread.
+pub fn stack_would_map(attr: *const libc::pthread_attr_t) -> bool {
+    let mut addr: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: `attr` is null or the caller's valid attr (as pthread_create requires); the out-pointer is
+    // a live local. (`pthread_attr_getstack` computes an address even where none was set.)
+    if !attr.is_null() && unsafe { pthread_attr_getstackaddr(attr, &mut addr) } == 0 && !addr.is_null() {
+        return true;
+    }
+    let len = stack_size_of(attr).max(PAGE);
+    // SAFETY: a fresh anonymous mapping, never touched, unmapped right away.
+    unsafe {
+        let mem = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if mem == libc::MAP_FAILED {
+            return false;
+        }
+        libc::munmap(mem, len);
+    }
+    true
 }
 
 /// The size of the alternate stack a thread whose stack has `stack` bytes gets: the same, within

@@ -608,6 +608,11 @@ fn cases() -> Vec<Case> {
             .repeat(2)
             .timeout(Duration::from_secs(60))
             .expect(&["children that exited 0: 40 of 40"]),
+        // ...and a handler that calls exit() in the worker while it waits for the reporter as it ends.
+        case("exit_from_handler_while_last_worker_ends", "exit_while_last_worker_ends", &["handler"])
+            .repeat(2)
+            .timeout(Duration::from_secs(120))
+            .expect(&["children that exited 0: 40 of 40"]),
         // A stack no machine can map fails with EAGAIN as without racewatch: at once, and the reporter
         // is not given up for it (set 11's rayon-core pool with an isize::MAX stack).
         case("huge_stack_eagain", "huge_stack", &[]).repeat(2).check(reporter_kept).expect(&[
@@ -1386,6 +1391,7 @@ host_cases!(
     siglongjmp_sigalrm_timeouts_and_probes,
     prefork_children_exit_while_racing,
     exit_while_last_worker_ends,
+    exit_from_handler_while_last_worker_ends,
     huge_stack_eagain,
     own_sigtrap_handler_sysv_signal_c11,
     own_sigtrap_handler_bsd_signal,

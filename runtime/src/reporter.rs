@@ -548,6 +548,9 @@ static RESTING: AtomicBool = AtomicBool::new(false);
 /// finds the reporter either running or resting, never half-way (a flag, reset in a forked child).
 static CONTROL: AtomicBool = AtomicBool::new(false);
 
+/// The thread holding [`CONTROL`] (0: none).
+static CONTROL_HOLDER: AtomicI32 = AtomicI32::new(0);
+
 /// Holds [`CONTROL`] while alive.
 struct Control;
 
@@ -556,12 +559,24 @@ impl Control {
         while CONTROL.swap(true, Ordering::AcqRel) {
             std::thread::yield_now();
         }
+        CONTROL_HOLDER.store(sys::thread::gettid(), Ordering::Release);
         Control
+    }
+
+    /// [`Control::take`], unless this thread holds it already, further up its stack (a program's
+    /// handler that calls `exit` while its thread waits for the reporter in [`rest`]): `None` then,
+    /// rather than waiting for itself.
+    fn take_unless_held_here() -> Option<Control> {
+        if CONTROL.load(Ordering::Acquire) && CONTROL_HOLDER.load(Ordering::Acquire) == sys::thread::gettid() {
+            return None;
+        }
+        Some(Control::take())
     }
 }
 
 impl Drop for Control {
     fn drop(&mut self) {
+        CONTROL_HOLDER.store(0, Ordering::Release);
         CONTROL.store(false, Ordering::Release);
     }
 }
@@ -904,27 +919,14 @@ pub fn shutdown() {
     // The program's last thread but one may be ending right now, joining the reporter in [`rest`]: one
     // joiner at a time. Joined twice, a thread whose descriptor glibc freed (and unmapped, with its
     // stack, once the stack cache is full) is written to by the second join.
-    let _control = Control::take();
-    let thread = THREAD.swap(0, Ordering::AcqRel);
-    if thread == 0 {
-        // A second call after a reporter was left writing would wait for its lock forever.
-        if !unable_to_print() {
-            drain();
-        }
-    } else {
-        STOP.store(true, Ordering::Release);
-        sys::wake::notify();
-        let start = sys::thread::monotonic_ns();
-        loop {
-            if sys::thread::join_for(thread, 100) {
-                sys::fd::forget_private_table();
-                break;
-            }
-            if waited_too_long(start) {
-                // Still writing (a full pipe) or stuck: leave it; the process is about to exit or be sandboxed.
-                REPORTER_TID.store(0, Ordering::Release);
-                ABANDONED.store(true, Ordering::Release);
-                break;
+    match Control::take_unless_held_here() {
+        Some(_control) => stop_and_join(),
+        None => {
+            // This thread is in `rest` further up (a handler of the program's called `exit` there): the
+            // reporter was told to end and that join is `rest`'s; wait until it is gone instead.
+            let tid = REPORTER_TID.load(Ordering::Acquire);
+            if tid != 0 {
+                sys::thread::wait_gone(tid, DRAIN_MS);
             }
         }
     }
@@ -932,6 +934,34 @@ pub fn shutdown() {
         stats::bump(stats::Counter::ReportsDropped);
     }
     write_counts();
+}
+
+/// [`shutdown`]'s wait: tells the reporter thread to print what is queued and end, and joins it (bounded);
+/// without one, drains here. Call holding [`Control`].
+fn stop_and_join() {
+    let thread = THREAD.swap(0, Ordering::AcqRel);
+    if thread == 0 {
+        // A second call after a reporter was left writing would wait for its lock forever.
+        if !unable_to_print() {
+            drain();
+        }
+        return;
+    }
+    STOP.store(true, Ordering::Release);
+    sys::wake::notify();
+    let start = sys::thread::monotonic_ns();
+    loop {
+        if sys::thread::join_for(thread, 100) {
+            sys::fd::forget_private_table();
+            return;
+        }
+        if waited_too_long(start) {
+            // Still writing (a full pipe) or stuck: leave it; the process is about to exit or be sandboxed.
+            REPORTER_TID.store(0, Ordering::Release);
+            ABANDONED.store(true, Ordering::Release);
+            return;
+        }
+    }
 }
 
 /// Whether the exit path, waiting since `start` (monotonic ns) for the reporter to print what is queued,
@@ -996,6 +1026,7 @@ pub fn forget_after_fork() {
     STOP.store(false, Ordering::Release);
     RESTING.store(false, Ordering::Release);
     CONTROL.store(false, Ordering::Release);
+    CONTROL_HOLDER.store(0, Ordering::Release);
     sys::fd::forget_private_table();
 }
 

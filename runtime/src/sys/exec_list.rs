@@ -64,23 +64,12 @@ extern "C" fn exec_list(
         return target(path, small.as_ptr(), envp);
     }
     let bytes = (count + 1) * std::mem::size_of::<*const c_char>();
-    // SAFETY: a fresh private anonymous mapping of `bytes`, written below and unmapped after a failed
-    // exec (a successful one never returns).
-    let map = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if map == libc::MAP_FAILED {
+    // Written below and unmapped after a failed exec (a successful one never returns).
+    let Some(map) = super::mem::map_private(bytes) else {
         // SAFETY: errno is this thread's.
         unsafe { *libc::__errno_location() = libc::E2BIG };
         return -1;
-    }
+    };
     let argv = map as *mut *const c_char;
     for i in 0..=count {
         // SAFETY: `i <= count` lies inside the mapping of `count + 1` pointers.

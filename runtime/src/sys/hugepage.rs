@@ -49,20 +49,9 @@ impl HugeSlice {
         let mapped = bytes.div_ceil(PAGE) * PAGE;
         // Reserve one huge page more, keep the 2 MiB-aligned part, unmap the rest.
         let reserve = mapped + HUGE;
-        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                reserve,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
+        let Some(raw) = super::mem::map_private(reserve) else {
             return HugeSlice::on_heap(data);
-        }
+        };
         let start = raw as usize;
         let aligned = start.next_multiple_of(HUGE);
         let (head, tail) = (aligned - start, start + reserve - (aligned + mapped));

@@ -54,6 +54,23 @@ fn soft_limit(resource: libc::__rlimit_resource_t) -> Option<u64> {
     (known && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
 }
 
+/// A fresh private anonymous read-write mapping of `len` bytes, untouched (`None` when the kernel refuses
+/// it: no address space, a memory limit, strict overcommit).
+pub fn map_private(len: usize) -> Option<*mut libc::c_void> {
+    // SAFETY: a new mapping at an address the kernel picks; no existing memory is touched.
+    let mem = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    (mem != libc::MAP_FAILED).then_some(mem)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

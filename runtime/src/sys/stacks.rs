@@ -281,21 +281,9 @@ pub fn stack_would_map(attr: *const libc::pthread_attr_t) -> bool {
         return true;
     }
     let len = stack_size_of(attr).max(PAGE);
-    // SAFETY: a fresh anonymous mapping, never touched, unmapped right away.
-    unsafe {
-        let mem = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if mem == libc::MAP_FAILED {
-            return false;
-        }
-        libc::munmap(mem, len);
-    }
+    let Some(mem) = crate::sys::mem::map_private(len) else { return false };
+    // SAFETY: the mapping just made, never touched.
+    unsafe { libc::munmap(mem, len) };
     true
 }
 

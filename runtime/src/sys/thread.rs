@@ -441,7 +441,9 @@ pub fn join_for(thread: libc::pthread_t, timeout_ms: u64) -> bool {
             // Not joinable any more (glibc marks a thread it joined with a negative tid): it has ended;
             // asking again can never succeed, and a caller looping on it would spin.
             libc::ESRCH => true,
-            // Someone else joins it: wait as a timed join would have, then let the caller decide.
+            // The thread itself asking (EDEADLK: a switch-off from the reporter's own tick), or a join
+            // already waiting (EINVAL; the reporter's joins are serialised, see `reporter::shutdown`):
+            // wait as a timed join would have, then let the caller decide.
             _ => {
                 sleep_us(timeout_ms * 1000);
                 false

@@ -96,12 +96,14 @@ run() {
     # shellcheck disable=SC2086
     ${CMD[$i]} -U 0 -l 127.0.0.1 -p "$port" -t 4 -u nobody > /dev/null 2> "$err" &
     local launcher=$!
-    local server=""
-    for _ in $(seq 50); do
-        server=$(pgrep -n -f -- "-p $port -t 4" | grep -v "^$launcher$" | head -1 || true)
-        [ -n "$server" ] && python3 -c "import socket; socket.create_connection(('127.0.0.1', $port))" 2> /dev/null && break
+    # Wait until it accepts; the server is the newest process with these arguments (a child of
+    # `racewatch run`), or the launcher itself (plain and TSan builds).
+    for _ in $(seq 100); do
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', $port))" 2> /dev/null && break
         sleep 0.1
     done
+    local server
+    server=$(pgrep -n -f -- "-p $port -t 4" | grep -v "^$launcher$" | head -1 || true)
     [ -n "$server" ] || server=$launcher
     local ops
     ops=$(python3 "$TMP/load.py" "$port" "$SECONDS_EACH")

@@ -603,6 +603,24 @@ fn a_race_after_the_program_was_single_threaded_again_is_reported() {
     race_on_counter("race_after_join", &[]);
 }
 
+/// At the default rate (one sample per 100 ms of a thread's CPU time, taken with one of its four timer
+/// signals), 60 pairs of threads that each live 50 ms of CPU time race: each thread may take its sample
+/// with either of its two signals (about 3 in 10 do). racewatch once counted a thread's signals up to a
+/// whole period before its first sample: such threads were sampled only once a later thread of the same
+/// slot of its table had added its signals to theirs (about 100 pairs in), and every race waited a
+/// period.
+#[test]
+fn a_race_between_threads_shorter_than_a_sample_period_is_reported() {
+    let Some(clang) = common::clang() else { return };
+    let dir = common::scratch("detect_short_lived_racers");
+    let name = "short_lived_racers";
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(format!("{name}.c"));
+    let bin = common::build_c(&clang, &dir, name, &std::fs::read_to_string(fixture).unwrap(), &["-pthread"]);
+    let run = run_under(&["halt_on_error=1", "stats=1"], &bin, &["60"]);
+    assert!(has_report(&run.stderr), "no report in 60 pairs at the default rate: {}", stats_summary(&run.stderr));
+    assert!(run.stderr.contains("global 'counter'"), "{}", run.stderr);
+}
+
 /// A child spawned the way CPython's `subprocess` does it (`vfork`, every descriptor from 3 closed
 /// before `exec`, here stderr too) closes its own copies: the parent's detection goes on and its races
 /// are still printed (the child's closes once switched the parent's detection off for good).

@@ -363,9 +363,25 @@ fn next_random(tid: i32, seed: u64) -> u64 {
 /// Per-thread sample credits, indexed by tid like [`RNG`]: one per timer signal, the signals per sample
 /// period ([`signals_per_sample`]) spent per kept sample, at most [`SAVED_SAMPLES`] samples' worth saved.
 static CREDITS: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
+/// The thread whose credits each [`CREDITS`] cell holds (0: none yet).
+static CREDIT_OWNERS: [AtomicI32; 256] = [const { AtomicI32::new(0) }; 256];
 /// Samples a thread may save up while it runs code that cannot be watched, to spend at once in code
 /// that can.
 const SAVED_SAMPLES: u32 = 8;
+
+/// The calling thread's credits before this signal. A thread's first signal (its cell held another
+/// thread's, or none) starts from a random share of one sample, as if its signals had begun at a random
+/// point of a sample period: its first sample may come with any of its first `per_sample` signals, as
+/// with plain random thinning, rather than never before the last of them (a thread that lives less than
+/// a sample period of CPU time would never be sampled, and every race would wait a whole period).
+fn credit_before(tid: i32, random: u64, per_sample: u64) -> u32 {
+    let cell = tid as usize % CREDITS.len();
+    if CREDIT_OWNERS[cell].swap(tid, Ordering::Relaxed) == tid {
+        CREDITS[cell].load(Ordering::Relaxed)
+    } else {
+        ((random >> 32) % per_sample) as u32
+    }
+}
 
 /// The boost timer's switch: on while most timer signals land where no watch is possible (libomp
 /// spinning at a barrier, uncovered library code), where the extra signals are what lets a thread
@@ -508,7 +524,7 @@ fn on_sample(regs: &Regs) {
     // can be (DataRaceBench, issue 24).
     let per_sample = signals_per_sample();
     let credits = &CREDITS[tid as usize % CREDITS.len()];
-    let credit = credits.load(Ordering::Relaxed).saturating_add(1).min(SAVED_SAMPLES * per_sample as u32);
+    let credit = credit_before(tid, random, per_sample).saturating_add(1).min(SAVED_SAMPLES * per_sample as u32);
     let watchable = watchable(regs.rip);
     if BOOST.load(Ordering::Relaxed) >= 0 {
         if let Some(mix) = boost::note(watchable, BOOST_WANTED.load(Ordering::Relaxed)) {

@@ -369,6 +369,15 @@ static CREDIT_OWNERS: [AtomicI32; 256] = [const { AtomicI32::new(0) }; 256];
 /// that can.
 const SAVED_SAMPLES: u32 = 8;
 
+/// Whether a signal in covered code, with `credit` (this signal's included), is kept as a sample: with
+/// at least one sample's worth, and below two samples' worth only on a random half of the signals, so
+/// that a thread in covered code all along has random gaps. With the base timer alone (one signal per
+/// period) every covered signal with credit is kept.
+fn keeps(credit: u32, per_sample: u64, random: u64) -> bool {
+    let per_sample = per_sample as u32;
+    credit >= per_sample && (per_sample == 1 || random & 1 == 0 || credit >= 2 * per_sample)
+}
+
 /// The calling thread's credits before this signal. A thread's first signal (its cell held another
 /// thread's, or none) starts from a random share of one sample, as if its signals had begun at a random
 /// point of a sample period: its first sample may come with any of its first `per_sample` signals, as
@@ -545,8 +554,7 @@ fn on_sample(regs: &Regs) {
         }
         return;
     }
-    // With the base timer alone (one signal per period) every covered signal with credit is kept.
-    if credit < per_sample as u32 || (per_sample > 1 && random & 1 != 0 && credit < 2 * per_sample as u32) {
+    if !keeps(credit, per_sample, random) {
         credits.store(credit, Ordering::Relaxed);
         return;
     }
@@ -991,5 +999,41 @@ mod tests {
         let expected = 40_000 / THINNING as usize;
         assert!(kept.abs_diff(expected) < expected / 10, "{kept} kept, expected about {expected}");
         assert_ne!(next_random(1001, 5), next_random(1002, 5));
+    }
+
+    /// One thread's signals, all in covered code, through the credits: which of them are kept (1-based).
+    fn kept_signals(tid: i32, signals: u32) -> Vec<u32> {
+        let mut kept = Vec::new();
+        for n in 1..=signals {
+            let random = next_random(tid, 9);
+            let credit = credit_before(tid, random, THINNING) + 1;
+            let keep = keeps(credit, THINNING, random);
+            CREDITS[tid as usize % CREDITS.len()]
+                .store(if keep { credit - THINNING as u32 } else { credit }, Ordering::Relaxed);
+            if keep {
+                kept.push(n);
+            }
+        }
+        kept
+    }
+
+    #[test]
+    fn a_new_thread_may_take_its_sample_with_any_of_its_first_signals() {
+        // Threads of two signals each (half a sample period), one after another in their cells: about
+        // three in ten take a sample (plain thinning: 1 - (3/4)^2, about four in ten), at either signal.
+        let (mut first, mut second) = (0, 0);
+        for tid in 100_000..104_000 {
+            match kept_signals(tid, 2).as_slice() {
+                [1] => first += 1,
+                [2] => second += 1,
+                [] => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!((300..800).contains(&first), "kept at the first signal: {first} of 4000 threads");
+        assert!((600..1400).contains(&second), "kept at the second signal: {second} of 4000 threads");
+        // A long-lived thread still keeps one signal in THINNING.
+        let kept = kept_signals(200_001, 40_000).len();
+        assert!(kept.abs_diff(10_000) < 100, "{kept} of 40000 signals kept");
     }
 }

@@ -364,6 +364,17 @@ fn cases() -> Vec<Case> {
             "round 3: tasks after join 1",
             "unshare(CLONE_NEWUSER) after the threads: ok",
         ]),
+        // 5d. The same after a thread churn (200 rounds of two short workers joined by main): racewatch
+        // keeps its reporter through the rounds, the listings still show one thread, and unshare, also
+        // made through glibc's syscall(), finds the process single-threaded.
+        case("single_threaded_again_after_a_thread_churn", "single_again", &["churn"]).repeat(3).expect(&[
+            "after the churn: tasks 1, Threads: 1",
+            "round 3: tasks after join 1",
+            "unshare(CLONE_NEWUSER) after the threads: ok",
+        ]),
+        case("single_threaded_again_after_a_thread_churn_raw_unshare", "single_again", &["churn-raw"])
+            .repeat(3)
+            .expect(&["after the churn: tasks 1, Threads: 1", "unshare(CLONE_NEWUSER) after the threads: ok"]),
         // 5c. Children forked while the parent's threads (and their samples) run start thread pools.
         case("forked_children_start_thread_pools", "fork_pools", &[])
             .repeat(3)
@@ -756,6 +767,10 @@ fn cases() -> Vec<Case> {
             .timeout(Duration::from_secs(10))
             .expect(&["main calls pthread_exit", "atexit handler ran"]),
         case("pthread_exit_main_workers_pthread_exit", "pthread_exit_main", &["exiting-workers"])
+            .repeat(3)
+            .timeout(Duration::from_secs(10))
+            .expect(&["main calls pthread_exit", "atexit handler ran"]),
+        case("pthread_exit_main_after_a_thread_churn", "pthread_exit_main", &["churn-workers"])
             .repeat(3)
             .timeout(Duration::from_secs(10))
             .expect(&["main calls pthread_exit", "atexit handler ran"]),
@@ -1333,6 +1348,8 @@ host_cases!(
     itimer_siglongjmp,
     unshare_newuser_single_threaded,
     single_threaded_again_after_join,
+    single_threaded_again_after_a_thread_churn,
+    single_threaded_again_after_a_thread_churn_raw_unshare,
     forked_children_start_thread_pools,
     all_signals_default,
     own_sigtrap_handler_after_threads,
@@ -1427,6 +1444,7 @@ host_cases!(
     thread_churn_maps_and_vmsize,
     pthread_exit_main_workers_return,
     pthread_exit_main_workers_pthread_exit,
+    pthread_exit_main_after_a_thread_churn,
     memory_exhausted_under_rlimit_data,
     memory_exhausted_under_mlockall,
     locked_memory_after_threads_end,

@@ -161,6 +161,15 @@ pub fn thread_hook(start: &thread::ThreadStart) {
 /// returned, the joined thread is off the count.
 pub fn after_join() {
     if is_running() && thread::program_threads() == Some(1) {
+        reporter::back_to_one_thread();
+    }
+}
+
+/// Before a call the kernel refuses to a multithreaded process (`unshare` of a user namespace, `setns`):
+/// a reporter the program kept through its returns to one thread ([`reporter::back_to_one_thread`]) is
+/// stopped first, so the process is single-threaded when the program is.
+pub fn before_single_threaded_call() {
+    if is_running() && thread::program_threads() == Some(1) {
         reporter::rest();
     }
 }
@@ -172,7 +181,7 @@ pub fn after_join() {
 fn program_thread_ending(left: u32) {
     match left {
         0 => process_exiting(),
-        1 if is_running() => reporter::rest(),
+        1 if is_running() => reporter::back_to_one_thread(),
         _ => {}
     }
 }

@@ -7,7 +7,7 @@
 //!   bounds (and, for small stacks, an alternate signal stack) recorded.
 //! - `pthread_exit`: the thread's alternate signal stack is released first.
 //! - `pthread_join`: a program back to one thread gets the reporter out of the way before the join
-//!   returns.
+//!   returns (the first 64 times; after that only before `unshare` or `setns`, also made raw).
 //! - `sigaction`, `signal`: with `stats=1`, terminating signals the program
 //!   left at `SIG_DFL` carry racewatch's stats handler ([`fatal`]) and still
 //!   read as `SIG_DFL`. The program's `SIGTRAP` disposition is recorded,
@@ -458,6 +458,7 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
         libc::SYS_perf_event_open => return perf_event_open([a, b, c, d, e, f]),
         libc::SYS_setrlimit => limiting(0, a as c_int, a_ptr(b)),
         libc::SYS_prlimit64 => limiting(a as libc::pid_t, b as c_int, a_ptr(c)),
+        libc::SYS_unshare | libc::SYS_setns => detector::before_single_threaded_call(),
         libc::SYS_sigaltstack => return sigaltstack(a_ptr(a), a_ptr::<libc::stack_t>(b) as *mut libc::stack_t).into(),
         _ => {}
     }
@@ -705,6 +706,21 @@ pub extern "C" fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_in
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn setrlimit64(resource: c_int, limit: *const libc::rlimit) -> c_int {
     setrlimit(resource, limit)
+}
+
+/// Interposed `unshare`: a user namespace needs a single-threaded process (see
+/// [`detector::before_single_threaded_call`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn unshare(flags: c_int) -> c_int {
+    detector::before_single_threaded_call();
+    real::unshare(flags)
+}
+
+/// Interposed `setns`: entering a user or mount namespace needs a single-threaded process.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setns(fd: c_int, nstype: c_int) -> c_int {
+    detector::before_single_threaded_call();
+    real::setns(fd, nstype)
 }
 
 /// Interposed `prlimit`.

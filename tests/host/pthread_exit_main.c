@@ -1,7 +1,8 @@
 /* `main` ends with pthread_exit(NULL) so that its workers finish (a POSIX idiom): the process ends,
  * with status 0 and its atexit handlers run, when the last worker returns. argv[1]:
  *   "workers": two racing threads return at their deadline;
- *   "exiting-workers": the workers end with pthread_exit themselves, one after the other. */
+ *   "exiting-workers": the workers end with pthread_exit themselves, one after the other;
+ *   "churn-workers", "churn-exiting-workers": the same after 200 short rounds of two workers. */
 
 static void at_exit(void) { printf("atexit handler ran\n"); }
 
@@ -14,6 +15,14 @@ static void *exiting_racer(void *arg) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   atexit(at_exit);
+  if (!strncmp(mode, "churn-", 6)) {
+    /* 200 short rounds of two workers first: racewatch keeps its reporter through such a churn. */
+    for (int round = 0; round < 200; round++) {
+      rw_start(2, 0.002, 0);
+      rw_join();
+    }
+    mode += 6;
+  }
   if (!strcmp(mode, "workers")) {
     rw_start(2, 0.8, 0);
   } else if (!strcmp(mode, "exiting-workers")) {

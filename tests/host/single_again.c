@@ -1,9 +1,13 @@
 /* A tool that runs a threaded phase, joins every thread, and then needs the process to be
  * single-threaded again: unshare(CLONE_NEWUSER) fails with EINVAL in a multithreaded process, and
  * /proc/self/task lists every thread (with its name). Three rounds, so the second and third phases
- * start threads again after the process was single-threaded. */
+ * start threads again after the process was single-threaded. argv[1] "churn": 200 short rounds first
+ * (two workers started and joined, as a thread churn does: racewatch keeps its reporter through them);
+ * "churn-raw": the same, and the unshare made as glibc's syscall(SYS_unshare). */
 #include <dirent.h>
 #include <sched.h>
+#include <string.h>
+#include <sys/syscall.h>
 
 static int tasks(void) {
   DIR *d = opendir("/proc/self/task");
@@ -15,13 +19,31 @@ static int tasks(void) {
   return n;
 }
 
-int main(void) {
+static int threads_line(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int n = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "Threads:", 8)) n = atoi(line + 8);
+  if (f) fclose(f);
+  return n;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "";
+  if (!strncmp(mode, "churn", 5)) {
+    for (int round = 0; round < 200; round++) {
+      rw_start(2, 0.002, 0);
+      rw_join();
+    }
+    printf("after the churn: tasks %d, Threads: %d\n", tasks(), threads_line());
+  }
   for (int round = 1; round <= 3; round++) {
     rw_start(2, 0.4, 0);
     rw_join();
     printf("round %d: tasks after join %d\n", round, tasks());
   }
-  int r = unshare(CLONE_NEWUSER);
+  int r = strcmp(mode, "churn-raw") ? unshare(CLONE_NEWUSER) : syscall(SYS_unshare, CLONE_NEWUSER);
   printf("unshare(CLONE_NEWUSER) after the threads: %s\n", r == 0 ? "ok" : rw_errname(errno));
   return 0;
 }

@@ -85,6 +85,8 @@ static EXIT: Real = Real::new(c"exit");
 static PTHREAD_EXIT: Real = Real::new(c"pthread_exit");
 static PTHREAD_JOIN: Real = Real::new(c"pthread_join");
 static SETRLIMIT: Real = Real::new(c"setrlimit");
+static UNSHARE: Real = Real::new(c"unshare");
+static SETNS: Real = Real::new(c"setns");
 static PRLIMIT: Real = Real::new(c"prlimit");
 static EXECVE: Real = Real::new(c"execve");
 static EXECV: Real = Real::new(c"execv");
@@ -365,6 +367,16 @@ pub fn pthread_exit(value: *mut c_void) -> ! {
 /// The real `setrlimit`.
 pub fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_int {
     call!(SETRLIMIT, -1, fn(c_int, *const libc::rlimit) -> c_int, resource, limit)
+}
+
+/// The real `unshare`.
+pub fn unshare(flags: c_int) -> c_int {
+    call!(UNSHARE, -1, fn(c_int) -> c_int, flags)
+}
+
+/// The real `setns`.
+pub fn setns(fd: c_int, nstype: c_int) -> c_int {
+    call!(SETNS, -1, fn(c_int, c_int) -> c_int, fd, nstype)
 }
 
 /// The real `prlimit`.

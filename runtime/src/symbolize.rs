@@ -56,6 +56,10 @@ pub struct Symbolizer {
     read_files: bool,
     /// JIT'd code: the objects registered through the GDB JIT interface, the perf map.
     jit: JitObjects,
+    /// [`module_file`] of the modules met since the last [`Symbolizer::forget_unloaded`] (once per report),
+    /// by path and load bias: each look reads the whole of `/proc/self/maps`, and a report asks for every
+    /// frame of its stacks.
+    module_files: HashMap<(String, u64), Option<PathBuf>>,
 }
 
 impl Default for Symbolizer {
@@ -73,6 +77,7 @@ impl Symbolizer {
             runtime_module: runtime_library(),
             read_files: true,
             jit: JitObjects::default(),
+            module_files: HashMap::new(),
         }
     }
 
@@ -134,7 +139,7 @@ impl Symbolizer {
                 offset,
             });
         }
-        let path = module_file(&module)?;
+        let path = self.module_file(&module)?;
         let object = find_function(self.debug_for(&path).objects(), offset)?;
         Some(DataSymbol {
             name: object.name.clone(),
@@ -196,7 +201,7 @@ impl Symbolizer {
                 .unwrap_or_else(|| vec![Frame { offset: pc, ..Frame::default() }]);
         };
         let offset = pc.wrapping_sub(module.bias);
-        let file = if self.reads_files() { module_file(&module) } else { None };
+        let file = if self.reads_files() { self.module_file(&module) } else { None };
         let mut frames = if let Some(file) = file {
             self.symbolize_in_file(&file, &module.path, offset, is_return_address)
         } else {
@@ -247,11 +252,18 @@ impl Symbolizer {
     /// Drops what was read of module files the process no longer maps (a `dlclose`d library): their
     /// mappings leave `/proc/self/maps` as the program's own did.
     pub fn forget_unloaded(&mut self) {
+        self.module_files.clear();
         if self.files.is_empty() {
             return;
         }
         let mapped = modules::MappedFile::mapped_privately();
         self.files.retain(|path, _| path.to_str().is_some_and(|p| mapped.contains(p)));
+    }
+
+    /// [`module_file`], remembered until the next [`Symbolizer::forget_unloaded`].
+    fn module_file(&mut self, module: &modules::LoadedModule) -> Option<PathBuf> {
+        let key = (module.path.clone(), module.bias);
+        self.module_files.entry(key).or_insert_with(|| module_file(module)).clone()
     }
 
     /// Whether any module file is held.

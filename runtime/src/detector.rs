@@ -160,8 +160,9 @@ pub fn thread_hook(start: &thread::ThreadStart) {
 /// after racewatch's hook returned), so neither may have seen itself as the last but one; once a join
 /// returned, the joined thread is off the count.
 pub fn after_join() {
-    if is_running() && thread::program_threads() == Some(1) {
+    if single_threaded_program() {
         reporter::back_to_one_thread();
+        thread::wait_ended_released(100);
     }
 }
 
@@ -169,9 +170,14 @@ pub fn after_join() {
 /// a reporter the program kept through its returns to one thread ([`reporter::back_to_one_thread`]) is
 /// stopped first, so the process is single-threaded when the program is.
 pub fn before_single_threaded_call() {
-    if is_running() && thread::program_threads() == Some(1) {
+    if single_threaded_program() {
         reporter::rest();
     }
+}
+
+/// Whether the detector runs and the program itself (glibc's count) is down to one thread.
+fn single_threaded_program() -> bool {
+    is_running() && thread::program_threads() == Some(1)
 }
 
 /// A program thread is ending, leaving `left` of the program's threads. With one left, nothing can

@@ -250,7 +250,8 @@ impl Symbolizer {
     }
 
     /// Drops what was read of module files the process no longer maps (a `dlclose`d library): their
-    /// mappings leave `/proc/self/maps` as the program's own did.
+    /// mappings leave `/proc/self/maps` as the program's own did. Also forgets which file each module was
+    /// mapped from: the reporter calls this before each report, so each report looks that up afresh.
     pub fn forget_unloaded(&mut self) {
         self.module_files.clear();
         if self.files.is_empty() {

@@ -315,6 +315,8 @@ pub fn thread_ending() {
     }
     let _no_cancel = NoCancel::hold();
     let tid = raw::gettid();
+    let ended = ENDED_NEXT.fetch_add(1, Ordering::Relaxed) % ENDED.len();
+    ENDED[ended].store(tid, Ordering::Release);
     let slot = known_slot(tid);
     super::stacks::thread_ending(slot);
     if let Some(slot) = slot {
@@ -326,6 +328,24 @@ pub fn thread_ending() {
         // SAFETY: ON_ENDING only ever holds a `fn(u32)` stored by `on_program_thread_ending`.
         let hook = unsafe { std::mem::transmute::<usize, fn(u32)>(hook) };
         hook(count.load(Ordering::Acquire).saturating_sub(1));
+    }
+}
+
+/// The last program threads that ended ([`thread_ending`]), a ring: their ids until
+/// [`wait_ended_released`] saw them gone.
+static ENDED: [AtomicI32; 8] = [const { AtomicI32::new(0) }; 8];
+static ENDED_NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits (at most `timeout_ms` each) until the program threads that ended lately are gone from the
+/// kernel's view ([`wait_gone`]): a join returns before the kernel releases the joined thread, and a
+/// thread of a process with racewatch's perf events has their teardown left to do by then, so a listing
+/// of `task` right after the join could still show it.
+pub fn wait_ended_released(timeout_ms: u64) {
+    for slot in &ENDED {
+        let tid = slot.swap(0, Ordering::AcqRel);
+        if tid != 0 {
+            wait_gone(tid, timeout_ms);
+        }
     }
 }
 

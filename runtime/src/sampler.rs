@@ -25,8 +25,9 @@ use crate::stats::{self, Counter};
 use crate::sys::perf::{PerfFd, SampleTimer, SAMPLE_SIG_DATA};
 use crate::sys::signal::{self, PerfSignal, Regs};
 use crate::sys::{cputime, thread};
-use crate::watch::{self, OwnMemory, Watch};
+use crate::watch::{self, OwnMemory, Stall, Watch};
 use crate::{aim, bias, decode, libcalls, profile, registry, sharing, stack};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Timer signals per kept sample.
@@ -46,13 +47,13 @@ static BOOST_ON: AtomicBool = AtomicBool::new(false);
 /// Whether the boost is wanted now (the signals' mix decides, see [`boost::note`]; on until the first
 /// look, 64 ms of one thread's CPU time at the test rate).
 static BOOST_WANTED: AtomicBool = AtomicBool::new(true);
-/// Sample periods from which watch windows spin instead of sleeping: production rates (the default is
-/// 100 ms) spin, so a busy-polling thread never shows a voluntary context switch; the debug and test
-/// rates (1 ms, 250 µs) sleep, so that on a busy machine the threads that may touch the watched memory
-/// get the CPU during the window (spinning at 1 ms, crossbeam-deque's by-design race went unreported in
-/// 20 runs on a loaded 2-core machine; sleeping, it was reported within 30 s).
+/// Sample periods from which watch windows spin on the CPU: production rates (the default is 100 ms),
+/// a bounded cost. The debug and test rates (1 ms, 250 µs) give the CPU away while they wait
+/// ([`window_stall`]), so that on a busy machine the threads that may touch the watched memory get it
+/// during the window (spinning at 1 ms, crossbeam-deque's by-design race went unreported in 20 runs on a
+/// loaded 2-core machine; sleeping, it was reported within 30 s).
 const SPIN_FROM_PERIOD_US: u64 = 10_000;
-/// Whether windows sleep ([`SPIN_FROM_PERIOD_US`]).
+/// Whether windows give the CPU away ([`SPIN_FROM_PERIOD_US`]).
 static SLEEPY_WINDOWS: AtomicBool = AtomicBool::new(false);
 static DELAY_US: AtomicU64 = AtomicU64::new(0);
 static REPORT_ATOMIC_RACES: AtomicBool = AtomicBool::new(true);
@@ -902,11 +903,37 @@ fn watch_sampled(
         regs,
         path,
         delay_us,
-        sleep: SLEEPY_WINDOWS.load(Ordering::Relaxed),
+        stall: window_stall(),
         report_atomic_races: REPORT_ATOMIC_RACES.load(Ordering::Relaxed),
     };
     if watch::watch(&request) == watch::Outcome::Busy {
         stats::bump(Counter::SamplesBusy);
+    }
+    if request.stall != Stall::Spin {
+        SWITCHES_AFTER_WINDOW.with(|after| after.set(cputime::thread_voluntary_switches().unwrap_or(u64::MAX)));
+    }
+}
+
+thread_local! {
+    /// This thread's voluntary context switches (times it blocked) right after its previous watch window at
+    /// the test and debug rates (`u64::MAX`: none yet).
+    static SWITCHES_AFTER_WINDOW: Cell<u64> = const { Cell::new(u64::MAX) };
+}
+
+/// How this thread's watch window waits. At production rates it spins. At the test and debug rates it
+/// gives the CPU away while it waits (on a busy machine the threads that may touch the memory must run
+/// meanwhile): by sleeping in a thread that blocked on its own since its previous window (a server's,
+/// where windows are long and a spinning one would cost CPU), by yielding in one that did not (a
+/// busy-polling or computing thread, whose operators may check that it never blocks: a yield is not a
+/// voluntary context switch). A thread's first window yields.
+fn window_stall() -> Stall {
+    if !SLEEPY_WINDOWS.load(Ordering::Relaxed) {
+        return Stall::Spin;
+    }
+    let after_previous = SWITCHES_AFTER_WINDOW.with(Cell::get);
+    match cputime::thread_voluntary_switches() {
+        Some(now) if after_previous != u64::MAX && now != after_previous => Stall::Sleep,
+        _ => Stall::Yield,
     }
 }
 

@@ -39,6 +39,7 @@ counters! {
     AimsArmed: "code breakpoints aimed at accesses of covered code",
     AimHits: "code breakpoints hit (samples taken there)",
     WatchesArmed: "watches armed",
+    WindowsSlept: "watch windows slept (a thread that blocked since its previous one)",
     Traps: "watchpoint traps",
     TrapsInMemoryFunction: "traps judged inside a libc memory or string function",
     Races: "race events (before the reporter's review)",

@@ -277,10 +277,25 @@ pub struct Watch<'a> {
     pub path: CallPath,
     /// How long to keep the window open.
     pub delay_us: u64,
-    /// Sleep through the window (the test rates: the threads that may touch the memory get this CPU)
-    /// rather than spin (production: no voluntary context switch, a bounded cost).
-    pub sleep: bool,
+    /// How the window waits.
+    pub stall: Stall,
     pub report_atomic_races: bool,
+}
+
+/// How a watch window waits. None of them is a voluntary context switch a program could count, except
+/// [`Stall::Sleep`], which is used only in threads that block on their own anyway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stall {
+    /// Spin on the clock (production rates: a bounded cost, the CPU kept).
+    Spin,
+    /// Spin, offering the CPU to any other runnable thread between reads of the clock (the test and debug
+    /// rates, in a thread that has not blocked since its previous window: the threads that may touch the
+    /// memory get this CPU on a loaded machine, and the thread still never blocks).
+    Yield,
+    /// Sleep (the test and debug rates, in a thread that blocked since its previous window: no CPU spent
+    /// on the window, which matters where windows are long, in processes that spend their time in system
+    /// calls).
+    Sleep,
 }
 
 /// Outcome of [`watch`], for counting.
@@ -325,12 +340,13 @@ pub fn watch(request: &Watch<'_>) -> Outcome {
     }
     stats::bump(stats::Counter::WatchesArmed);
     profile::count_watch(access.pc);
-    // Not a sleep: a program that counts its threads' voluntary context switches (a busy-polling thread
-    // that must never block) sees none of racewatch's.
-    if request.sleep {
-        thread::sleep_us(request.delay_us);
-    } else {
-        thread::stall_us(request.delay_us);
+    match request.stall {
+        Stall::Spin => thread::stall_us(request.delay_us),
+        Stall::Yield => thread::yield_us(request.delay_us),
+        Stall::Sleep => {
+            stats::bump(stats::Counter::WindowsSlept);
+            thread::sleep_us(request.delay_us);
+        }
     }
     let slept_ns = thread::monotonic_ns();
     let _ = wp.disarm();

@@ -22,8 +22,31 @@ pub fn process_user_system_ns() -> Option<(u64, u64)> {
     Some((ns(usage.ru_utime), ns(usage.ru_stime)))
 }
 
+/// How many times the calling thread blocked so far (its voluntary context switches,
+/// `getrusage(RUSAGE_THREAD).ru_nvcsw`); `None` if the call fails. Async-signal-safe.
+pub fn thread_voluntary_switches() -> Option<u64> {
+    // SAFETY: zeroed is a valid rusage for the kernel to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let who = libc::RUSAGE_THREAD as u64;
+    if super::raw::syscall6(libc::SYS_getrusage, [who, &mut usage as *mut libc::rusage as u64, 0, 0, 0, 0]) != 0 {
+        return None;
+    }
+    Some(usage.ru_nvcsw as u64)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_sleep_is_a_voluntary_switch_and_a_yield_is_not() {
+        let start = super::thread_voluntary_switches().expect("getrusage");
+        for _ in 0..100 {
+            crate::sys::raw::yield_cpu();
+        }
+        assert_eq!(super::thread_voluntary_switches(), Some(start));
+        crate::sys::raw::sleep_ns(100_000);
+        assert!(super::thread_voluntary_switches().expect("getrusage") > start);
+    }
+
     #[test]
     fn advances_with_work() {
         let before = super::thread_cpu_ns();

@@ -72,6 +72,12 @@ pub fn thread_alive(tid: i32) -> bool {
     tgkill(getpid(), tid, 0) != -i64::from(libc::ESRCH)
 }
 
+/// Offers the CPU to another runnable thread (`sched_yield`): the caller stays runnable, so a switch
+/// away is counted as involuntary (as a preemption is), and with nobody else to run it returns at once.
+pub fn yield_cpu() {
+    syscall6(libc::SYS_sched_yield, [0; 6]);
+}
+
 /// Sleeps `ns` nanoseconds of monotonic time, resuming after signals (not a cancellation point).
 pub fn sleep_ns(ns: u64) {
     let mut req = libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as _ };

@@ -41,6 +41,17 @@ pub fn stall_us(us: u64) {
     }
 }
 
+/// Waits `us` microseconds of wall time without sleeping, giving the CPU meanwhile to any thread that wants
+/// it ([`raw::yield_cpu`]): the threads that may touch the watched memory run on a loaded machine, as
+/// they would during a sleep, but the waiting thread never blocks, so no voluntary context switch
+/// (`ru_nvcsw`, `voluntary_ctxt_switches`) is racewatch's. With no other runnable thread it spins.
+pub fn yield_us(us: u64) {
+    let end = monotonic_ns().saturating_add(us.saturating_mul(1000));
+    while monotonic_ns() < end {
+        raw::yield_cpu();
+    }
+}
+
 /// glibc's count of the process's threads (`__nptl_nthreads`, exported to libthread_db as
 /// `GLIBC_PRIVATE`): the thread whose exit brings it to zero ends the process with `exit(0)`.
 fn libc_thread_count() -> Option<&'static std::sync::atomic::AtomicU32> {

@@ -99,6 +99,9 @@ fn main() {
     // compares the cached file with the embedded bytes on every use, and a report that reads its own
     // module's DWARF pays for it too. 3.5 MB instead of 20; its own frames keep their symbol names.
     cmd.env("CARGO_PROFILE_RELEASE_DEBUG", "false").env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo");
+    // One codegen unit: 12% less machine code (2.01 MB of text -> 1.78), which a process under
+    // `mlockall` holds as locked memory of its budget.
+    cmd.env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1");
     let output = match cmd.output() {
         Ok(output) => output,
         Err(err) => panic!("racewatch build: cannot run `{}`: {err}", Path::new(&cargo).display()),

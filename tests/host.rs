@@ -795,6 +795,12 @@ fn cases() -> Vec<Case> {
         case("locked_memory_after_threads_end", "memory_pressure", &["locked"])
             .repeat(2)
             .expect(&["locked memory grew by less than 48 MiB: yes"]),
+        // Under an 8 MiB memlock budget and mlockall(MCL_CURRENT | MCL_FUTURE), two workers with 256 KiB
+        // stacks start: racewatch's share of the budget (its library, tables, stacks) leaves them room.
+        case("threads_start_under_a_memlock_budget", "memory_pressure", &["budget"])
+            .repeat(2)
+            .launch(Launch::NoIpcLock)
+            .expect(&["worker 0 with a 256 KiB stack: ran", "worker 1 with a 256 KiB stack: ran"]),
         case("memory_exhausted_until_exit", "memory_pressure", &["hold"])
             .repeat(3)
             .expect(&["allocated until malloc failed: yes", "done, still holding the memory"]),
@@ -1457,6 +1463,7 @@ host_cases!(
     memory_exhausted_under_rlimit_data,
     memory_exhausted_under_mlockall,
     locked_memory_after_threads_end,
+    threads_start_under_a_memlock_budget,
     memory_exhausted_until_exit,
     rlimit_nproc_threads_until_eagain,
     blocked_sigtrap_reaches_spawned_children,

@@ -708,6 +708,27 @@ pub extern "C" fn setrlimit64(resource: c_int, limit: *const libc::rlimit) -> c_
     setrlimit(resource, limit)
 }
 
+/// Interposed `mlockall`: with `MCL_FUTURE`, every page racewatch maps from now on is locked memory of the
+/// program's budget, so its alternate stacks for new threads are the smallest.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn mlockall(flags: c_int) -> c_int {
+    let rc = real::mlockall(flags);
+    if rc == 0 {
+        stacks::set_locking_future(flags & libc::MCL_FUTURE != 0);
+    }
+    rc
+}
+
+/// Interposed `munlockall`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn munlockall() -> c_int {
+    let rc = real::munlockall();
+    if rc == 0 {
+        stacks::set_locking_future(false);
+    }
+    rc
+}
+
 /// Interposed `unshare`: a user namespace needs a single-threaded process (see
 /// [`detector::before_single_threaded_call`]).
 #[cfg_attr(feature = "preload", no_mangle)]

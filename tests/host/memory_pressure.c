@@ -8,7 +8,8 @@
  *   "hold":        RLIMIT_DATA as above, and the program ends without freeing what it holds;
  *   "locked":      mlockall(MCL_CURRENT | MCL_FUTURE) first, then two threads work (race-free) and are joined; prints
  *                  whether the locked memory grew by less than 48 MiB (two glibc thread stacks: 16 MiB;
- *                  a malloc arena of racewatch's reporter would add 64 MiB). */
+ *                  a malloc arena of racewatch's reporter would add 64 MiB);
+ *   "budget":      see memlock_budget. */
 #include <sys/mman.h>
 
 static void **hoard;
@@ -77,9 +78,37 @@ static int locked_growth(void) {
   return 0;
 }
 
+/* "budget": an 8 MiB RLIMIT_MEMLOCK (run without CAP_IPC_LOCK), mlockall(MCL_CURRENT | MCL_FUTURE), then
+ * two workers with 256 KiB stacks: each stack is locked memory of the budget, and so is everything
+ * racewatch maps from then on (its detector starts with them). Without racewatch about 3 MiB is locked
+ * before the workers; racewatch's library, its tables and its stacks took so much more that the workers
+ * got EAGAIN. */
+static int memlock_budget(void) {
+  struct rlimit limit = {8 << 20, 8 << 20};
+  if (setrlimit(RLIMIT_MEMLOCK, &limit)) return 1;
+  if (mlockall(MCL_CURRENT | MCL_FUTURE)) {
+    printf("mlockall: %s\n", rw_errname(errno));
+    return 0;
+  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 << 10);
+  pthread_t threads[2];
+  int errors[2];
+  for (int i = 0; i < 2; i++) errors[i] = pthread_create(&threads[i], &attr, own_work, NULL);
+  for (int i = 0; i < 2; i++) {
+    printf("worker %d with a 256 KiB stack: %s\n", i, errors[i] ? rw_errname(errors[i]) : "ran");
+    if (!errors[i]) pthread_join(threads[i], NULL);
+  }
+  if (getenv("RW_LOCKED_VERBOSE")) fprintf(stderr, "VmLck %ld kB\n", rw_status_field("/proc/self/status", "VmLck"));
+  munlockall();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (!strcmp(mode, "locked")) return locked_growth();
+  if (!strcmp(mode, "budget")) return memlock_budget();
   struct rlimit limit = {256 << 20, 256 << 20};
   pthread_t threads[2];
   for (int i = 0; i < 2; i++)

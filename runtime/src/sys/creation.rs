@@ -3,10 +3,14 @@
 //! the new thread's stack bounds, recorded by the new thread itself when it starts ([`started`]) in a
 //! fixed table keyed by its tid.
 //!
-//! Nothing here allocates: the record travels from the creating thread to the new one inside the
-//! start record of [`crate::sys::thread`] (a fixed pool), and the table is a static array indexed by
-//! `tid % SLOTS`. A thread whose tid shares a slot with a later thread loses its record to it (with
-//! 4096 slots that takes 4096 thread creations while it lives). The reporter reads the table.
+//! The record travels from the creating thread to the new one inside the start record of
+//! [`crate::sys::thread`] (a fixed pool), and the table is indexed by `tid % SLOTS`. A thread whose tid
+//! shares a slot with a later thread loses its record to it (with 4096 slots that takes 4096 thread
+//! creations while it lives). The table is allocated a chunk of [`CHUNK`] slots at a time, by the first
+//! thread that starts with a tid in it (racewatch's heap, not the program's `malloc`): a program with a
+//! few threads holds a few chunks, not the 0.9 MiB of the whole table (which `mlockall` would lock).
+//! Lookups never allocate: a slot whose chunk does not exist holds nothing. The reporter reads the
+//! table.
 
 use crate::sys::raw;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -88,7 +92,52 @@ impl Record {
     const EMPTY: Record = Record { tid: 0, thread: 0, creation: Creation::NONE, stack: (0, 0) };
 }
 
-static TABLE: [spin::Mutex<Record>; SLOTS] = [const { spin::Mutex::new(Record::EMPTY) }; SLOTS];
+/// Slots per chunk of the table (32 records: 7.4 KiB).
+const CHUNK: usize = 32;
+type Chunk = [spin::Mutex<Record>; CHUNK];
+/// The table's chunks, null until a thread with a tid in one starts.
+static TABLE: [AtomicPtr<Chunk>; SLOTS / CHUNK] = [const { AtomicPtr::new(std::ptr::null_mut()) }; SLOTS / CHUNK];
+
+/// Slot `slot` of the table, when its chunk exists. Async-signal-safe.
+fn existing_slot(slot: usize) -> Option<&'static spin::Mutex<Record>> {
+    let chunk = TABLE[slot / CHUNK].load(Ordering::Acquire);
+    // SAFETY: a non-null chunk pointer was published by `slot_to_write` after every record of it was
+    // initialised, and chunks are never freed.
+    (!chunk.is_null()).then(|| unsafe { &(*chunk)[slot % CHUNK] })
+}
+
+/// Slot `slot` of the table, its chunk allocated first when needed (`None` when no memory could be had:
+/// the record is not kept). Not for signal handlers.
+fn slot_to_write(slot: usize) -> Option<&'static spin::Mutex<Record>> {
+    existing_slot(slot).or_else(|| allocate_chunk(slot))
+}
+
+/// Allocates and publishes the chunk of slot `slot` (unless another thread did first); returns the slot.
+/// Out of line: [`started`] takes the new thread's stack top from its own frame, which stays small.
+#[cold]
+#[inline(never)]
+fn allocate_chunk(slot: usize) -> Option<&'static spin::Mutex<Record>> {
+    let layout = std::alloc::Layout::new::<Chunk>();
+    // SAFETY: `layout` has a non-zero size.
+    let fresh = unsafe { std::alloc::alloc(layout) }.cast::<spin::Mutex<Record>>();
+    if fresh.is_null() {
+        return None;
+    }
+    for i in 0..CHUNK {
+        // SAFETY: `fresh` is a new allocation of `CHUNK` records, written one at a time (no chunk-sized
+        // value on the stack of a thread that may have little).
+        unsafe { fresh.add(i).write(spin::Mutex::new(Record::EMPTY)) };
+    }
+    let fresh = fresh.cast::<Chunk>();
+    let published =
+        TABLE[slot / CHUNK].compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire);
+    if published.is_err() {
+        // Another thread published the chunk first.
+        // SAFETY: `fresh` was never published; allocated above with `layout`.
+        unsafe { std::alloc::dealloc(fresh.cast(), layout) };
+    }
+    existing_slot(slot)
+}
 /// The thread that started the detector (usually the main thread, which lives longest): kept apart,
 /// so that no later thread's record takes its slot.
 static FIRST: spin::Mutex<Record> = spin::Mutex::new(Record::EMPTY);
@@ -121,7 +170,7 @@ fn this_thread() -> u64 {
 
 fn record(record: Record) {
     let slot = record.tid as u32 as usize % SLOTS;
-    if let Some(mut entry) = try_lock(&TABLE[slot]) {
+    if let Some(mut entry) = slot_to_write(slot).and_then(try_lock) {
         *entry = record;
         USED[slot / 64].fetch_or(1 << (slot % 64), Ordering::Release);
     }
@@ -182,7 +231,7 @@ pub fn lookup(tid: i32) -> Option<Record> {
     if first.tid == tid {
         return Some(first);
     }
-    let record = *try_lock(&TABLE[tid as u32 as usize % SLOTS])?;
+    let record = *try_lock(existing_slot(tid as u32 as usize % SLOTS)?)?;
     (record.tid == tid).then_some(record)
 }
 
@@ -195,7 +244,7 @@ pub fn records() -> Vec<Record> {
         while bits != 0 {
             let slot = word * 64 + bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            let Some(record) = try_lock(&TABLE[slot]).map(|r| *r) else { continue };
+            let Some(record) = existing_slot(slot).and_then(try_lock).map(|r| *r) else { continue };
             if record.tid != 0 && record.tid != first.tid {
                 found.push(record);
             }
@@ -270,7 +319,7 @@ mod tests {
         .unwrap();
         assert!(lookup(tid).is_some());
         // As in a forked child whose parent's thread held the lock at the fork.
-        let held = TABLE[tid as u32 as usize % SLOTS].lock();
+        let held = existing_slot(tid as u32 as usize % SLOTS).expect("chunk").lock();
         assert_eq!(lookup(tid), None);
         assert!(records().iter().all(|r| r.tid != tid));
         drop(held);

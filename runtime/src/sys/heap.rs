@@ -1,7 +1,8 @@
 //! racewatch's heap: the allocator the runtime's Rust code uses, on mappings of its own in the heap's
 //! region ([`crate::sys::region`]), never the program's `malloc`.
 //!
-//! - Blocks of 16 B to 32 KiB come from twelve power-of-two size classes, carved from 64 KiB slabs and
+//! - Blocks of 16 B to 32 KiB come from twelve power-of-two size classes, carved from 64 KiB slabs (a
+//!   class's first: 16 KiB, or one block) and
 //!   kept on one free list per class; larger ones (or alignments above a page) are mappings of their
 //!   own, unmapped when freed (their range goes back to the region for the next one).
 //! - Not being the program's `malloc`, racewatch's allocations (a report's symbolization, start-up's
@@ -23,6 +24,8 @@ const MIN_SHIFT: u32 = 4;
 const MAX_SHIFT: u32 = 15;
 const CLASSES: usize = (MAX_SHIFT - MIN_SHIFT + 1) as usize;
 const SLAB: usize = 64 << 10;
+/// The size of a class's first slab (or its block, when larger).
+const FIRST_SLAB: usize = 16 << 10;
 static LEAKED: AtomicU64 = AtomicU64::new(0);
 
 /// Small blocks freed from a nested call, which could not take their class's lock: never reused.
@@ -81,8 +84,11 @@ pub fn alloc(size: usize, align: usize) -> *mut u8 {
             return head;
         }
         if c.bump + block > c.end {
-            let Some(slab) = map(SLAB) else { return 0 };
-            (c.bump, c.end) = (slab, slab + SLAB);
+            // A class's first slab is small: a process that allocates little (no report) maps little,
+            // which `mlockall(MCL_FUTURE)` would lock whole (twelve 64 KiB slabs: 0.75 MiB).
+            let len = if c.end == 0 { FIRST_SLAB.max(block) } else { SLAB };
+            let Some(slab) = map(len) else { return 0 };
+            (c.bump, c.end) = (slab, slab + len);
         }
         c.bump += block;
         c.bump - block

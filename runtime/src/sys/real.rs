@@ -85,6 +85,8 @@ static EXIT: Real = Real::new(c"exit");
 static PTHREAD_EXIT: Real = Real::new(c"pthread_exit");
 static PTHREAD_JOIN: Real = Real::new(c"pthread_join");
 static SETRLIMIT: Real = Real::new(c"setrlimit");
+static MLOCKALL: Real = Real::new(c"mlockall");
+static MUNLOCKALL: Real = Real::new(c"munlockall");
 static UNSHARE: Real = Real::new(c"unshare");
 static SETNS: Real = Real::new(c"setns");
 static PRLIMIT: Real = Real::new(c"prlimit");
@@ -367,6 +369,16 @@ pub fn pthread_exit(value: *mut c_void) -> ! {
 /// The real `setrlimit`.
 pub fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_int {
     call!(SETRLIMIT, -1, fn(c_int, *const libc::rlimit) -> c_int, resource, limit)
+}
+
+/// The real `mlockall`.
+pub fn mlockall(flags: c_int) -> c_int {
+    call!(MLOCKALL, -1, fn(c_int) -> c_int, flags)
+}
+
+/// The real `munlockall`.
+pub fn munlockall() -> c_int {
+    call!(MUNLOCKALL, -1, fn() -> c_int,)
 }
 
 /// The real `unshare`.

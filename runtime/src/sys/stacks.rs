@@ -36,7 +36,7 @@ use crate::sys::region::{self, Use};
 use crate::sys::KNOWN_THREADS as KNOWN_SLOTS;
 use crate::sys::{raw, thread};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 /// Bytes the handler may use on the stack the signal was delivered to before it switches stacks:
 /// `stats=1` measures at most 480 on the demos (`max handler bytes on the program's stack`); this keeps a
@@ -46,6 +46,11 @@ pub const HOST_BUDGET: usize = 1024;
 pub const RUNTIME_STACK: usize = 64 << 10;
 /// Runtime stacks in the pool: watch windows (at most 4) plus concurrent traps and samples.
 const POOL: usize = 16;
+/// Runtime stacks in the pool of a process under `mlockall(MCL_FUTURE)`, where all of the pool is
+/// locked memory of the program's budget (1.1 MiB for 16): the watch windows and a few more signals.
+const LOCKED_POOL: usize = 6;
+/// Runtime stacks in this process's pool.
+static POOL_SIZE: AtomicUsize = AtomicUsize::new(POOL);
 /// Bounds of a runtime alternate signal stack's size.
 const MIN_ALT_STACK: usize = 64 << 10;
 const MAX_ALT_STACK: usize = 1 << 20;
@@ -72,12 +77,14 @@ pub fn init_pool() -> bool {
         return true;
     }
     let slot = RUNTIME_STACK + PAGE;
-    let Some(base) = map(slot * POOL) else { return false };
-    for i in 0..POOL {
+    let size = if LOCKING_FUTURE.load(Ordering::Relaxed) { LOCKED_POOL } else { POOL };
+    let Some(base) = map(slot * size) else { return false };
+    for i in 0..size {
         protect_guard(base + i * slot);
     }
+    POOL_SIZE.store(size, Ordering::Relaxed);
     POOL_BASE.store(base, Ordering::Release);
-    POOL_FREE.store(((1u64 << POOL) - 1) as u32, Ordering::Release);
+    POOL_FREE.store(((1u64 << size) - 1) as u32, Ordering::Release);
     true
 }
 
@@ -287,13 +294,26 @@ pub fn stack_would_map(attr: *const libc::pthread_attr_t) -> bool {
     true
 }
 
+/// Whether the program called `mlockall(MCL_FUTURE)` (and no `munlockall` since): every page mapped
+/// from then on is locked, resident memory counted against its `RLIMIT_MEMLOCK`. A forked child starts
+/// without it (the kernel does not pass it on).
+static LOCKING_FUTURE: AtomicBool = AtomicBool::new(false);
+
+/// The program's `mlockall` or `munlockall` succeeded: whether `MCL_FUTURE` is now in effect.
+pub fn set_locking_future(on: bool) {
+    LOCKING_FUTURE.store(on, Ordering::Relaxed);
+}
+
 /// The size of the alternate stack a thread whose stack has `stack` bytes gets: the same, within
 /// 64 KiB..=1 MiB. Under an `RLIMIT_AS` or `RLIMIT_DATA`, where every byte racewatch maps is one the
 /// program cannot (a thread per 1 MiB stack and alternate stack of the same size halved the threads a
 /// program could start), the smallest, 64 KiB; none when a limit leaves less than eight times that.
-/// Call in the creating thread (it may read `/proc`).
+/// The smallest too under `mlockall(MCL_FUTURE)`, where the whole stack would be locked memory of the
+/// program's budget (two threads with 256 KiB stacks took 512 KiB of it). Call in the creating thread
+/// (it may read `/proc`).
 pub fn alt_stack_size_for(stack: usize) -> usize {
     match crate::sys::mem::memory_headroom() {
+        None if LOCKING_FUTURE.load(Ordering::Relaxed) => MIN_ALT_STACK,
         None => stack.clamp(MIN_ALT_STACK, MAX_ALT_STACK).next_multiple_of(PAGE),
         Some(room) if room < 8 * MIN_ALT_STACK as u64 => 0,
         Some(_) => MIN_ALT_STACK,
@@ -529,6 +549,7 @@ fn unmap(addr: usize, len: usize) {
 /// dropped, so no later thread of the child takes it over); the other slots' stacks belonged to
 /// threads that do not exist here and are free for reuse (or [`reclaim_some`]).
 pub fn forget_after_fork() {
+    LOCKING_FUTURE.store(false, Ordering::Relaxed);
     let (lo, _) = ALT.with(Cell::get);
     if lo == 0 {
         return;
@@ -591,7 +612,7 @@ pub fn runtime_stack_high_water() -> usize {
     if base == 0 {
         return 0;
     }
-    (0..POOL)
+    (0..POOL_SIZE.load(Ordering::Relaxed))
         .map(|i| {
             let lo = base + i * (RUNTIME_STACK + PAGE) + PAGE;
             // SAFETY: the pool's stacks stay mapped for the life of the process and are readable.

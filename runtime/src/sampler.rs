@@ -110,6 +110,7 @@ pub fn start(options: &Options) -> Result<(), String> {
     aim::set_enabled(options.aim && options.sample_period_us < SPIN_FROM_PERIOD_US && options.watchpoints >= 2);
     open_events(options)?;
     decode::warm_up();
+    crate::sys::mem::init_direct_reads();
     libcalls::init();
     signal::install(claims, on_perf).map_err(|e| format!("cannot install the SIGTRAP handler: {e}"))?;
     refresh();
@@ -334,6 +335,8 @@ fn claims(sig_data: u64) -> bool {
 }
 
 fn on_perf(signal: &PerfSignal) {
+    let stack = crate::sys::creation::interrupted_stack(thread::gettid(), signal.regs.rsp());
+    let _direct = crate::sys::mem::DirectReads::allow(signal.regs.rip, stack);
     if signal.data == SAMPLE_SIG_DATA {
         on_sample(&signal.regs);
     } else if aim::owns(signal.data) {
@@ -343,6 +346,7 @@ fn on_perf(signal: &PerfSignal) {
     } else {
         watch::on_trap(signal);
     }
+    note_handler_end();
 }
 
 /// Per-thread random streams, indexed by tid (threads that collide share a stream, harmlessly).
@@ -909,28 +913,34 @@ fn watch_sampled(
     if watch::watch(&request) == watch::Outcome::Busy {
         stats::bump(Counter::SamplesBusy);
     }
-    if request.stall != Stall::Spin {
-        SWITCHES_AFTER_WINDOW.with(|after| after.set(cputime::thread_voluntary_switches().unwrap_or(u64::MAX)));
-    }
 }
 
 thread_local! {
-    /// This thread's voluntary context switches (times it blocked) right after its previous watch window at
-    /// the test and debug rates (`u64::MAX`: none yet).
-    static SWITCHES_AFTER_WINDOW: Cell<u64> = const { Cell::new(u64::MAX) };
+    /// This thread's voluntary context switches (times it blocked) as its previous signal handler of
+    /// racewatch's ended, at the test and debug rates (`u64::MAX`: none yet).
+    static SWITCHES_AFTER_HANDLER: Cell<u64> = const { Cell::new(u64::MAX) };
+}
+
+/// At the test and debug rates: notes this thread's voluntary context switches as a handler of racewatch's
+/// ends, so that [`window_stall`] tells the program's own blocking from the handler's (a read of the
+/// program's memory that waited for the memory map's lock is not the program's).
+fn note_handler_end() {
+    if SLEEPY_WINDOWS.load(Ordering::Relaxed) {
+        SWITCHES_AFTER_HANDLER.with(|after| after.set(cputime::thread_voluntary_switches().unwrap_or(u64::MAX)));
+    }
 }
 
 /// How this thread's watch window waits. At production rates it spins. At the test and debug rates it
 /// gives the CPU away while it waits (on a busy machine the threads that may touch the memory must run
-/// meanwhile): by sleeping in a thread that blocked on its own since its previous window (a server's,
-/// where windows are long and a spinning one would cost CPU), by yielding in one that did not (a
-/// busy-polling or computing thread, whose operators may check that it never blocks: a yield is not a
-/// voluntary context switch). A thread's first window yields.
+/// meanwhile): by sleeping in a thread that blocked on its own since racewatch's previous signal handler
+/// in it ended (a server's, where windows are long and a spinning one would cost CPU), by yielding in one
+/// that did not (a busy-polling or computing thread, whose operators may check that it never blocks: a
+/// yield is not a voluntary context switch). A thread's first window yields.
 fn window_stall() -> Stall {
     if !SLEEPY_WINDOWS.load(Ordering::Relaxed) {
         return Stall::Spin;
     }
-    let after_previous = SWITCHES_AFTER_WINDOW.with(Cell::get);
+    let after_previous = SWITCHES_AFTER_HANDLER.with(Cell::get);
     match cputime::thread_voluntary_switches() {
         Some(now) if after_previous != u64::MAX && now != after_previous => Stall::Sleep,
         _ => Stall::Yield,

@@ -113,9 +113,7 @@ fn slot_to_write(slot: usize) -> Option<&'static spin::Mutex<Record>> {
 }
 
 /// Allocates and publishes the chunk of slot `slot` (unless another thread did first); returns the slot.
-/// Out of line: [`started`] takes the new thread's stack top from its own frame, which stays small.
 #[cold]
-#[inline(never)]
 fn allocate_chunk(slot: usize) -> Option<&'static spin::Mutex<Record>> {
     let layout = std::alloc::Layout::new::<Chunk>();
     // SAFETY: `layout` has a non-zero size.
@@ -144,11 +142,12 @@ static FIRST: spin::Mutex<Record> = spin::Mutex::new(Record::EMPTY);
 /// One bit per slot ever written, so that a search reads only those.
 static USED: [AtomicU64; SLOTS / 64] = [const { AtomicU64::new(0) }; SLOTS / 64];
 
-/// Records the calling (new) thread's creation and its stack of `stack_size` bytes (0: unknown).
-/// Call first thing in the new thread, before the program's start routine.
-pub fn started(creation: &Creation, stack_size: usize) {
-    let sp = crate::sys::stacks::current_sp() as u64;
-    let stack = if stack_size > 0 { (sp.saturating_sub(stack_size as u64) + PAGE, sp) } else { (0, 0) };
+/// Records the calling (new) thread's creation and its stack of `stack_size` bytes (0: unknown), whose
+/// used part ends at `top` (the stack pointer the program's start routine is entered with: everything
+/// below is the thread's stack, mapped while it lives). Call first thing in the new thread, before the
+/// program's start routine.
+pub fn started(creation: &Creation, stack_size: usize, top: u64) {
+    let stack = if stack_size > 0 { (top.saturating_sub(stack_size as u64) + PAGE, top) } else { (0, 0) };
     record(Record { tid: raw::gettid(), thread: this_thread(), creation: *creation, stack });
 }
 
@@ -219,6 +218,20 @@ impl OwnStack {
         // `of_current`); the read is a plain copy of 8 bytes, never through a reference.
         Some(u64::from_ne_bytes(unsafe { std::ptr::read_volatile(addr as usize as *const [u8; 8]) }))
     }
+}
+
+/// The calling thread's stack from `rsp` (where a signal interrupted it) up to the top recorded when it
+/// started, when `tid` (its own, from `gettid`) is recorded as this very thread and `rsp` lies on that
+/// stack: readable with plain loads for as long as the thread lives. `None` on any other stack (a
+/// coroutine's), and within 64 KiB of the recorded bottom, which is only an estimate (the thread's TLS
+/// and descriptor above its top, a guard larger than a page below): a thread about to overflow its
+/// stack may have its stack pointer in the guard already.
+pub fn interrupted_stack(tid: i32, rsp: u64) -> Option<(u64, u64)> {
+    const MARGIN: u64 = 64 << 10;
+    let record = lookup(tid)?;
+    let (lo, hi) = record.stack;
+    let on_it = lo != 0 && rsp >= lo.saturating_add(MARGIN) && rsp < hi;
+    (record.thread == this_thread() && on_it).then_some((rsp, hi))
 }
 
 /// The record of thread `tid`, when it was created through the interposer (and its slot was not
@@ -292,7 +305,7 @@ mod tests {
     fn records_are_found_by_tid_and_listed() {
         let creation = Creation { creator: 7, len: 1, pcs: [0x1234; FRAMES], ..Creation::NONE };
         let (tid, record, read) = std::thread::spawn(move || {
-            started(&creation, 64 << 10);
+            started(&creation, 64 << 10, crate::sys::stacks::current_sp() as u64);
             let tid = raw::gettid();
             (tid, lookup(tid), read_deeper(tid, 4))
         })
@@ -312,7 +325,7 @@ mod tests {
     fn a_record_locked_for_good_is_skipped_not_waited_for() {
         let creation = Creation { creator: 9, ..Creation::NONE };
         let tid = std::thread::spawn(move || {
-            started(&creation, 64 << 10);
+            started(&creation, 64 << 10, crate::sys::stacks::current_sp() as u64);
             raw::gettid()
         })
         .join()

@@ -1,12 +1,81 @@
 //! Non-faulting reads of the process's own memory: `process_vm_readv` on
 //! ourselves returns EFAULT (or a short count) for unmapped or unreadable
 //! pages instead of raising SIGSEGV. Async-signal-safe: one syscall, no allocation.
+//!
+//! While a thread handles one of racewatch's signals, memory it is known to be able to read (the page of
+//! code it was interrupted in, its own stack from the interrupted stack pointer up) is read with plain
+//! loads instead ([`DirectReads`]): no system call, and none of `process_vm_readv`'s wait for the memory
+//! map's lock, which blocks the thread (a voluntary context switch a busy-polling thread's operators
+//! see) while another thread maps or unmaps memory.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+thread_local! {
+    /// Ranges `[lo, hi)` the calling thread reads with plain loads now (empty: `lo == hi`).
+    static DIRECT: Cell<[(u64, u64); 2]> = const { Cell::new([(0, 0); 2]) };
+}
+
+/// Whether the page of code a thread was interrupted in can be read with plain loads: not where the CPU
+/// has protection keys enabled (an execute-only mapping is made with a key a signal handler's key
+/// rights do not let it read; `process_vm_readv` reads it).
+static CODE_PAGE_READABLE: AtomicBool = AtomicBool::new(false);
+
+/// Looks up, once and outside any signal handler, what [`DirectReads`] may read (`cpuid` can cost
+/// microseconds in a virtual machine).
+pub fn init_direct_reads() {
+    // Leaf 7 is asked only when the maximum leaf has it; OSPKE is bit 4 of its ECX.
+    let max = core::arch::x86_64::__cpuid(0).eax;
+    let protection_keys = max >= 7 && core::arch::x86_64::__cpuid_count(7, 0).ecx & (1 << 4) != 0;
+    CODE_PAGE_READABLE.store(!protection_keys, Ordering::Relaxed);
+}
+
+/// For as long as it lives, reads of the calling thread (in a signal handler) of the page of code at
+/// `rip` and of `stack` (its own stack, `[interrupted stack pointer, top)`, mapped as long as the thread
+/// lives) are plain loads.
+pub struct DirectReads {
+    previous: [(u64, u64); 2],
+}
+
+impl DirectReads {
+    /// See [`DirectReads`]; `stack` `None` when the thread's stack is not known.
+    pub fn allow(rip: u64, stack: Option<(u64, u64)>) -> DirectReads {
+        const PAGE: u64 = 4096;
+        let page = rip & !(PAGE - 1);
+        let code = if CODE_PAGE_READABLE.load(Ordering::Relaxed) && page != 0 { (page, page + PAGE) } else { (0, 0) };
+        let previous = DIRECT.with(|direct| direct.replace([code, stack.unwrap_or((0, 0))]));
+        DirectReads { previous }
+    }
+}
+
+impl Drop for DirectReads {
+    fn drop(&mut self) {
+        DIRECT.with(|direct| direct.set(self.previous));
+    }
+}
+
+/// `[addr, addr + buf.len())` read with plain loads, when it lies in one of the calling thread's
+/// [`DirectReads`] ranges.
+fn read_direct(addr: u64, buf: &mut [u8]) -> bool {
+    let Some(end) = addr.checked_add(buf.len() as u64) else { return false };
+    if !DIRECT.with(Cell::get).iter().any(|&(lo, hi)| lo < hi && lo <= addr && end <= hi) {
+        return false;
+    }
+    // SAFETY: the range lies in the page of code the calling thread was executing or in its own stack
+    // above the stack pointer it was interrupted at, both mapped and readable while the thread runs
+    // (`DirectReads`); neither is written by another thread. The copy goes into the caller's buffer.
+    unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, buf.as_mut_ptr(), buf.len()) };
+    true
+}
 
 /// Copies up to `buf.len()` bytes from `addr` into `buf`; returns how many were
 /// read (0 when `addr` is unreadable; short when the range crosses into an unreadable page).
 pub fn read_into(addr: u64, buf: &mut [u8]) -> usize {
     if buf.is_empty() || addr == 0 {
         return 0;
+    }
+    if read_direct(addr, buf) {
+        return buf.len();
     }
     let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: buf.len() };
@@ -74,6 +143,31 @@ pub fn map_private(len: usize) -> Option<*mut libc::c_void> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn direct_reads_cover_only_their_ranges_and_end_with_their_guard() {
+        init_direct_reads();
+        let words = [0x1111_u64, 0x2222, 0x3333, 0x4444];
+        let lo = words.as_ptr() as u64;
+        let mut buf = [0u8; 8];
+        {
+            let _direct = DirectReads::allow(0, Some((lo, lo + 16)));
+            assert!(read_direct(lo + 8, &mut buf) && u64::from_ne_bytes(buf) == 0x2222);
+            assert!(!read_direct(lo + 12, &mut buf), "crosses the range's end");
+            assert!(!read_direct(lo + 16, &mut buf), "beyond the range");
+            assert_eq!(read_u64(lo + 24), Some(0x4444), "outside: read by the system call");
+        }
+        assert!(!read_direct(lo, &mut buf), "the guard is gone");
+        let code = read_direct as usize as u64;
+        let _direct = DirectReads::allow(code, None);
+        if CODE_PAGE_READABLE.load(Ordering::Relaxed) {
+            let page_end = (code | 4095) + 1;
+            let mut first = [0u8; 4];
+            assert!(read_direct(code, &mut first));
+            assert_eq!(read_into(code, &mut first), 4);
+            assert!(!read_direct(page_end - 2, &mut first), "the next page is not covered");
+        }
+    }
 
     #[test]
     fn reads_own_memory_and_survives_bad_addresses() {

@@ -279,7 +279,9 @@ struct StartCall {
 extern "C" fn thread_enter(index: usize, return_slot: *mut usize) -> StartCall {
     let start = RECORD[index].lock().take().expect("a start record for every hooked thread");
     RECORD_BUSY[index].store(false, Ordering::Release);
-    creation::started(&start.creation, start.info.stack);
+    // The program's start routine is entered with the stack as start_thread's call left it: its frames
+    // begin right below the return address.
+    creation::started(&start.creation, start.info.stack, return_slot as u64 + 8);
     (start.hook)(&start.info);
     // SAFETY: `return_slot` is the top of this thread's stack as start_thread's call left it: the
     // return address, which only this thread uses.

@@ -148,7 +148,7 @@ fn reports_name_threads_their_test_their_creation_and_the_memory() {
     let helper = std::thread::Builder::new()
         .name("rw-helper".into())
         .spawn(move || {
-            creation::started(&creator, 256 << 10);
+            creation::started(&creator, 256 << 10, racewatch::sys::stacks::current_sp() as u64);
             // Below the frame that recorded the stack, as the program's frames are below the interposer's.
             send_local_and_wait(&ready_tx, &done_rx);
         })

@@ -158,7 +158,7 @@ mod tests {
             assert_eq!(read_u64(lo + 24), Some(0x4444), "outside: read by the system call");
         }
         assert!(!read_direct(lo, &mut buf), "the guard is gone");
-        let code = read_direct as usize as u64;
+        let code = read_direct as *const () as usize as u64;
         let _direct = DirectReads::allow(code, None);
         if CODE_PAGE_READABLE.load(Ordering::Relaxed) {
             let page_end = (code | 4095) + 1;

@@ -21,6 +21,9 @@ thread_local! {
 /// rights do not let it read; `process_vm_readv` reads it).
 static CODE_PAGE_READABLE: AtomicBool = AtomicBool::new(false);
 
+/// The end of the user half of the address space (47-bit user addresses).
+const USER_END: u64 = 1 << 47;
+
 /// Looks up, once and outside any signal handler, what [`DirectReads`] may read (`cpuid` can cost
 /// microseconds in a virtual machine).
 pub fn init_direct_reads() {
@@ -42,7 +45,9 @@ impl DirectReads {
     pub fn allow(rip: u64, stack: Option<(u64, u64)>) -> DirectReads {
         const PAGE: u64 = 4096;
         let page = rip & !(PAGE - 1);
-        let code = if CODE_PAGE_READABLE.load(Ordering::Relaxed) && page != 0 { (page, page + PAGE) } else { (0, 0) };
+        // Not the vsyscall page (high above the user half), execute-only where the kernel emulates it.
+        let user = page != 0 && page < USER_END;
+        let code = if CODE_PAGE_READABLE.load(Ordering::Relaxed) && user { (page, page + PAGE) } else { (0, 0) };
         let previous = DIRECT.with(|direct| direct.replace([code, stack.unwrap_or((0, 0))]));
         DirectReads { previous }
     }
@@ -158,6 +163,10 @@ mod tests {
             assert_eq!(read_u64(lo + 24), Some(0x4444), "outside: read by the system call");
         }
         assert!(!read_direct(lo, &mut buf), "the guard is gone");
+        {
+            let _vsyscall = DirectReads::allow(0xffff_ffff_ff60_0000, None);
+            assert_eq!(DIRECT.with(Cell::get), [(0, 0); 2], "never the vsyscall page");
+        }
         let code = read_direct as *const () as usize as u64;
         let _direct = DirectReads::allow(code, None);
         if CODE_PAGE_READABLE.load(Ordering::Relaxed) {

@@ -88,19 +88,29 @@ impl Symbolizer {
         Symbolizer { read_files: false, ..Symbolizer::new() }
     }
 
-    /// Whether module files are read now. Not once the program limits its data (`RLIMIT_DATA`): the
-    /// heap that reading and parsing them takes, and keeps, is then memory the program could not
-    /// have (7 MiB and more for a small C program and its libc). What was read is dropped, and from
-    /// then on frames are as with `symbolize=0` (one warning).
+    /// Whether module files are read now. Not once the program limits its data (`RLIMIT_DATA`), or locks
+    /// all its memory (`mlockall(MCL_FUTURE)`) under a memlock limit: the heap that reading and parsing
+    /// them takes, and keeps, is then memory the program could not have (7 MiB and more for a small C
+    /// program and its libc; under `mlockall` a report waited for the program to give locked memory
+    /// back, and held its exit up to 1.2 s). What was read is dropped, and from then on frames are as
+    /// with `symbolize=0` (one warning).
     fn reads_files(&mut self) -> bool {
-        if self.read_files && crate::sys::mem::data_limited() {
-            self.read_files = false;
-            self.files = HashMap::new();
-            crate::log::warn(format_args!(
-                "the program limits its data (RLIMIT_DATA): module files are not read, frames are shown as module offsets"
-            ));
+        if !self.read_files {
+            return false;
         }
-        self.read_files
+        let limit = if crate::sys::mem::data_limited() {
+            "limits its data (RLIMIT_DATA)"
+        } else if crate::sys::mem::lock_limited() {
+            "locks its memory (mlockall) under a memlock limit"
+        } else {
+            return true;
+        };
+        self.read_files = false;
+        self.files = HashMap::new();
+        crate::log::warn(format_args!(
+            "the program {limit}: module files are not read, frames are shown as module offsets"
+        ));
+        false
     }
 
     /// Symbolizes every frame of a captured stack: `pcs[0]` is looked up as

@@ -120,6 +120,25 @@ pub fn data_limited() -> bool {
     soft_limit(libc::RLIMIT_DATA).is_some()
 }
 
+/// Whether everything racewatch maps from now on is locked memory of a limited budget: the program
+/// called `mlockall(MCL_FUTURE)` and its `RLIMIT_MEMLOCK` is finite (without `CAP_IPC_LOCK`, which lifts
+/// it, the kernel enforces it).
+pub fn lock_limited() -> bool {
+    crate::sys::stacks::locking_future() && soft_limit(libc::RLIMIT_MEMLOCK).is_some() && !can_lock_freely()
+}
+
+/// Whether the process may lock memory beyond its `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK` in its effective set).
+fn can_lock_freely() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    std::fs::read_to_string("/proc/self/status").ok().is_some_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("CapEff:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+    })
+}
+
 /// A resource's soft limit; `None` when unlimited or unknown.
 fn soft_limit(resource: libc::__rlimit_resource_t) -> Option<u64> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

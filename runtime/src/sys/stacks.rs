@@ -304,6 +304,11 @@ pub fn set_locking_future(on: bool) {
     LOCKING_FUTURE.store(on, Ordering::Relaxed);
 }
 
+/// Whether `mlockall(MCL_FUTURE)` is in effect (see [`set_locking_future`]).
+pub fn locking_future() -> bool {
+    LOCKING_FUTURE.load(Ordering::Relaxed)
+}
+
 /// The size of the alternate stack a thread whose stack has `stack` bytes gets: the same, within
 /// 64 KiB..=1 MiB. Under an `RLIMIT_AS` or `RLIMIT_DATA`, where every byte racewatch maps is one the
 /// program cannot (a thread per 1 MiB stack and alternate stack of the same size halved the threads a

@@ -53,6 +53,13 @@ static BOOST_WANTED: AtomicBool = AtomicBool::new(true);
 /// during the window (spinning at 1 ms, crossbeam-deque's by-design race went unreported in 20 runs on a
 /// loaded 2-core machine; sleeping, it was reported within 30 s).
 const SPIN_FROM_PERIOD_US: u64 = 10_000;
+/// Sample periods from which a window in a thread that does not block yields rather than sleeps
+/// ([`window_stall`]): the debug rate (1 ms) and up. At the test profile's 250 µs windows sleep, as
+/// detection in test suites comes first: with yielding windows tokio 1.13.0's oneshot race
+/// (RUSTSEC-2021-0124) was reported in 2 of 25 `racewatch cargo test` runs, sleeping in 18 of 60.
+const YIELD_FROM_PERIOD_US: u64 = 1_000;
+/// Whether windows in threads that do not block yield ([`YIELD_FROM_PERIOD_US`]).
+static YIELDING_WINDOWS: AtomicBool = AtomicBool::new(false);
 /// Whether windows give the CPU away ([`SPIN_FROM_PERIOD_US`]).
 static SLEEPY_WINDOWS: AtomicBool = AtomicBool::new(false);
 static DELAY_US: AtomicU64 = AtomicU64::new(0);
@@ -103,6 +110,7 @@ fn signals_per_sample() -> u64 {
 pub fn start(options: &Options) -> Result<(), String> {
     DELAY_US.store(options.delay_us, Ordering::Relaxed);
     SLEEPY_WINDOWS.store(options.sample_period_us < SPIN_FROM_PERIOD_US, Ordering::Relaxed);
+    YIELDING_WINDOWS.store(options.sample_period_us >= YIELD_FROM_PERIOD_US, Ordering::Relaxed);
     REPORT_ATOMIC_RACES.store(options.report_atomic_races, Ordering::Relaxed);
     SEED.store(options.seed.unwrap_or(0x9e37_79b9_7f4a_7c15), Ordering::Relaxed);
     COLD_BIAS.store(options.cold_bias, Ordering::Relaxed);
@@ -925,7 +933,7 @@ thread_local! {
 /// ends, so that [`window_stall`] tells the program's own blocking from the handler's (a read of the
 /// program's memory that waited for the memory map's lock is not the program's).
 fn note_handler_end() {
-    if SLEEPY_WINDOWS.load(Ordering::Relaxed) {
+    if SLEEPY_WINDOWS.load(Ordering::Relaxed) && YIELDING_WINDOWS.load(Ordering::Relaxed) {
         SWITCHES_AFTER_HANDLER.with(|after| after.set(cputime::thread_voluntary_switches().unwrap_or(u64::MAX)));
     }
 }
@@ -935,10 +943,14 @@ fn note_handler_end() {
 /// meanwhile): by sleeping in a thread that blocked on its own since racewatch's previous signal handler
 /// in it ended (a server's, where windows are long and a spinning one would cost CPU), by yielding in one
 /// that did not (a busy-polling or computing thread, whose operators may check that it never blocks: a
-/// yield is not a voluntary context switch). A thread's first window yields.
+/// yield is not a voluntary context switch). A thread's first window yields. At the test profile's rate
+/// every window sleeps ([`YIELD_FROM_PERIOD_US`]).
 fn window_stall() -> Stall {
     if !SLEEPY_WINDOWS.load(Ordering::Relaxed) {
         return Stall::Spin;
+    }
+    if !YIELDING_WINDOWS.load(Ordering::Relaxed) {
+        return Stall::Sleep;
     }
     let after_previous = SWITCHES_AFTER_HANDLER.with(Cell::get);
     match cputime::thread_voluntary_switches() {

@@ -28,7 +28,7 @@ use crate::sys::{cputime, thread};
 use crate::watch::{self, OwnMemory, Stall, Watch};
 use crate::{aim, bias, decode, libcalls, profile, registry, sharing, stack};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// Timer signals per kept sample.
 pub const THINNING: u64 = 4;
@@ -58,10 +58,14 @@ const SPIN_FROM_PERIOD_US: u64 = 10_000;
 /// detection in test suites comes first: with yielding windows tokio 1.13.0's oneshot race
 /// (RUSTSEC-2021-0124) was reported in 2 of 25 `racewatch cargo test` runs, sleeping in 18 of 60.
 const YIELD_FROM_PERIOD_US: u64 = 1_000;
-/// Whether windows in threads that do not block yield ([`YIELD_FROM_PERIOD_US`]).
-static YIELDING_WINDOWS: AtomicBool = AtomicBool::new(false);
-/// Whether windows give the CPU away ([`SPIN_FROM_PERIOD_US`]).
-static SLEEPY_WINDOWS: AtomicBool = AtomicBool::new(false);
+/// How this process's windows wait, from its rate ([`window_stall`]).
+static WINDOWS: AtomicU8 = AtomicU8::new(SPIN);
+/// Every window spins (production rates).
+const SPIN: u8 = 0;
+/// Every window sleeps (the test profile's rate).
+const SLEEP: u8 = 1;
+/// A window yields, or sleeps in a thread that blocked on its own meanwhile (the debug rate).
+const YIELD_OR_SLEEP: u8 = 2;
 static DELAY_US: AtomicU64 = AtomicU64::new(0);
 static REPORT_ATOMIC_RACES: AtomicBool = AtomicBool::new(true);
 static SEED: AtomicU64 = AtomicU64::new(0);
@@ -109,8 +113,12 @@ fn signals_per_sample() -> u64 {
 /// no room for descriptors) leave the program untouched.
 pub fn start(options: &Options) -> Result<(), String> {
     DELAY_US.store(options.delay_us, Ordering::Relaxed);
-    SLEEPY_WINDOWS.store(options.sample_period_us < SPIN_FROM_PERIOD_US, Ordering::Relaxed);
-    YIELDING_WINDOWS.store(options.sample_period_us >= YIELD_FROM_PERIOD_US, Ordering::Relaxed);
+    let windows = match options.sample_period_us {
+        p if p >= SPIN_FROM_PERIOD_US => SPIN,
+        p if p >= YIELD_FROM_PERIOD_US => YIELD_OR_SLEEP,
+        _ => SLEEP,
+    };
+    WINDOWS.store(windows, Ordering::Relaxed);
     REPORT_ATOMIC_RACES.store(options.report_atomic_races, Ordering::Relaxed);
     SEED.store(options.seed.unwrap_or(0x9e37_79b9_7f4a_7c15), Ordering::Relaxed);
     COLD_BIAS.store(options.cold_bias, Ordering::Relaxed);
@@ -239,7 +247,7 @@ pub fn resume_after_pause(now: u64) -> u32 {
 /// every 25 ms or more) 100 ms, so that a production process with one busy thread wakes the reporter
 /// about ten times a second, not a hundred.
 pub fn pause_ms() -> u32 {
-    if SLEEPY_WINDOWS.load(Ordering::Relaxed) {
+    if WINDOWS.load(Ordering::Relaxed) != SPIN {
         10
     } else {
         100
@@ -343,8 +351,7 @@ fn claims(sig_data: u64) -> bool {
 }
 
 fn on_perf(signal: &PerfSignal) {
-    let stack = crate::sys::creation::interrupted_stack(thread::gettid(), signal.regs.rsp());
-    let _direct = crate::sys::mem::DirectReads::allow(signal.regs.rip, stack);
+    let _direct = crate::sys::mem::DirectReads::allow(signal.regs.rip, signal.regs.rsp());
     if signal.data == SAMPLE_SIG_DATA {
         on_sample(&signal.regs);
     } else if aim::owns(signal.data) {
@@ -925,15 +932,15 @@ fn watch_sampled(
 
 thread_local! {
     /// This thread's voluntary context switches (times it blocked) as its previous signal handler of
-    /// racewatch's ended, at the test and debug rates (`u64::MAX`: none yet).
+    /// racewatch's ended, at the debug rate (`u64::MAX`: none yet).
     static SWITCHES_AFTER_HANDLER: Cell<u64> = const { Cell::new(u64::MAX) };
 }
 
-/// At the test and debug rates: notes this thread's voluntary context switches as a handler of racewatch's
+/// At the debug rate: notes this thread's voluntary context switches as a handler of racewatch's
 /// ends, so that [`window_stall`] tells the program's own blocking from the handler's (a read of the
 /// program's memory that waited for the memory map's lock is not the program's).
 fn note_handler_end() {
-    if SLEEPY_WINDOWS.load(Ordering::Relaxed) && YIELDING_WINDOWS.load(Ordering::Relaxed) {
+    if WINDOWS.load(Ordering::Relaxed) == YIELD_OR_SLEEP {
         SWITCHES_AFTER_HANDLER.with(|after| after.set(cputime::thread_voluntary_switches().unwrap_or(u64::MAX)));
     }
 }
@@ -946,11 +953,10 @@ fn note_handler_end() {
 /// yield is not a voluntary context switch). A thread's first window yields. At the test profile's rate
 /// every window sleeps ([`YIELD_FROM_PERIOD_US`]).
 fn window_stall() -> Stall {
-    if !SLEEPY_WINDOWS.load(Ordering::Relaxed) {
-        return Stall::Spin;
-    }
-    if !YIELDING_WINDOWS.load(Ordering::Relaxed) {
-        return Stall::Sleep;
+    match WINDOWS.load(Ordering::Relaxed) {
+        SPIN => return Stall::Spin,
+        SLEEP => return Stall::Sleep,
+        _ => {}
     }
     let after_previous = SWITCHES_AFTER_HANDLER.with(Cell::get);
     match cputime::thread_voluntary_switches() {

@@ -283,17 +283,18 @@ pub struct Watch<'a> {
 }
 
 /// How a watch window waits. None of them is a voluntary context switch a program could count, except
-/// [`Stall::Sleep`], which is used only in threads that block on their own anyway.
+/// [`Stall::Sleep`]: at the debug rate only in threads that block on their own anyway, and at the test
+/// profile's rate (detection first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stall {
     /// Spin on the clock (production rates: a bounded cost, the CPU kept).
     Spin,
-    /// Spin, offering the CPU to any other runnable thread between reads of the clock (the test and debug
-    /// rates, in a thread that has not blocked since its previous window: the threads that may touch the
-    /// memory get this CPU on a loaded machine, and the thread still never blocks).
+    /// Spin, offering the CPU to any other runnable thread between reads of the clock (the debug rate, in a
+    /// thread that has not blocked since racewatch's previous handler in it: the threads that may touch
+    /// the memory get this CPU on a loaded machine, and the thread still never blocks).
     Yield,
-    /// Sleep (the test and debug rates, in a thread that blocked since its previous window: no CPU spent
-    /// on the window, which matters where windows are long, in processes that spend their time in system
+    /// Sleep (the test profile's rate; the debug rate in a thread that blocked meanwhile: no CPU spent on
+    /// the window, which matters where windows are long, in processes that spend their time in system
     /// calls).
     Sleep,
 }

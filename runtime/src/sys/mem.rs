@@ -11,9 +11,21 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// What the calling thread reads with plain loads now: `[lo, hi)` ranges (empty: `lo == hi`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Direct {
+    code: (u64, u64),
+    stack: (u64, u64),
+    /// The interrupted stack pointer while `stack` is not looked up yet (0: looked up, or none).
+    rsp: u64,
+}
+
+impl Direct {
+    const NONE: Direct = Direct { code: (0, 0), stack: (0, 0), rsp: 0 };
+}
+
 thread_local! {
-    /// Ranges `[lo, hi)` the calling thread reads with plain loads now (empty: `lo == hi`).
-    static DIRECT: Cell<[(u64, u64); 2]> = const { Cell::new([(0, 0); 2]) };
+    static DIRECT: Cell<Direct> = const { Cell::new(Direct::NONE) };
 }
 
 /// Whether the page of code a thread was interrupted in can be read with plain loads: not where the CPU
@@ -33,22 +45,23 @@ pub fn init_direct_reads() {
     CODE_PAGE_READABLE.store(!protection_keys, Ordering::Relaxed);
 }
 
-/// For as long as it lives, reads of the calling thread (in a signal handler) of the page of code at
-/// `rip` and of `stack` (its own stack, `[interrupted stack pointer, top)`, mapped as long as the thread
-/// lives) are plain loads.
+/// For as long as it lives, reads of the calling thread (in a signal handler that interrupted it at `rip`
+/// with stack pointer `rsp`) of the page of code at `rip` and of its own stack from `rsp` up (mapped as
+/// long as the thread lives; looked up in [`creation`](crate::sys::creation) at the first read outside
+/// the code page, so a signal that reads nothing pays nothing) are plain loads.
 pub struct DirectReads {
-    previous: [(u64, u64); 2],
+    previous: Direct,
 }
 
 impl DirectReads {
-    /// See [`DirectReads`]; `stack` `None` when the thread's stack is not known.
-    pub fn allow(rip: u64, stack: Option<(u64, u64)>) -> DirectReads {
+    /// See [`DirectReads`].
+    pub fn allow(rip: u64, rsp: u64) -> DirectReads {
         const PAGE: u64 = 4096;
         let page = rip & !(PAGE - 1);
         // Not the vsyscall page (high above the user half), execute-only where the kernel emulates it.
         let user = page != 0 && page < USER_END;
         let code = if CODE_PAGE_READABLE.load(Ordering::Relaxed) && user { (page, page + PAGE) } else { (0, 0) };
-        let previous = DIRECT.with(|direct| direct.replace([code, stack.unwrap_or((0, 0))]));
+        let previous = DIRECT.with(|direct| direct.replace(Direct { code, stack: (0, 0), rsp }));
         DirectReads { previous }
     }
 }
@@ -63,8 +76,17 @@ impl Drop for DirectReads {
 /// [`DirectReads`] ranges.
 fn read_direct(addr: u64, buf: &mut [u8]) -> bool {
     let Some(end) = addr.checked_add(buf.len() as u64) else { return false };
-    if !DIRECT.with(Cell::get).iter().any(|&(lo, hi)| lo < hi && lo <= addr && end <= hi) {
-        return false;
+    let within = |(lo, hi): (u64, u64)| lo < hi && lo <= addr && end <= hi;
+    let mut direct = DIRECT.with(Cell::get);
+    if !within(direct.code) {
+        if direct.rsp != 0 {
+            let stack = crate::sys::creation::interrupted_stack(super::raw::gettid(), direct.rsp);
+            direct = Direct { stack: stack.unwrap_or((0, 0)), rsp: 0, ..direct };
+            DIRECT.with(|cell| cell.set(direct));
+        }
+        if !within(direct.stack) {
+            return false;
+        }
     }
     // SAFETY: the range lies in the page of code the calling thread was executing or in its own stack
     // above the stack pointer it was interrupted at, both mapped and readable while the thread runs
@@ -175,7 +197,8 @@ mod tests {
         let lo = words.as_ptr() as u64;
         let mut buf = [0u8; 8];
         {
-            let _direct = DirectReads::allow(0, Some((lo, lo + 16)));
+            let _direct = DirectReads::allow(0, 0);
+            DIRECT.with(|d| d.set(Direct { stack: (lo, lo + 16), ..Direct::NONE }));
             assert!(read_direct(lo + 8, &mut buf) && u64::from_ne_bytes(buf) == 0x2222);
             assert!(!read_direct(lo + 12, &mut buf), "crosses the range's end");
             assert!(!read_direct(lo + 16, &mut buf), "beyond the range");
@@ -183,11 +206,18 @@ mod tests {
         }
         assert!(!read_direct(lo, &mut buf), "the guard is gone");
         {
-            let _vsyscall = DirectReads::allow(0xffff_ffff_ff60_0000, None);
-            assert_eq!(DIRECT.with(Cell::get), [(0, 0); 2], "never the vsyscall page");
+            let _vsyscall = DirectReads::allow(0xffff_ffff_ff60_0000, 0);
+            assert_eq!(DIRECT.with(Cell::get), Direct::NONE, "never the vsyscall page");
+        }
+        {
+            // The stack is looked up at the first read outside the code page, once.
+            let _lazy = DirectReads::allow(0, lo);
+            assert_eq!(DIRECT.with(Cell::get).rsp, lo, "not looked up before a read");
+            let _ = read_direct(lo, &mut buf);
+            assert_eq!(DIRECT.with(Cell::get).rsp, 0, "looked up at the first read");
         }
         let code = read_direct as *const () as usize as u64;
-        let _direct = DirectReads::allow(code, None);
+        let _direct = DirectReads::allow(code, 0);
         if CODE_PAGE_READABLE.load(Ordering::Relaxed) {
             let page_end = (code | 4095) + 1;
             let mut first = [0u8; 4];

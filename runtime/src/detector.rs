@@ -25,8 +25,8 @@
 
 use crate::fixed::FixedBuf;
 use crate::options::{self, Options};
-use crate::sys::{fatal, fd, handlers, perf, signal, stacks, thread, tracer, unwind_info};
-use crate::{log, profile, queue, registry, reporter, sampler, sandbox_scan, stats, watch};
+use crate::sys::{code, fatal, fd, handlers, perf, signal, stacks, thread, tracer, unwind_info};
+use crate::{log, profile, queue, registry, reporter, sampler, sandbox_scan, spawn_point, stats, watch};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 
 const IDLE: u8 = 0;
@@ -72,7 +72,7 @@ pub fn is_sandboxed() -> bool {
 /// process's second thread and covered code is indexed.
 pub fn before_thread_create() {
     if is_running() {
-        reporter::wake_from_rest();
+        reporter::program_creates_thread();
     }
     if STATE.load(Ordering::Acquire) != IDLE || !registry::with_index(|i| i.functions() > 0) {
         return;
@@ -128,9 +128,16 @@ fn start(opts: &Options) -> bool {
         STATUS_READ_NS.store(thread::monotonic_ns(), Ordering::Relaxed);
     }
     reporter::on_tick(on_tick);
+    reporter::on_tick_idle(|| !sampler::needs_reporter());
     signal::on_sampling(sampler::stop, sampler::hold);
     thread::on_program_thread_ending(program_thread_ending);
-    reporter::start(opts);
+    let on_demand = sampler::production_rate(opts);
+    if on_demand {
+        spawn_point::init();
+        LOADED.store(code::loaded_fingerprint(), Ordering::Relaxed);
+        sampler::on_covered_signal(covered_signal);
+    }
+    reporter::start(opts, on_demand);
     if let Err(err) = sampler::start(opts) {
         log::warn(format_args!("{err}; race detection disabled"));
         sampler::close();
@@ -163,6 +170,8 @@ pub fn after_join() {
     if single_threaded_program() {
         reporter::back_to_one_thread();
         thread::wait_ended_released(100);
+    } else if is_running() {
+        reporter::wake_if_wanted();
     }
 }
 
@@ -188,6 +197,7 @@ fn program_thread_ending(left: u32) {
     match left {
         0 => process_exiting(),
         1 if is_running() => reporter::back_to_one_thread(),
+        _ if is_running() => reporter::wake_if_wanted(),
         _ => {}
     }
 }
@@ -218,6 +228,30 @@ fn on_tick() -> u32 {
     }
     check_tracer(status);
     sampler::resume_after_pause(now)
+}
+
+/// The loader's list of modules as [`covered_signal`] last saw it ([`code::loaded_fingerprint`]).
+static LOADED: AtomicU64 = AtomicU64::new(0);
+
+/// A sampling signal landed in covered code at `regs` (production rates, where the reporter thread is
+/// started on demand): while there is no reporter thread, its periodic look is taken here, once per
+/// [`STATUS_PERIOD_NS`] — a tracer that attached, a module loaded or unloaded (to be scanned for
+/// seccomp filters), a filter in force — and a reporter that has work is started if this thread may
+/// create one here ([`reporter::start_from_signal`]). Async-signal-safe.
+fn covered_signal(regs: &signal::Regs, now: u64) {
+    let last = STATUS_READ_NS.load(Ordering::Relaxed);
+    if !reporter::has_thread()
+        && now.saturating_sub(last) >= STATUS_PERIOD_NS
+        && STATUS_READ_NS.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    {
+        let status = tracer::read();
+        spawn_point::set_filtered(status.seccomp);
+        let loaded = code::loaded_fingerprint();
+        if status.tracer.is_some() || LOADED.swap(loaded, Ordering::AcqRel) != loaded {
+            reporter::request();
+        }
+    }
+    reporter::start_from_signal(regs, now);
 }
 
 /// When the reporter's check last read `/proc/self/status` (monotonic ns; 0: never).

@@ -37,6 +37,7 @@ pub mod reporter;
 pub mod sampler;
 pub mod sandbox_scan;
 pub mod sharing;
+pub mod spawn_point;
 pub mod stack;
 pub mod stats;
 pub mod suppressed_pcs;

@@ -544,6 +544,18 @@ static STOP: AtomicBool = AtomicBool::new(false);
 /// Set while the reporter thread rests: ended because the program runs on one thread ([`rest`]), to be
 /// started again with the program's next thread ([`wake_from_rest`]).
 static RESTING: AtomicBool = AtomicBool::new(false);
+/// Whether the reporter thread is started only when it has work ([`wanted`]), not with the program's
+/// second thread: at production rates, where a process that never reports a race never has it.
+static ON_DEMAND: AtomicBool = AtomicBool::new(false);
+/// Set, from anywhere (signal handlers included), when the reporter thread has work besides the queue:
+/// a tracer to watch, modules to scan ([`request`]).
+static WANTED: AtomicBool = AtomicBool::new(false);
+/// When a signal handler last tried to start the reporter ([`start_from_signal`]; monotonic ns).
+static SIGNAL_TRY_NS: AtomicU64 = AtomicU64::new(0);
+/// At most one try from a signal handler per this many ns: each unwinds the interrupted stack.
+const SIGNAL_TRY_GAP_NS: u64 = 10_000_000;
+/// An on-demand reporter with nothing to do for this long ends itself ([`retire_if_idle`]).
+const RETIRE_AFTER_NS: u64 = 1_000_000_000;
 /// Held by [`rest`] and [`wake_from_rest`], so that a thread the program creates while another one ends
 /// finds the reporter either running or resting, never half-way (a flag, reset in a forked child).
 static CONTROL: AtomicBool = AtomicBool::new(false);
@@ -561,6 +573,15 @@ impl Control {
         }
         CONTROL_HOLDER.store(sys::thread::gettid(), Ordering::Release);
         Control
+    }
+
+    /// [`Control::take`] if nobody holds it now (a signal handler never waits for it).
+    fn try_take() -> Option<Control> {
+        if CONTROL.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        CONTROL_HOLDER.store(sys::thread::gettid(), Ordering::Release);
+        Some(Control)
     }
 
     /// [`Control::take`], unless this thread holds it already, further up its stack (a program's
@@ -716,24 +737,78 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
     sys::alloc::set_patient_thread(sys::thread::gettid(), while_waiting_for_memory);
     sys::thread::mark_runtime_thread();
     sys::thread::set_name(c"racewatch-repor");
-    let _ = std::panic::catch_unwind(|| loop {
+    let mut busy_at = sys::thread::monotonic_ns();
+    let retired = std::panic::catch_unwind(move || loop {
         if STOP.load(Ordering::Acquire) {
             drain();
-            break;
+            return false;
         }
         let token = sys::wake::token();
+        if WANTED.swap(false, Ordering::AcqRel) || !queue::is_empty() {
+            busy_at = sys::thread::monotonic_ns();
+        }
         forget_unloaded_modules();
         sys::unwind_info::refresh_if_stale();
         let wait_ms = TICK.get().map_or(MAX_WAIT_MS, |tick| tick().min(MAX_WAIT_MS));
         drain();
         if STOP.load(Ordering::Acquire) {
-            break;
+            return false;
+        }
+        if retire_if_idle(busy_at) {
+            return true;
         }
         sys::wake::wait(token, wait_ms);
     });
+    if !retired.unwrap_or(false) {
+        sys::thread::unmark_runtime_thread();
+        sys::alloc::set_patient_thread(0, while_waiting_for_memory);
+    }
+    std::ptr::null_mut()
+}
+
+/// Whether the program's threads need the reporter thread now: a race is queued, a step aside is to be
+/// finished, or something asked for it ([`request`]). Async-signal-safe.
+pub fn wanted() -> bool {
+    WANTED.load(Ordering::Acquire) || !queue::is_empty() || sys::signal::step_aside_pending()
+}
+
+/// Asks for the reporter thread's attention (a tracer to watch, modules to scan): it is woken, or, on
+/// demand, started at the next point where that is safe. Async-signal-safe.
+pub fn request() {
+    WANTED.store(true, Ordering::Release);
+    sys::wake::notify();
+}
+
+/// An on-demand reporter (see [`ON_DEMAND`]) that had nothing to do since `busy_at` (monotonic ns) for
+/// [`RETIRE_AFTER_NS`] ends itself: it lets go of the module files it read for reports, detaches
+/// itself and rests; [`wanted`] work starts it again. True when it retired (return at once).
+fn retire_if_idle(busy_at: u64) -> bool {
+    if !ON_DEMAND.load(Ordering::Acquire) || sys::thread::monotonic_ns().saturating_sub(busy_at) < RETIRE_AFTER_NS {
+        return false;
+    }
+    if wanted() || BUSY.load(Ordering::SeqCst) || UNLOADED.load(Ordering::Acquire) || !TICK_IDLE.get().is_none_or(|idle| idle()) {
+        return false;
+    }
+    let Some(_control) = Control::try_take() else { return false };
+    if wanted() || STOP.load(Ordering::Acquire) || THREAD.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    if let Some(mut guard) = state() {
+        if let Some(reporter) = guard.as_mut() {
+            reporter.symbolizer.forget_files();
+        }
+    }
+    HOLDS_FILES.store(false, Ordering::Release);
+    // SAFETY: detaching the calling thread, which is joinable and about to return: glibc frees it then.
+    unsafe { libc::pthread_detach(libc::pthread_self()) };
     sys::thread::unmark_runtime_thread();
     sys::alloc::set_patient_thread(0, while_waiting_for_memory);
-    std::ptr::null_mut()
+    THREAD.store(0, Ordering::Release);
+    REPORTER_TID.store(0, Ordering::Release);
+    sys::fd::forget_private_table();
+    RESTING.store(true, Ordering::Release);
+    stats::bump(stats::Counter::ReporterRetired);
+    true
 }
 
 /// Starts the reporter thread and waits (at most 100 ms) until it has published its thread id: the
@@ -743,6 +818,7 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
 fn spawn() -> Option<libc::pthread_t> {
     REPORTER_TID.store(0, Ordering::Release);
     let thread = sys::thread::spawn_runtime_thread(reporter_main)?;
+    stats::bump(stats::Counter::ReporterStarts);
     let deadline = sys::thread::monotonic_ns() + 100_000_000;
     while REPORTER_TID.load(Ordering::Acquire) == 0 && sys::thread::monotonic_ns() < deadline {
         std::thread::yield_now();
@@ -769,12 +845,22 @@ pub fn on_tick(tick: fn() -> u32) {
     let _ = TICK.set(tick);
 }
 
+/// Whether the detector's periodic checks need the reporter thread no longer (no paused sampling to
+/// resume, no tracer to watch): an on-demand reporter only retires then.
+static TICK_IDLE: std::sync::OnceLock<fn() -> bool> = std::sync::OnceLock::new();
+
+/// Sets what [`TICK_IDLE`] asks (once per process).
+pub fn on_tick_idle(idle: fn() -> bool) {
+    let _ = TICK_IDLE.set(idle);
+}
+
 /// Starts the reporter thread (once per process; later calls do nothing). The thread has every signal
 /// blocked for its whole life.
-pub fn start(options: &Options) {
+pub fn start(options: &Options, on_demand: bool) {
     if THREAD.load(Ordering::Acquire) != 0 {
         return;
     }
+    ON_DEMAND.store(on_demand, Ordering::Release);
     // Where threads are created, for the reports: this thread's stack bounds, then every creation.
     sys::creation::record_this_thread();
     sys::creation::set_capture(crate::unwind::capture_creation);
@@ -783,9 +869,59 @@ pub fn start(options: &Options) {
     let reporter = Mutex::new(Some(Reporter::new(config, std::process::id())));
     STATE.store(Box::leak(Box::new(reporter)), Ordering::Release);
     STOP.store(false, Ordering::Release);
+    // Found now, outside any signal handler: a start from one ([`start_from_signal`]) looks nothing up.
+    let _ = sys::thread::runtime_threads_uncounted();
+    if on_demand {
+        RESTING.store(true, Ordering::Release);
+        return;
+    }
     match spawn() {
         Some(thread) => THREAD.store(thread, Ordering::Release),
         None => log::warn(format_args!("cannot start the reporter thread; reports are printed at exit")),
+    }
+}
+
+/// The program is creating a thread: a resting reporter starts again (on demand: when it has work).
+pub fn program_creates_thread() {
+    if ON_DEMAND.load(Ordering::Acquire) {
+        wake_if_wanted();
+    } else {
+        wake_from_rest();
+    }
+}
+
+/// At a point where the program's thread may create one (an interposed call): starts an on-demand
+/// reporter that has work ([`wanted`]).
+pub fn wake_if_wanted() {
+    if ON_DEMAND.load(Ordering::Acquire) && RESTING.load(Ordering::Acquire) && wanted() {
+        wake_from_rest();
+    }
+}
+
+/// From a sampling signal in the program's covered code at `regs`: starts an on-demand reporter that
+/// has work, when the interrupted thread holds no lock thread creation needs ([`crate::spawn_point`]);
+/// at most one try per [`SIGNAL_TRY_GAP_NS`]. `now`: monotonic ns. Async-signal-safe in that case.
+pub fn start_from_signal(regs: &sys::signal::Regs, now: u64) {
+    if !ON_DEMAND.load(Ordering::Acquire) || !RESTING.load(Ordering::Acquire) || !wanted() {
+        return;
+    }
+    let last = SIGNAL_TRY_NS.load(Ordering::Relaxed);
+    if now.saturating_sub(last) < SIGNAL_TRY_GAP_NS
+        || SIGNAL_TRY_NS.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_err()
+    {
+        return;
+    }
+    if !crate::spawn_point::here(regs) {
+        stats::bump(stats::Counter::ReporterStartsDeferred);
+        return;
+    }
+    let Some(_control) = Control::try_take() else { return };
+    if RESTING.load(Ordering::Acquire) {
+        if let Some(thread) = spawn() {
+            THREAD.store(thread, Ordering::Release);
+            RESTING.store(false, Ordering::Release);
+            stats::bump(stats::Counter::ReporterStartsFromSignals);
+        }
     }
 }
 

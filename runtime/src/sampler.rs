@@ -211,6 +211,14 @@ fn pause_while_alone(now: u64) -> bool {
 /// Switches the timers off (every thread's) for [`pause_ms`], counting the pause under `why` (unless
 /// they are paused already), and wakes the reporter thread, whose tick turns them on again. Async-signal-safe.
 fn pause(why: Counter, now: u64) {
+    if WINDOWS.load(Ordering::Relaxed) == SPIN {
+        // Production rates: the timers stay on and the signals meanwhile return at once
+        // ([`paused_here`]); nobody needs to be woken to switch them on again.
+        if PAUSED_AT_NS.compare_exchange(0, now.max(1), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            stats::bump(why);
+        }
+        return;
+    }
     if PAUSED_AT_NS.compare_exchange(0, now.max(1), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
         for timer in [timer(), boost_timer()].into_iter().flatten() {
             let _ = timer.disable();
@@ -225,7 +233,7 @@ fn pause(why: Counter, now: u64) {
 /// pending; the next one wakes the reporter).
 pub fn resume_after_pause(now: u64) -> u32 {
     let at = PAUSED_AT_NS.load(Ordering::Acquire);
-    if at == 0 {
+    if at == 0 || WINDOWS.load(Ordering::Relaxed) == SPIN {
         return u32::MAX;
     }
     let due = at.saturating_add(u64::from(pause_ms()) * 1_000_000);
@@ -283,6 +291,42 @@ pub fn hold(on: bool) {
             }
         }
     }
+}
+
+/// At production rates, whether a pause ([`pause`]) holds at `now`: the signal returns at once. The
+/// first signal after the pause ends it. Async-signal-safe.
+fn paused_here(now: u64) -> bool {
+    let at = PAUSED_AT_NS.load(Ordering::Acquire);
+    if at == 0 || WINDOWS.load(Ordering::Relaxed) != SPIN {
+        return false;
+    }
+    if now < at.saturating_add(u64::from(pause_ms()) * 1_000_000) {
+        return true;
+    }
+    let _ = PAUSED_AT_NS.compare_exchange(at, 0, Ordering::AcqRel, Ordering::Relaxed);
+    false
+}
+
+/// Whether the reporter thread is needed to start sampling again: paused for a tracer, or (at the test
+/// and debug rates) timers switched off for a pause.
+pub fn needs_reporter() -> bool {
+    PAUSED.load(Ordering::Acquire)
+        || (WINDOWS.load(Ordering::Relaxed) != SPIN && PAUSED_AT_NS.load(Ordering::Acquire) != 0)
+}
+
+/// Whether `options` sample at a production rate, where watch windows spin, pauses need nobody to end
+/// them, and the reporter thread is started only when it has work.
+pub fn production_rate(options: &Options) -> bool {
+    options.sample_period_us >= SPIN_FROM_PERIOD_US
+}
+
+/// Called from sampling signals that landed in covered code (at production rates): the detector's
+/// checks that need no thread of their own (see [`crate::detector`]).
+static ON_COVERED_SIGNAL: std::sync::OnceLock<fn(&Regs, u64)> = std::sync::OnceLock::new();
+
+/// Sets what sampling signals in covered code call at production rates (once per process).
+pub fn on_covered_signal(check: fn(&Regs, u64)) {
+    let _ = ON_COVERED_SIGNAL.set(check);
 }
 
 /// Set while sampling is paused (a tracer is attached).
@@ -537,6 +581,9 @@ fn on_sample(regs: &Regs) {
     let tid = thread::gettid();
     let now = thread::monotonic_ns();
     running::note(tid, now);
+    if paused_here(now) {
+        return;
+    }
     // Whether the thread is alone (see [`running`]): looked up once per signal.
     let alone = SKIP_ALONE.load(Ordering::Relaxed) && !running::others(tid, now);
     if alone && pause_while_alone(now) {
@@ -555,6 +602,11 @@ fn on_sample(regs: &Regs) {
     let credits = &CREDITS[tid as usize % CREDITS.len()];
     let credit = credit_before(tid, random, per_sample).saturating_add(1).min(SAVED_SAMPLES * per_sample as u32);
     let watchable = watchable(regs.rip);
+    if watchable && WINDOWS.load(Ordering::Relaxed) == SPIN {
+        if let Some(check) = ON_COVERED_SIGNAL.get() {
+            check(regs, now);
+        }
+    }
     if BOOST.load(Ordering::Relaxed) >= 0 {
         if let Some(mix) = boost::note(watchable, BOOST_WANTED.load(Ordering::Relaxed)) {
             let wanted = mix && !kernel_bound::look(cputime::process_user_system_ns());

@@ -277,6 +277,14 @@ impl Symbolizer {
         self.module_files.entry(key).or_insert_with(|| module_file(module)).clone()
     }
 
+    /// Lets go of every module file read so far and what was parsed of it, and of JIT'd objects copied:
+    /// the next report reads what it needs again.
+    pub fn forget_files(&mut self) {
+        self.files = HashMap::new();
+        self.module_files = HashMap::new();
+        self.jit = JitObjects::default();
+    }
+
     /// Whether any module file is held.
     pub fn holds_files(&self) -> bool {
         !self.files.is_empty()

@@ -37,6 +37,37 @@ pub fn load_generation() -> Option<(u64, u64)> {
     counts
 }
 
+/// The loader's `_r_debug` (its list of loaded modules), found by [`loaded_fingerprint`]'s first call.
+static R_DEBUG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A fingerprint of the loader's list of loaded modules (`_r_debug`'s chain of link maps: which records,
+/// how many), read without the loader's lock and without faulting: it changes when a module is loaded
+/// or unloaded (and may, read while the loader edits the list, when none was). Async-signal-safe after
+/// a first call outside a signal handler (which looks `_r_debug` up).
+pub fn loaded_fingerprint() -> u64 {
+    use std::sync::atomic::Ordering;
+    let mut r_debug = R_DEBUG.load(Ordering::Acquire);
+    if r_debug == 0 {
+        r_debug = super::dl::global_symbol(c"_r_debug").unwrap_or(0);
+        R_DEBUG.store(r_debug, Ordering::Release);
+    }
+    if r_debug == 0 {
+        return 0;
+    }
+    // struct r_debug { int r_version; struct link_map *r_map; ... }; struct link_map { l_addr, l_name,
+    // l_ld, l_next, l_prev, ... }.
+    let mut fingerprint: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut map = super::mem::read_u64(r_debug + 8).unwrap_or(0);
+    for _ in 0..4096 {
+        if map == 0 {
+            break;
+        }
+        fingerprint = (fingerprint ^ map).wrapping_mul(0x0100_0000_01b3);
+        map = super::mem::read_u64(map + 24).unwrap_or(0);
+    }
+    fingerprint
+}
+
 /// Calls `f` with every loaded module and its executable segments, in the loader's order (the index
 /// counts from 0, the main program). It runs inside `dl_iterate_phdr`, under the loader's lock: no
 /// module can be unmapped meanwhile, and `f` must not load or unload one.

@@ -42,3 +42,9 @@ extern "C" fn wrapped_main(argc: c_int, argv: *mut *mut c_char, envp: *mut *mut 
     let (main, after_main) = *MAIN.get().expect("set before the real __libc_start_main runs");
     after_main(main(argc, argv, envp))
 }
+
+/// The program's entry point (`AT_ENTRY` of the auxiliary vector: `_start`); 0 when unknown.
+pub fn entry_point() -> u64 {
+    // SAFETY: getauxval reads the auxiliary vector and returns 0 for a missing entry.
+    unsafe { libc::getauxval(libc::AT_ENTRY) }
+}

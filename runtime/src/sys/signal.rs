@@ -260,6 +260,11 @@ static PROGRAM_RESTORER: AtomicUsize = AtomicUsize::new(0);
 /// glibc's `__restore_rt`, as the kernel reports it for the runtime's own action (set through glibc).
 static LIBC_RESTORER: AtomicUsize = AtomicUsize::new(0);
 
+/// glibc's `__restore_rt` (0: unknown): a signal frame's return address. Async-signal-safe.
+pub fn libc_restorer() -> usize {
+    LIBC_RESTORER.load(Ordering::Acquire)
+}
+
 /// Reads glibc's restorer back from the kernel's action for `SIGTRAP` (just installed through glibc).
 fn note_libc_restorer() {
     // SAFETY: zeroed `sigaction` is a valid out-parameter.
@@ -686,6 +691,12 @@ fn hold_sampling(hold: bool) {
         let f: fn(bool) = unsafe { std::mem::transmute::<usize, fn(bool)>(f) };
         f(hold);
     }
+}
+
+/// Whether racewatch stepped aside in a signal handler and the lifecycle has not finished it yet
+/// ([`step_aside_requested`]). Async-signal-safe.
+pub fn step_aside_pending() -> bool {
+    STEP_ASIDE.load(Ordering::Acquire)
 }
 
 /// Whether racewatch stepped aside in a signal handler since the last call (the lifecycle then

@@ -45,6 +45,8 @@ pub struct Status {
     /// The main thread's signal mask as the kernel holds it (`SigBlk`, bits 0..=63 for signals
     /// 1..=64); `None` when unknown or the main thread is gone.
     pub main_mask: Option<u64>,
+    /// A seccomp mode is in force (`Seccomp:` is not 0).
+    pub seccomp: bool,
 }
 
 /// Reads the status now (`Status::default()` when it cannot be read).
@@ -77,7 +79,8 @@ fn parse(status: &[u8]) -> Status {
         _ => false,
     };
     let main_mask = field("SigBlk:").and_then(|v| u64::from_str_radix(v, 16).ok()).filter(|_| !main_gone);
-    Status { tracer, only_caller_alive, main_mask }
+    let seccomp = field("Seccomp:").is_some_and(|v| v != "0");
+    Status { tracer, only_caller_alive, main_mask, seccomp }
 }
 
 /// Whether a tracer is attached now, read without keeping a descriptor (the raw calls: the program's

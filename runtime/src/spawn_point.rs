@@ -12,7 +12,7 @@
 
 use crate::sys::code;
 use crate::sys::signal::{self, Regs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 
 /// The executable segments of libc, the loader and racewatch itself (start, end), set by [`init`].
 const RANGES: usize = 8;
@@ -20,8 +20,12 @@ static STARTS: [AtomicU64; RANGES] = [const { AtomicU64::new(0) }; RANGES];
 static ENDS: [AtomicU64; RANGES] = [const { AtomicU64::new(0) }; RANGES];
 /// The program's entry point (`AT_ENTRY`): `_start`, the main thread's outermost frame.
 static ENTRY: AtomicU64 = AtomicU64::new(0);
-/// Whether `malloc`, `calloc` and `free` are libc's own (set by [`init`]).
+/// Whether `malloc`, `calloc` and `free` are libc's own and libc is glibc 2.35 or later, whose
+/// `pthread_create` takes a lock of its own for thread-local storage where earlier ones took the
+/// loader's lock, held while a `dlopen`ed library's constructors run (set by [`init`]).
 static LIBC_MALLOC: AtomicBool = AtomicBool::new(false);
+/// The process [`init`] ran in: a `vfork` child, which shares the parent's memory, never creates a thread.
+static PID: AtomicI32 = AtomicI32::new(0);
 
 /// Whether the process runs under a seccomp filter (`Seccomp:` of its status, read now and then): a
 /// filter may forbid creating a thread, or kill the process for trying.
@@ -62,7 +66,15 @@ pub fn init() {
     let libc_allocator = [c"malloc", c"calloc", c"free"]
         .iter()
         .all(|name| crate::sys::dl::global_symbol(name).is_some_and(in_system));
-    LIBC_MALLOC.store(slot > 0 && libc_allocator, Ordering::Release);
+    LIBC_MALLOC.store(slot > 0 && libc_allocator && glibc_at_least(2, 35), Ordering::Release);
+    PID.store(crate::sys::raw::getpid(), Ordering::Release);
+}
+
+/// Whether the C library is glibc `major.minor` or later.
+fn glibc_at_least(major: u32, minor: u32) -> bool {
+    let version = crate::sys::identity::glibc_version();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
 }
 
 /// Whether `pc` is in libc, the loader or racewatch.
@@ -74,6 +86,9 @@ fn in_system(pc: u64) -> bool {
 /// its signal handler. Async-signal-safe.
 pub fn here(regs: &Regs) -> bool {
     if !LIBC_MALLOC.load(Ordering::Acquire) || FILTERED.load(Ordering::Acquire) || in_system(regs.rip) {
+        return false;
+    }
+    if crate::sys::raw::getpid() != PID.load(Ordering::Acquire) {
         return false;
     }
     let mut frames = [0u64; MAX_FRAMES];

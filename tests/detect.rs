@@ -508,7 +508,7 @@ fn a_thread_alone_does_not_watch() {
     let run = run_under(&profile, &bin, &["2"]);
     assert!(!has_report(&run.stderr), "{}", run.stderr);
     let samples = stat(&run.stderr, "samples").unwrap_or(u64::MAX);
-    let pauses = stat(&run.stderr, "timers paused while one thread ran alone").unwrap_or(0);
+    let pauses = stat(&run.stderr, "sampling paused while one thread ran alone").unwrap_or(0);
     let armed = stat(&run.stderr, "watches armed").unwrap_or(u64::MAX);
     // 2 s of one thread at 4,000 signals per CPU-second: the timers pause for 10 ms at a time, so a small
     // fraction of the samples remain, and only those of the first 100 ms (while main's last timer signal
@@ -525,7 +525,7 @@ fn a_thread_alone_does_not_watch() {
     let armed = stat(&run.stderr, "watches armed").unwrap_or(0);
     let samples = stat(&run.stderr, "samples").unwrap_or(0);
     let alone = stat(&run.stderr, "samples declined while no other thread ran (nobody to race with)").unwrap_or(1);
-    let pauses = stat(&run.stderr, "timers paused while one thread ran alone").unwrap_or(1);
+    let pauses = stat(&run.stderr, "sampling paused while one thread ran alone").unwrap_or(1);
     assert!(
         samples > 20 && armed > 0 && alone == 0 && pauses == 0,
         "watch_alone=1: samples {samples}, armed {armed}, declined {alone}, pauses {pauses}: {}",
@@ -581,7 +581,7 @@ fn threads_on_their_own_memory_are_rarely_watched() {
     // 2 threads x 17 regions x 2 watches of grace, then 1 in 8, 32, 128, 256: about 150 watches.
     assert!(private > 200 && armed * 4 < private, "declined {private}, armed {armed}: {}", stats_summary(&run.stderr));
     // Runs of 64 declined samples pause the timers for 10 ms.
-    let pauses = stat(&run.stderr, "timers paused after a run of samples in memory only their own thread was seen in")
+    let pauses = stat(&run.stderr, "sampling paused after a run of samples in memory only their own thread was seen in")
         .unwrap_or(0);
     assert!(pauses > 0, "no pause: {}", stats_summary(&run.stderr));
 }
@@ -592,7 +592,7 @@ fn threads_on_their_own_memory_are_rarely_watched() {
 #[test]
 fn a_race_after_a_thread_ran_alone_is_reported() {
     let Some(run) = race_on_counter("alone_then_race", &["stats=1"]) else { return };
-    let pauses = stat(&run.stderr, "timers paused while one thread ran alone").unwrap_or(0);
+    let pauses = stat(&run.stderr, "sampling paused while one thread ran alone").unwrap_or(0);
     assert!(pauses > 0, "main ran alone for a second without a pause: {}", stats_summary(&run.stderr));
 }
 

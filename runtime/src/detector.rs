@@ -72,7 +72,7 @@ pub fn is_sandboxed() -> bool {
 /// process's second thread and covered code is indexed.
 pub fn before_thread_create() {
     if is_running() {
-        reporter::program_creates_thread();
+        reporter::wake_if_wanted();
     }
     if STATE.load(Ordering::Acquire) != IDLE || !registry::with_index(|i| i.functions() > 0) {
         return;
@@ -131,13 +131,10 @@ fn start(opts: &Options) -> bool {
     reporter::on_tick_idle(|| !sampler::needs_reporter());
     signal::on_sampling(sampler::stop, sampler::hold);
     thread::on_program_thread_ending(program_thread_ending);
-    let on_demand = sampler::production_rate(opts);
-    if on_demand {
-        spawn_point::init();
-        LOADED.store(code::loaded_fingerprint(), Ordering::Relaxed);
-        sampler::on_covered_signal(covered_signal);
-    }
-    reporter::start(opts, on_demand);
+    spawn_point::init();
+    LOADED.store(code::loaded_fingerprint(), Ordering::Relaxed);
+    sampler::on_covered_signal(covered_signal);
+    reporter::start(opts);
     if let Err(err) = sampler::start(opts) {
         log::warn(format_args!("{err}; race detection disabled"));
         sampler::close();
@@ -217,7 +214,7 @@ fn on_tick() -> u32 {
     // reporter started again after the program ran on one thread), which the detector's start covers.
     let last = STATUS_READ_NS.load(Ordering::Relaxed);
     if last != 0 && now.saturating_sub(last) < STATUS_PERIOD_NS {
-        return sampler::resume_after_pause(now);
+        return u32::MAX;
     }
     STATUS_READ_NS.store(now, Ordering::Relaxed);
     let status = tracer::read();
@@ -227,14 +224,14 @@ fn on_tick() -> u32 {
         reporter::exit_in_place_of_the_last_thread();
     }
     check_tracer(status);
-    sampler::resume_after_pause(now)
+    u32::MAX
 }
 
 /// The loader's list of modules as [`covered_signal`] last saw it ([`code::loaded_fingerprint`]).
 static LOADED: AtomicU64 = AtomicU64::new(0);
 
-/// A sampling signal landed in covered code at `regs` (production rates, where the reporter thread is
-/// started on demand): while there is no reporter thread, its periodic look is taken here, once per
+/// A sampling signal landed in covered code at `regs` (the reporter thread is started only when it has
+/// work): while there is none, its periodic look is taken here, once per
 /// [`STATUS_PERIOD_NS`] — a tracer that attached, a module loaded or unloaded (to be scanned for
 /// seccomp filters), a filter in force — and a reporter that has work is started if this thread may
 /// create one here ([`reporter::start_from_signal`]). Async-signal-safe.

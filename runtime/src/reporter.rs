@@ -544,9 +544,6 @@ static STOP: AtomicBool = AtomicBool::new(false);
 /// Set while the reporter thread rests: ended because the program runs on one thread ([`rest`]), to be
 /// started again with the program's next thread ([`wake_from_rest`]).
 static RESTING: AtomicBool = AtomicBool::new(false);
-/// Whether the reporter thread is started only when it has work ([`wanted`]), not with the program's
-/// second thread: at production rates, where a process that never reports a race never has it.
-static ON_DEMAND: AtomicBool = AtomicBool::new(false);
 /// Set, from anywhere (signal handlers included), when the reporter thread has work besides the queue:
 /// a tracer to watch, modules to scan ([`request`]).
 static WANTED: AtomicBool = AtomicBool::new(false);
@@ -779,11 +776,11 @@ pub fn request() {
     sys::wake::notify();
 }
 
-/// An on-demand reporter (see [`ON_DEMAND`]) that had nothing to do since `busy_at` (monotonic ns) for
+/// A reporter thread that had nothing to do since `busy_at` (monotonic ns) for
 /// [`RETIRE_AFTER_NS`] ends itself: it lets go of the module files it read for reports, detaches
 /// itself and rests; [`wanted`] work starts it again. True when it retired (return at once).
 fn retire_if_idle(busy_at: u64) -> bool {
-    if !ON_DEMAND.load(Ordering::Acquire) || sys::thread::monotonic_ns().saturating_sub(busy_at) < RETIRE_AFTER_NS {
+    if sys::thread::monotonic_ns().saturating_sub(busy_at) < RETIRE_AFTER_NS {
         return false;
     }
     if wanted() || BUSY.load(Ordering::SeqCst) || UNLOADED.load(Ordering::Acquire) || !TICK_IDLE.get().is_none_or(|idle| idle()) {
@@ -856,11 +853,10 @@ pub fn on_tick_idle(idle: fn() -> bool) {
 
 /// Starts the reporter thread (once per process; later calls do nothing). The thread has every signal
 /// blocked for its whole life.
-pub fn start(options: &Options, on_demand: bool) {
+pub fn start(options: &Options) {
     if THREAD.load(Ordering::Acquire) != 0 {
         return;
     }
-    ON_DEMAND.store(on_demand, Ordering::Release);
     // Where threads are created, for the reports: this thread's stack bounds, then every creation.
     sys::creation::record_this_thread();
     sys::creation::set_capture(crate::unwind::capture_creation);
@@ -871,29 +867,13 @@ pub fn start(options: &Options, on_demand: bool) {
     STOP.store(false, Ordering::Release);
     // Found now, outside any signal handler: a start from one ([`start_from_signal`]) looks nothing up.
     let _ = sys::thread::runtime_threads_uncounted();
-    if on_demand {
-        RESTING.store(true, Ordering::Release);
-        return;
-    }
-    match spawn() {
-        Some(thread) => THREAD.store(thread, Ordering::Release),
-        None => log::warn(format_args!("cannot start the reporter thread; reports are printed at exit")),
-    }
-}
-
-/// The program is creating a thread: a resting reporter starts again (on demand: when it has work).
-pub fn program_creates_thread() {
-    if ON_DEMAND.load(Ordering::Acquire) {
-        wake_if_wanted();
-    } else {
-        wake_from_rest();
-    }
+    RESTING.store(true, Ordering::Release);
 }
 
 /// At a point where the program's thread may create one (an interposed call): starts an on-demand
 /// reporter that has work ([`wanted`]).
 pub fn wake_if_wanted() {
-    if ON_DEMAND.load(Ordering::Acquire) && RESTING.load(Ordering::Acquire) && wanted() {
+    if RESTING.load(Ordering::Acquire) && wanted() {
         wake_from_rest();
     }
 }
@@ -902,7 +882,7 @@ pub fn wake_if_wanted() {
 /// has work, when the interrupted thread holds no lock thread creation needs ([`crate::spawn_point`]);
 /// at most one try per [`SIGNAL_TRY_GAP_NS`]. `now`: monotonic ns. Async-signal-safe in that case.
 pub fn start_from_signal(regs: &sys::signal::Regs, now: u64) {
-    if !ON_DEMAND.load(Ordering::Acquire) || !RESTING.load(Ordering::Acquire) || !wanted() {
+    if !RESTING.load(Ordering::Acquire) || !wanted() {
         return;
     }
     let last = SIGNAL_TRY_NS.load(Ordering::Relaxed);

@@ -72,10 +72,10 @@ static SEED: AtomicU64 = AtomicU64::new(0);
 static COLD_BIAS: AtomicBool = AtomicBool::new(true);
 /// Whether a sample declines to watch while no other program thread runs (`watch_alone=0`).
 static SKIP_ALONE: AtomicBool = AtomicBool::new(true);
-/// When the timers were switched off because sampling could find nothing for a while (0: they are not
-/// paused): a signal found no other program thread running ([`pause_while_alone`]), or a run of samples
-/// all landed in memory only their own thread uses ([`PRIVATE_RUN`]). The reporter's tick turns them
-/// on again [`pause_ms`] later ([`resume_after_pause`]).
+/// When sampling paused because it could find nothing for a while (0: it is not paused): a signal found
+/// no other program thread running ([`pause_while_alone`]), or a run of samples all landed in memory
+/// only their own thread uses ([`PRIVATE_RUN`]). The signals return at once until [`pause_ms`] later
+/// ([`paused_here`]).
 static PAUSED_AT_NS: AtomicU64 = AtomicU64::new(0);
 /// Samples in a row (process-wide) that the private-memory bias declined; a watch starts it again.
 static PRIVATE_RUN: AtomicU32 = AtomicU32::new(0);
@@ -196,10 +196,9 @@ fn set_boost(on: bool) {
 }
 
 /// The signal's thread is alone (no other program thread got a timer signal within the horizon: they
-/// are blocked, or gone): nobody can race with it, and every signal would only cost. Switches the timers
-/// off (every thread's: the others are not running) for [`pause_ms`] ([`pause`]); not within the
-/// horizon after sampling was switched on, when the other threads may not have had their first signal
-/// yet. True when sampling is paused. Async-signal-safe.
+/// are blocked, or gone): nobody can race with it, and every sample would only cost. Sampling pauses for
+/// [`pause_ms`] ([`pause`]); not within the horizon after sampling was switched on, when the other
+/// threads may not have had their first signal yet. True when sampling is paused. Async-signal-safe.
 fn pause_while_alone(now: u64) -> bool {
     if now.saturating_sub(SAMPLING_SINCE_NS.load(Ordering::Relaxed)) < running::horizon_ns() {
         return false;
@@ -208,58 +207,54 @@ fn pause_while_alone(now: u64) -> bool {
     true
 }
 
-/// Switches the timers off (every thread's) for [`pause_ms`], counting the pause under `why` (unless
-/// they are paused already), and wakes the reporter thread, whose tick turns them on again. Async-signal-safe.
+/// Pauses sampling for [`pause_ms`], counting the pause under `why` (unless it is paused already): the
+/// signals meanwhile return at once ([`paused_here`]), and the boost timer is off until the signals'
+/// mix asks for it again. The timers themselves stay on, so that nobody (no thread of racewatch's) has
+/// to switch them on again. Async-signal-safe.
 fn pause(why: Counter, now: u64) {
-    if WINDOWS.load(Ordering::Relaxed) == SPIN {
-        // Production rates: the timers stay on and the signals meanwhile return at once
-        // ([`paused_here`]); nobody needs to be woken to switch them on again.
-        if PAUSED_AT_NS.compare_exchange(0, now.max(1), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-            stats::bump(why);
-        }
-        return;
-    }
     if PAUSED_AT_NS.compare_exchange(0, now.max(1), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-        for timer in [timer(), boost_timer()].into_iter().flatten() {
-            let _ = timer.disable();
-        }
+        set_boost(false);
         stats::bump(why);
-        crate::sys::wake::notify();
     }
 }
 
-/// Called by the reporter's tick at `now`: turns the timers on again, as they were wanted, once a pause
-/// has lasted [`pause_ms`]. Returns how many ms until the tick should look again (`u32::MAX`: no pause
-/// pending; the next one wakes the reporter).
-pub fn resume_after_pause(now: u64) -> u32 {
+/// Whether a pause ([`pause`]) holds at `now`: the signal returns at once. The first signal after the
+/// pause ends it. Async-signal-safe.
+fn paused_here(now: u64) -> bool {
     let at = PAUSED_AT_NS.load(Ordering::Acquire);
-    if at == 0 || WINDOWS.load(Ordering::Relaxed) == SPIN {
-        return u32::MAX;
+    if at == 0 {
+        return false;
     }
-    let due = at.saturating_add(u64::from(pause_ms()) * 1_000_000);
-    if now < due {
-        return ((due - now).div_ceil(1_000_000)) as u32;
+    if now < at.saturating_add(u64::from(pause_ms()) * 1_000_000) {
+        return true;
     }
-    if PAUSED_AT_NS.compare_exchange(at, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-        for (timer, on) in [(timer(), &ENABLED), (boost_timer(), &BOOST_ON)] {
-            if let Some(timer) = timer.filter(|_| on.load(Ordering::Acquire)) {
-                let _ = timer.enable();
-            }
-        }
-    }
-    u32::MAX
+    let _ = PAUSED_AT_NS.compare_exchange(at, 0, Ordering::AcqRel, Ordering::Relaxed);
+    false
 }
 
 /// How long a pause lasts: 10 ms at the test and debug rates (a thread that starts running, or touches
-/// shared memory, meanwhile waits at most this long for its samples); at production rates (a signal
-/// every 25 ms or more) 100 ms, so that a production process with one busy thread wakes the reporter
-/// about ten times a second, not a hundred.
+/// shared memory, meanwhile waits at most this long for its samples); 100 ms at production rates (a
+/// signal every 25 ms or more).
 pub fn pause_ms() -> u32 {
     if WINDOWS.load(Ordering::Relaxed) != SPIN {
         10
     } else {
         100
     }
+}
+
+/// Whether sampling waits for the reporter thread to start it again: paused while a tracer is attached.
+pub fn needs_reporter() -> bool {
+    PAUSED.load(Ordering::Acquire)
+}
+
+/// Called from sampling signals that landed in covered code: the detector's checks that need no thread
+/// of their own (see [`crate::detector`]).
+static ON_COVERED_SIGNAL: std::sync::OnceLock<fn(&Regs, u64)> = std::sync::OnceLock::new();
+
+/// Sets what sampling signals in covered code call (once per process).
+pub fn on_covered_signal(check: fn(&Regs, u64)) {
+    let _ = ON_COVERED_SIGNAL.set(check);
 }
 
 /// How many signal handlers hold the timers now ([`hold`]).
@@ -280,9 +275,9 @@ pub fn hold(on: bool) {
     if HELD.fetch_sub(1, Ordering::AcqRel) != 1 {
         return;
     }
-    // Stopped or paused meanwhile: left off. Checked again after enabling, so that a stop or pause
-    // between the check and the enable is not undone.
-    let wanted = |on: &AtomicBool| on.load(Ordering::Acquire) && PAUSED_AT_NS.load(Ordering::Acquire) == 0;
+    // Stopped meanwhile: left off. Checked again after enabling, so that a stop between the check and
+    // the enable is not undone.
+    let wanted = |on: &AtomicBool| on.load(Ordering::Acquire);
     for (timer, on) in timers() {
         if let Some(timer) = timer.filter(|_| wanted(on)) {
             let _ = timer.enable();
@@ -291,42 +286,6 @@ pub fn hold(on: bool) {
             }
         }
     }
-}
-
-/// At production rates, whether a pause ([`pause`]) holds at `now`: the signal returns at once. The
-/// first signal after the pause ends it. Async-signal-safe.
-fn paused_here(now: u64) -> bool {
-    let at = PAUSED_AT_NS.load(Ordering::Acquire);
-    if at == 0 || WINDOWS.load(Ordering::Relaxed) != SPIN {
-        return false;
-    }
-    if now < at.saturating_add(u64::from(pause_ms()) * 1_000_000) {
-        return true;
-    }
-    let _ = PAUSED_AT_NS.compare_exchange(at, 0, Ordering::AcqRel, Ordering::Relaxed);
-    false
-}
-
-/// Whether the reporter thread is needed to start sampling again: paused for a tracer, or (at the test
-/// and debug rates) timers switched off for a pause.
-pub fn needs_reporter() -> bool {
-    PAUSED.load(Ordering::Acquire)
-        || (WINDOWS.load(Ordering::Relaxed) != SPIN && PAUSED_AT_NS.load(Ordering::Acquire) != 0)
-}
-
-/// Whether `options` sample at a production rate, where watch windows spin, pauses need nobody to end
-/// them, and the reporter thread is started only when it has work.
-pub fn production_rate(options: &Options) -> bool {
-    options.sample_period_us >= SPIN_FROM_PERIOD_US
-}
-
-/// Called from sampling signals that landed in covered code (at production rates): the detector's
-/// checks that need no thread of their own (see [`crate::detector`]).
-static ON_COVERED_SIGNAL: std::sync::OnceLock<fn(&Regs, u64)> = std::sync::OnceLock::new();
-
-/// Sets what sampling signals in covered code call at production rates (once per process).
-pub fn on_covered_signal(check: fn(&Regs, u64)) {
-    let _ = ON_COVERED_SIGNAL.set(check);
 }
 
 /// Set while sampling is paused (a tracer is attached).
@@ -602,7 +561,7 @@ fn on_sample(regs: &Regs) {
     let credits = &CREDITS[tid as usize % CREDITS.len()];
     let credit = credit_before(tid, random, per_sample).saturating_add(1).min(SAVED_SAMPLES * per_sample as u32);
     let watchable = watchable(regs.rip);
-    if watchable && WINDOWS.load(Ordering::Relaxed) == SPIN {
+    if watchable {
         if let Some(check) = ON_COVERED_SIGNAL.get() {
             check(regs, now);
         }

@@ -581,8 +581,9 @@ fn threads_on_their_own_memory_are_rarely_watched() {
     // 2 threads x 17 regions x 2 watches of grace, then 1 in 8, 32, 128, 256: about 150 watches.
     assert!(private > 200 && armed * 4 < private, "declined {private}, armed {armed}: {}", stats_summary(&run.stderr));
     // Runs of 64 declined samples pause the timers for 10 ms.
-    let pauses = stat(&run.stderr, "sampling paused after a run of samples in memory only their own thread was seen in")
-        .unwrap_or(0);
+    let pauses =
+        stat(&run.stderr, "sampling paused after a run of samples in memory only their own thread was seen in")
+            .unwrap_or(0);
     assert!(pauses > 0, "no pause: {}", stats_summary(&run.stderr));
 }
 

@@ -101,6 +101,12 @@ const PROGRAMS: &[Program] = &[
     Program { name: "prefork_exit", source: include_str!("host/prefork_exit.c"), metadata: true, flags: &[] },
     Program { name: "huge_stack", source: include_str!("host/huge_stack.c"), metadata: true, flags: &[] },
     Program {
+        name: "reporter_on_demand",
+        source: include_str!("host/reporter_on_demand.c"),
+        metadata: true,
+        flags: &[],
+    },
+    Program {
         name: "exit_while_last_worker_ends",
         source: include_str!("host/exit_while_last_worker_ends.c"),
         metadata: true,
@@ -1510,6 +1516,62 @@ fn a_raw_seccomp_instruction_is_named_once_and_detection_never_starts() {
     assert!(lines[0].contains(&format!("{}+0x", bin.display())), "names the program and an offset: {}", lines[0]);
     assert_eq!(stat(&run.stderr, "watches armed").unwrap_or(0), 0, "no watch once stepped aside:\n{}", run.stderr);
     assert!(!run.stderr.contains(REPORT_HEADER), "no report once stepped aside:\n{}", run.stderr);
+}
+
+/// A race-free process never has racewatch's reporter thread, at the default rate and at the debug rate:
+/// its raw listing of `/proc/self/task` and another process's view of its `Threads:` are what they are
+/// without racewatch, while the detector samples its two threads.
+#[test]
+fn a_process_that_reports_nothing_never_has_a_reporter_thread() {
+    if skip_detection() {
+        return;
+    }
+    let Some(bin) = program("reporter_on_demand") else { return };
+    let case = case("reporter_on_demand_quiet", "reporter_on_demand", &["quiet"]);
+    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
+    assert_eq!(plain.stdout, "largest task count: 3\nthreads another process saw: 3\n", "{}", plain.stderr);
+    for mode in [Mode::Default, Mode::Sampled] {
+        let run = run_case(&case, mode, &bin, "", &["stats=1"]);
+        assert_eq!(run.stdout, plain.stdout, "{}:\n{}", mode.label(), run.stderr);
+        assert_eq!(stat(&run.stderr, "reporter thread starts"), Some(0), "{}:\n{}", mode.label(), run.stderr);
+        assert!(stat(&run.stderr, "samples").unwrap_or(0) > 0, "{}: not sampled:\n{}", mode.label(), run.stderr);
+    }
+}
+
+/// A process that reported a race has the reporter thread only while it has work: it started from a
+/// sampling signal (the program creates no thread after its two workers), printed, and ended a second
+/// after the race stopped, so the counts at the end are those without racewatch again.
+#[test]
+fn the_reporter_thread_ends_a_second_after_its_last_race() {
+    if skip_detection() {
+        return;
+    }
+    let Some(bin) = program("reporter_on_demand") else { return };
+    let case = case("reporter_on_demand_race", "reporter_on_demand", &["race-then-quiet"]);
+    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
+    assert_eq!(plain.stdout, "largest task count: 3\nthreads another process saw: 3\n", "{}", plain.stderr);
+    for mode in [Mode::Default, Mode::Sampled] {
+        let mut attempt = 0;
+        let (run, runs) = retry_for(Duration::from_secs(60), || {
+            attempt += 1;
+            let run = run_case(&case, mode, &bin, &format!("{attempt}-"), &["stats=1"]);
+            Ok(run.stderr.contains(REPORT_HEADER).then_some(run))
+        })
+        .unwrap_or_else(|why| panic!("{}: no race reported: {why}", mode.label()));
+        assert_eq!(run.stdout, plain.stdout, "{} (run {runs}):\n{}", mode.label(), run.stderr);
+        assert!(
+            stat(&run.stderr, "reporter thread starts from a sampling signal").unwrap_or(0) > 0,
+            "{}: the report was printed by a reporter not started from a signal:\n{}",
+            mode.label(),
+            run.stderr
+        );
+        assert!(
+            stat(&run.stderr, "reporter thread ends after a second without work").unwrap_or(0) > 0,
+            "{}: the reporter did not end:\n{}",
+            mode.label(),
+            run.stderr
+        );
+    }
 }
 
 /// A module `dlopen`ed while the program's (race-free) threads run, with a function that would install a seccomp

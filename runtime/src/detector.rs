@@ -9,10 +9,10 @@
 //! - **Idle**: a program with one thread cannot race, so nothing is started:
 //!   no thread, no perf event, no handler, no descriptor. The program's
 //!   second thread starts the detector, from the interposed `pthread_create`,
-//!   before the real call: the reporter thread first (all signals blocked, so
-//!   it takes no signal of the program's and inherits no perf event), then
-//!   the perf events (inherited by every thread created from then on) and the
-//!   `SIGTRAP` handler.
+//!   before the real call: the perf events (inherited by every thread created
+//!   from then on) and the `SIGTRAP` handler. The reporter thread (all signals
+//!   blocked, so it takes no signal of the program's and inherits no perf
+//!   event) is started only when it has work ([`crate::reporter`]).
 //! - **Off**: the program is entering a seccomp sandbox, or closed or reused
 //!   one of our descriptors. Sampling stops, in-flight handlers finish, the
 //!   reporter prints what it has and ends, our descriptors are closed (or

@@ -53,8 +53,33 @@ pub fn init() {
     crate::sys::xsave::init();
     TABLE.get_or_init(|| {
         let resolved = resolve();
-        build(&resolved, function_bounds)
+        build(&resolved, function_bounds, jump_targets)
     });
+}
+
+/// How far from its entry a jump may lead and still be taken as part of a function's code: glibc's
+/// variants of one function share code (the `memset` chosen without ERMS jumps into the ERMS
+/// variant's loops, under another FDE), while a far target is another function (`__chk_fail`).
+const SHARED_CODE_REACH: u64 = 4096;
+/// Bodies at most added to one entry's by following its jumps.
+const SHARED_BODIES: usize = 8;
+
+/// The targets of the direct jumps (conditional or not, not calls) in the code `[start, end)`.
+fn jump_targets(start: u64, end: u64) -> Vec<u64> {
+    use iced_x86::{Decoder, DecoderOptions, FlowControl, OpKind};
+    let mut code = vec![0u8; usize::try_from(end.saturating_sub(start)).unwrap_or(0).min(64 << 10)];
+    let read = crate::sys::mem::read_into(start, &mut code);
+    let mut decoder = Decoder::with_ip(64, &code[..read], start, DecoderOptions::NONE);
+    let mut targets = Vec::new();
+    while decoder.can_decode() {
+        let instruction = decoder.decode();
+        let jump =
+            matches!(instruction.flow_control(), FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch);
+        if jump && instruction.op0_kind() == OpKind::NearBranch64 {
+            targets.push(instruction.near_branch_target());
+        }
+    }
+    targets
 }
 
 /// `(name, function, address)` of every symbol of [`SYMBOLS`] that libc defines.
@@ -80,8 +105,13 @@ fn function_bounds(pc: u64) -> Option<(u64, u64)> {
     found?.ok().filter(|(start, end)| (*start..*end).contains(&pc))
 }
 
-/// The table for `resolved` symbols (in [`SYMBOLS`] order), bodies bounded by `bounds`.
-fn build(resolved: &[(&'static str, MemFn, u64)], bounds: impl Fn(u64) -> Option<(u64, u64)>) -> Table {
+/// The table for `resolved` symbols (in [`SYMBOLS`] order), bodies bounded by `bounds`, each with the
+/// code its direct jumps (`jumps`) lead to nearby.
+fn build(
+    resolved: &[(&'static str, MemFn, u64)],
+    bounds: impl Fn(u64) -> Option<(u64, u64)>,
+    jumps: impl Fn(u64, u64) -> Vec<u64>,
+) -> Table {
     let mut entries: Vec<Entry> = Vec::new();
     let mut bodies: Vec<Body> = Vec::new();
     for &(name, function, addr) in resolved {
@@ -91,10 +121,27 @@ fn build(resolved: &[(&'static str, MemFn, u64)], bounds: impl Fn(u64) -> Option
         if bodies.iter().any(|b| (b.start..b.end).contains(&addr)) {
             continue;
         }
-        if let Some((start, end)) = bounds(addr).filter(|(start, end)| start < end) {
-            // Never overlapping another body (FDEs do not overlap; be safe anyway).
-            if !bodies.iter().any(|b| start < b.end && b.start < end) {
-                bodies.push(Body { start, end, name });
+        let Some((start, end)) = bounds(addr).filter(|(start, end)| start < end) else { continue };
+        // Never overlapping another body (FDEs do not overlap; be safe anyway).
+        if bodies.iter().any(|b| start < b.end && b.start < end) {
+            continue;
+        }
+        bodies.push(Body { start, end, name });
+        let (mut pending, mut added) = (vec![(start, end)], 0);
+        while let Some((from, to)) = pending.pop() {
+            for target in jumps(from, to) {
+                if added >= SHARED_BODIES
+                    || target.abs_diff(addr) > SHARED_CODE_REACH
+                    || bodies.iter().any(|b| (b.start..b.end).contains(&target))
+                {
+                    continue;
+                }
+                let Some((start, end)) = bounds(target).filter(|(start, end)| start < end) else { continue };
+                if !bodies.iter().any(|b| start < b.end && b.start < end) {
+                    bodies.push(Body { start, end, name });
+                    pending.push((start, end));
+                    added += 1;
+                }
             }
         }
     }
@@ -177,12 +224,35 @@ mod tests {
             0x17d0 => Some((0x17d0, 0x17d9)),
             _ => None,
         };
-        let table = build(&resolved, bounds);
+        let table = build(&resolved, bounds, |_, _| Vec::new());
         assert_eq!(table.entries.len(), 4);
         assert_eq!(table.entries[0], Entry { addr: 0x17c0, function: MemFn::Mempcpy });
         assert_eq!(table.entries.iter().find(|e| e.addr == 0x1800).unwrap().function, MemFn::Memcpy);
         let names: Vec<_> = table.bodies.iter().map(|b| (b.start, b.name)).collect();
         assert_eq!(names, vec![(0x17c0, "mempcpy"), (0x17d0, "__memcpy_chk"), (0x1800, "memcpy")]);
+    }
+
+    #[test]
+    fn code_a_function_jumps_to_nearby_is_part_of_its_body() {
+        // memset's entry (without ERMS) jumps into the ERMS variant's loops under another FDE, and to
+        // __chk_fail far away; the loops jump back.
+        let resolved = [("memset", MemFn::Memset, 0x5000), ("strlen", MemFn::Strlen, 0x9000)];
+        let bounds = |addr: u64| match addr {
+            0x5000..0x5030 => Some((0x5000, 0x5030)),
+            0x5100..0x5200 => Some((0x5100, 0x5200)),
+            0x9000..0x9040 => Some((0x9000, 0x9040)),
+            0x0100..0x0200 => Some((0x0100, 0x0200)),
+            _ => None,
+        };
+        let jumps = |start: u64, _end: u64| match start {
+            0x5000 => vec![0x5010, 0x5150, 0x0120],
+            0x5100 => vec![0x5008, 0x5180],
+            _ => Vec::new(),
+        };
+        let table = build(&resolved, bounds, jumps);
+        let names: Vec<_> = table.bodies.iter().map(|b| (b.start, b.name)).collect();
+        assert_eq!(names, vec![(0x5000, "memset"), (0x5100, "memset"), (0x9000, "strlen")]);
+        assert_eq!(table.entries.len(), 2, "entries stay the symbols' own");
     }
 
     #[test]

@@ -2,8 +2,11 @@
 //!
 //! Signal handlers only push fixed-size [`RaceEvent`]s into [`crate::queue`];
 //! everything that allocates or locks happens here, on the thread named
-//! `racewatch-reporter`, which sleeps on a futex that pushes wake. The
-//! per-report work is in [`Reporter`] (no globals, so it is testable);
+//! `racewatch-reporter`, which sleeps on a futex that pushes wake. The thread
+//! exists only while it has work ([`wanted`]): it is started from the program's
+//! next interposed call ([`wake_if_wanted`]) or from a sampling signal at a
+//! spawn point ([`start_from_signal`]), and ends itself after a second without
+//! work. The per-report work is in [`Reporter`] (no globals, so it is testable);
 //! [`start`] and [`shutdown`] are the process-wide glue.
 
 use crate::event::{AccessRecord, RaceEvent};
@@ -541,8 +544,8 @@ static THREAD: AtomicU64 = AtomicU64::new(0);
 static REPORTER_TID: AtomicI32 = AtomicI32::new(0);
 /// Set to make the reporter thread drain the queue once more and end.
 static STOP: AtomicBool = AtomicBool::new(false);
-/// Set while the reporter thread rests: ended because the program runs on one thread ([`rest`]), to be
-/// started again with the program's next thread ([`wake_from_rest`]).
+/// Set while there is no reporter thread: not started yet, ended after a second without work, or
+/// ended because the program runs on one thread ([`rest`]); started when there is work.
 static RESTING: AtomicBool = AtomicBool::new(false);
 /// Set, from anywhere (signal handlers included), when the reporter thread has work besides the queue:
 /// a tracer to watch, modules to scan ([`request`]).
@@ -551,10 +554,11 @@ static WANTED: AtomicBool = AtomicBool::new(false);
 static SIGNAL_TRY_NS: AtomicU64 = AtomicU64::new(0);
 /// At most one try from a signal handler per this many ns: each unwinds the interrupted stack.
 const SIGNAL_TRY_GAP_NS: u64 = 10_000_000;
-/// An on-demand reporter with nothing to do for this long ends itself ([`retire_if_idle`]).
+/// A reporter thread with nothing to do for this long ends itself ([`retire_if_idle`]).
 const RETIRE_AFTER_NS: u64 = 1_000_000_000;
-/// Held by [`rest`] and [`wake_from_rest`], so that a thread the program creates while another one ends
-/// finds the reporter either running or resting, never half-way (a flag, reset in a forked child).
+/// Held by [`rest`], [`wake_from_rest`] and the reporter's own end ([`retire_if_idle`]), so that a thread
+/// the program creates while another one ends finds the reporter either running or resting, never
+/// half-way (a flag, reset in a forked child).
 static CONTROL: AtomicBool = AtomicBool::new(false);
 
 /// The thread holding [`CONTROL`] (0: none).
@@ -783,7 +787,11 @@ fn retire_if_idle(busy_at: u64) -> bool {
     if sys::thread::monotonic_ns().saturating_sub(busy_at) < RETIRE_AFTER_NS {
         return false;
     }
-    if wanted() || BUSY.load(Ordering::SeqCst) || UNLOADED.load(Ordering::Acquire) || !TICK_IDLE.get().is_none_or(|idle| idle()) {
+    if wanted()
+        || BUSY.load(Ordering::SeqCst)
+        || UNLOADED.load(Ordering::Acquire)
+        || !TICK_IDLE.get().is_none_or(|idle| idle())
+    {
         return false;
     }
     let Some(_control) = Control::try_take() else { return false };
@@ -851,8 +859,8 @@ pub fn on_tick_idle(idle: fn() -> bool) {
     let _ = TICK_IDLE.set(idle);
 }
 
-/// Starts the reporter thread (once per process; later calls do nothing). The thread has every signal
-/// blocked for its whole life.
+/// Sets the reporter up (once per process; later calls do nothing), without its thread: that is started
+/// when there is work. The thread has every signal blocked for its whole life.
 pub fn start(options: &Options) {
     if THREAD.load(Ordering::Acquire) != 0 {
         return;
@@ -927,7 +935,7 @@ fn install_suppressed_pcs(suppressions: &Suppressions) {
 /// user namespace) and as `/proc/self/task` shows it. Call from the program's last thread but one as
 /// it ends; its `pthread_join` in the other returns after the reporter is gone. What is queued is
 /// printed first, waited for as at exit (about a second, longer while it reads debug info); a reporter
-/// still printing after that ends after its round. [`wake_from_rest`] starts it again.
+/// still printing after that ends after its round. It is started again when there is work.
 pub fn rest() {
     let _no_cancel = sys::thread::NoCancel::hold();
     let _control = Control::take();
@@ -993,8 +1001,9 @@ fn unable_to_print() -> bool {
     RESTING.load(Ordering::Acquire) || ABANDONED.load(Ordering::Acquire)
 }
 
-/// Starts the reporter thread again if it rests ([`rest`]): the program is creating a thread.
-pub fn wake_from_rest() {
+/// Starts the reporter thread if there is none (call where there is work for it, from a place where the
+/// calling thread may create one).
+fn wake_from_rest() {
     if !RESTING.load(Ordering::Acquire) {
         return;
     }

@@ -63,9 +63,8 @@ pub fn init() {
         }
     });
     ENTRY.store(crate::sys::process::entry_point(), Ordering::Relaxed);
-    let libc_allocator = [c"malloc", c"calloc", c"free"]
-        .iter()
-        .all(|name| crate::sys::dl::global_symbol(name).is_some_and(in_system));
+    let libc_allocator =
+        [c"malloc", c"calloc", c"free"].iter().all(|name| crate::sys::dl::global_symbol(name).is_some_and(in_system));
     LIBC_MALLOC.store(slot > 0 && libc_allocator && glibc_at_least(2, 35), Ordering::Release);
     PID.store(crate::sys::raw::getpid(), Ordering::Release);
 }

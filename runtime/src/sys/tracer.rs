@@ -49,15 +49,17 @@ pub struct Status {
     pub seccomp: bool,
 }
 
-/// Reads the status now (`Status::default()` when it cannot be read).
+/// Reads the status now (`Status::default()` when it cannot be read). Async-signal-safe, never a
+/// cancellation point.
 pub fn read() -> Status {
     let fd = STATUS.load(Ordering::Acquire);
     if fd < 0 || !fd::is_own(fd) {
         return Status::default();
     }
     let mut buf = [0u8; 4096];
-    // SAFETY: pread into a live buffer of its length from a descriptor of ours.
-    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    // The raw call: libc's `pread` is a cancellation point, and a sampling signal's handler reads this
+    // in program threads (a cancel pending there would unwind through racewatch's frames).
+    let n = super::raw::syscall6(libc::SYS_pread64, [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]);
     usize::try_from(n).ok().and_then(|n| buf.get(..n)).map(parse).unwrap_or_default()
 }
 

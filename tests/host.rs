@@ -529,6 +529,10 @@ fn cases() -> Vec<Case> {
             "process Threads:\t3",
             "stat threads: 3",
             "task entries: 3",
+            "openat Threads:\t3",
+            "dotdot Threads:\t3",
+            "fdopendir task entries: 3",
+            "relative Threads:\t3",
             "done",
         ]),
         // The reporter thread starting again with each round's first thread is never listed, with readdir

@@ -794,25 +794,25 @@ pub extern "C" fn dlclose(handle: *mut c_void) -> c_int {
 /// ([`proc_view`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    proc_open(path, flags).unwrap_or_else(|| real::open(false, path, flags, mode))
+    proc_open(path, flags).unwrap_or_else(|| identified(real::open(false, path, flags, mode), path, flags))
 }
 
 /// Interposed `open64`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    proc_open(path, flags).unwrap_or_else(|| real::open(true, path, flags, mode))
+    proc_open(path, flags).unwrap_or_else(|| identified(real::open(true, path, flags, mode), path, flags))
 }
 
-/// Interposed `openat` (a relative path is never one of the files [`proc_view`] rewrites).
+/// Interposed `openat` (a path relative to `dir` is identified by what it opened).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    proc_open(path, flags).unwrap_or_else(|| real::openat(false, dir, path, flags, mode))
+    proc_open(path, flags).unwrap_or_else(|| identified(real::openat(false, dir, path, flags, mode), path, flags))
 }
 
 /// Interposed `openat64`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    proc_open(path, flags).unwrap_or_else(|| real::openat(true, dir, path, flags, mode))
+    proc_open(path, flags).unwrap_or_else(|| identified(real::openat(true, dir, path, flags, mode), path, flags))
 }
 
 fn proc_open(path: *const c_char, flags: c_int) -> Option<c_int> {
@@ -822,16 +822,44 @@ fn proc_open(path: *const c_char, flags: c_int) -> Option<c_int> {
     proc_view::open(opt_cstr(path)?, flags)
 }
 
+/// Descriptor `fd`, which the program opened as `path`: when the kernel names it one of the process's
+/// own status files ([`proc_view`]) under a name the path did not spell out (`openat` of `status` in a
+/// descriptor of `/proc/self`, `/proc/self/../self/status`, a relative path after `chdir("/proc/self")`),
+/// the same number now refers to the program's view of it.
+fn identified(fd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    if fd < 0 || !opt_cstr(path).is_some_and(|p| proc_view::worth_identifying(p.to_bytes())) {
+        return fd;
+    }
+    let mut name = [0u8; 128];
+    let Some(len) = fd::procfs_name(fd, &mut name) else { return fd };
+    let Ok(name) = std::ffi::CStr::from_bytes_with_nul(&name[..=len]) else { return fd };
+    if let Some(view) = proc_view::open(name, flags) {
+        fd::replace_with(view, fd, flags & libc::O_CLOEXEC != 0);
+    }
+    fd
+}
+
+/// What directory descriptor `fd`, opened as `path` (`None`: handed over by the program, `fdopendir`),
+/// lists when the kernel names it the process's `task` or `fd` directory under another name.
+fn identified_listing(fd: c_int, path: Option<&std::ffi::CStr>) -> Option<proc_view::Target> {
+    if !path.map_or(proc_view::worth_identifying(b""), |p| proc_view::worth_identifying(p.to_bytes())) {
+        return None;
+    }
+    let mut name = [0u8; 128];
+    let len = fd::procfs_name(fd, &mut name)?;
+    proc_view::listing(std::ffi::CStr::from_bytes_with_nul(&name[..=len]).ok()?)
+}
+
 /// Interposed `fopen`: as `open`, for reading.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    proc_fopen(path, mode).unwrap_or_else(|| real::fopen(false, path, mode))
+    proc_fopen(path, mode).unwrap_or_else(|| identified_file(real::fopen(false, path, mode), path, mode))
 }
 
 /// Interposed `fopen64`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    proc_fopen(path, mode).unwrap_or_else(|| real::fopen(true, path, mode))
+    proc_fopen(path, mode).unwrap_or_else(|| identified_file(real::fopen(true, path, mode), path, mode))
 }
 
 fn proc_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut libc::FILE> {
@@ -845,15 +873,40 @@ fn proc_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut libc::FIL
     file
 }
 
+/// A stream the program opened as `path` for reading, its descriptor [`identified`].
+fn identified_file(file: *mut libc::FILE, path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    let flags = opt_cstr(mode).and_then(|mode| proc_view::fopen_flags(mode.to_bytes()));
+    if let (Some(flags), Some(fd)) = (flags, fd::fileno(file)) {
+        identified(fd, path, flags);
+    }
+    file
+}
+
 /// Interposed `opendir`: listings of the process's threads and descriptors leave racewatch's out.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
     let dir = real::opendir(path);
-    if dir.is_null() || !ptr::cstr_starts_with(path, proc_view::PREFIX) {
+    if dir.is_null() {
         return dir;
     }
-    if let Some(target) = opt_cstr(path).and_then(proc_view::listing) {
+    let spelled =
+        opt_cstr(path).filter(|_| ptr::cstr_starts_with(path, proc_view::PREFIX)).and_then(proc_view::listing);
+    let target = spelled.or_else(|| fd::dir_fd(dir).and_then(|n| identified_listing(n, opt_cstr(path))));
+    if let Some(target) = target {
         proc_view::note_listing(dir as usize, target);
+    }
+    dir
+}
+
+/// Interposed `fdopendir`: a listing of the process's threads or descriptors through a descriptor
+/// (`openat` of `task` in a descriptor of `/proc/self`) leaves racewatch's out, as [`opendir`] does.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fdopendir(n: c_int) -> *mut libc::DIR {
+    let dir = real::fdopendir(n);
+    if !dir.is_null() {
+        if let Some(target) = identified_listing(n, None) {
+            proc_view::note_listing(dir as usize, target);
+        }
     }
     dir
 }

@@ -199,6 +199,14 @@ impl std::fmt::Write for Writer<'_> {
     }
 }
 
+/// Whether a file the program opened as `path` might be one of its own `/proc` files under a name
+/// [`classify`] does not know (relative to a directory, through `..`, by a symlink's name under
+/// `/proc`): the opened descriptor's own name is then asked of the kernel. Not while nothing of
+/// racewatch's shows, nor for absolute paths that never mention `proc` (no system call for those).
+pub fn worth_identifying(path: &[u8]) -> bool {
+    anything_to_hide() && (!path.starts_with(b"/") || path.windows(4).any(|w| w == b"proc"))
+}
+
 /// Whether anything of racewatch's shows in the process's `/proc` files now (never in a `vfork` child:
 /// the records are its parent's).
 fn anything_to_hide() -> bool {

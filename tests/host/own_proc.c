@@ -1,7 +1,8 @@
 /* A server that prints its own state from /proc while its threads run, as `ps s` and monitoring
  * endpoints do: its signal masks and dispositions (SigBlk, SigIgn, SigCgt), its thread count (status,
  * stat, the task listing) and its descriptors (the fd listing), read through fopen, open and opendir,
- * for the process, the main thread by id and the calling thread. With "blocked" it blocks SIGTRAP and
+ * for the process, the main thread by id and the calling thread, and by other names of the same files
+ * (openat and fdopendir in /proc/self, "..", a relative path). With "blocked" it blocks SIGTRAP and
  * SIGUSR1 before its threads start (they inherit the mask). */
 #include <dirent.h>
 static void on_usr2(int sig) { (void)sig; }
@@ -54,6 +55,35 @@ static long stat_threads(void) {
   return p ? strtol(p + 1, NULL, 10) : -1;
 }
 
+/* The same files by other names: relative to a descriptor of /proc/self (openat, then fdopendir for
+ * the listings), through "..", and relative to the working directory after chdir. */
+static void print_by_other_names(void) {
+  int self = open("/proc/self", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int fd = openat(self, "status", O_RDONLY);
+  FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
+  char line[512];
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "SigCgt", 6) || !strncmp(line, "SigBlk", 6) || !strncmp(line, "Threads:", 8))
+      printf("openat %s", line);
+  if (f) fclose(f);
+  print_fields("dotdot", "/proc/self/../self/status");
+  int task = openat(self, "task", O_RDONLY | O_DIRECTORY);
+  DIR *dir = task < 0 ? NULL : fdopendir(task);
+  int n = 0;
+  for (struct dirent *e; dir && (e = readdir(dir));)
+    if (e->d_name[0] != '.') n++;
+  if (dir) closedir(dir);
+  printf("fdopendir task entries: %d\n", n);
+  printf("dotdot fd entries: %d\n", count_entries("/proc/self/../self/fd"));
+  char cwd[4096];
+  if (getcwd(cwd, sizeof cwd) && chdir("/proc/self") == 0) {
+    print_fields("relative", "status");
+    printf("relative fd entries: %d\n", count_entries("fd"));
+    if (chdir(cwd) != 0) printf("cannot go back\n");
+  }
+  close(self);
+}
+
 int main(int argc, char **argv) {
   int blocked = argc > 1 && !strcmp(argv[1], "blocked");
   signal(SIGUSR2, on_usr2);
@@ -75,6 +105,7 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "/proc/%d/task", (int)getpid());
   printf("task entries: %d\n", count_entries(path));
   printf("fd entries: %d\n", count_entries("/proc/self/fd"));
+  print_by_other_names();
   rw_join();
   printf("done\n");
   return 0;

@@ -402,3 +402,58 @@ pub fn fdopen(fd: i32, mode: &std::ffi::CStr) -> Option<*mut libc::FILE> {
     let file = unsafe { libc::fdopen(fd, mode.as_ptr()) };
     (!file.is_null()).then_some(file)
 }
+
+/// `statfs.f_type` of procfs.
+const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+
+/// The name the kernel gives descriptor `fd` when it is a file or directory of procfs
+/// (`/proc/1234/status`, `/proc/1234/task`), whatever name it was opened by (relative to a directory
+/// descriptor, through `..`, `thread-self`), written to `out`; `None` for anything else. Two raw system
+/// calls (`fstatfs`, then `readlink` of `/proc/self/fd/N` for procfs only).
+pub fn procfs_name(fd: i32, out: &mut [u8; 128]) -> Option<usize> {
+    // SAFETY: a zeroed `statfs` is a valid out-parameter; fstatfs writes at most its size.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    let rc = crate::sys::raw::syscall6(libc::SYS_fstatfs, [fd as u64, &mut fs as *mut libc::statfs as u64, 0, 0, 0, 0]);
+    if rc != 0 || fs.f_type != PROC_SUPER_MAGIC {
+        return None;
+    }
+    let mut link = crate::fixed::FixedBuf::<32>::new();
+    use std::fmt::Write as _;
+    write!(link, "/proc/self/fd/{fd}\0").ok()?;
+    let args =
+        [libc::AT_FDCWD as u64, link.as_bytes().as_ptr() as u64, out.as_mut_ptr() as u64, out.len() as u64 - 1, 0, 0];
+    let n = crate::sys::raw::syscall6(libc::SYS_readlinkat, args);
+    let n = usize::try_from(n).ok().filter(|&n| n > 0 && n < out.len())?;
+    out[n] = 0;
+    Some(n)
+}
+
+/// Puts the file `with` refers to in place of descriptor `fd` (the same number, close-on-exec as
+/// `cloexec` says) and closes `with`. False when the kernel refused (`fd` is left as it was).
+pub fn replace_with(with: i32, fd: i32, cloexec: bool) -> bool {
+    let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+    let done =
+        crate::sys::raw::syscall6(libc::SYS_dup3, [with as u64, fd as u64, flags as u64, 0, 0, 0]) == i64::from(fd);
+    real::close(with);
+    done
+}
+
+/// The descriptor of a stream (`None` for a null or descriptor-less stream).
+pub fn fileno(file: *mut libc::FILE) -> Option<i32> {
+    if file.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null stream the program's `fopen` just returned.
+    let fd = unsafe { libc::fileno(file) };
+    (fd >= 0).then_some(fd)
+}
+
+/// The descriptor of a directory stream (`None` for a null one).
+pub fn dir_fd(dir: *mut libc::DIR) -> Option<i32> {
+    if dir.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null directory stream the program's `opendir` just returned.
+    let fd = unsafe { libc::dirfd(dir) };
+    (fd >= 0).then_some(fd)
+}

@@ -112,6 +112,7 @@ static OPENAT64: Real = Real::new(c"openat64");
 static FOPEN: Real = Real::new(c"fopen");
 static FOPEN64: Real = Real::new(c"fopen64");
 static OPENDIR: Real = Real::new(c"opendir");
+static FDOPENDIR: Real = Real::new(c"fdopendir");
 static READDIR: Real = Real::new(c"readdir");
 static READDIR64: Real = Real::new(c"readdir64");
 static CLOSEDIR: Real = Real::new(c"closedir");
@@ -165,6 +166,7 @@ const ALL: &[&Real] = &[
     &FOPEN,
     &FOPEN64,
     &OPENDIR,
+    &FDOPENDIR,
     &READDIR,
     &READDIR64,
     &CLOSEDIR,
@@ -556,6 +558,11 @@ pub fn fopen(large: bool, path: *const c_char, mode: *const c_char) -> *mut libc
 /// The real `opendir`.
 pub fn opendir(path: *const c_char) -> *mut libc::DIR {
     call!(OPENDIR, std::ptr::null_mut(), fn(*const c_char) -> *mut libc::DIR, path)
+}
+
+/// The real `fdopendir`.
+pub fn fdopendir(fd: c_int) -> *mut libc::DIR {
+    call!(FDOPENDIR, std::ptr::null_mut(), fn(c_int) -> *mut libc::DIR, fd)
 }
 
 /// The real `readdir` (`readdir64` when `large`; the same layout on x86-64).

@@ -46,9 +46,10 @@ pub const HOST_BUDGET: usize = 1024;
 pub const RUNTIME_STACK: usize = 64 << 10;
 /// Runtime stacks in the pool: watch windows (at most 4) plus concurrent traps and samples.
 const POOL: usize = 16;
-/// Runtime stacks in the pool of a process under `mlockall(MCL_FUTURE)`, where all of the pool is
-/// locked memory of the program's budget (1.1 MiB for 16): the watch windows and a few more signals.
-const LOCKED_POOL: usize = 6;
+/// Runtime stacks in the pool of a process with a memory budget: under `mlockall(MCL_FUTURE)`, where all
+/// of the pool is locked memory (1.1 MiB for 16), or an `RLIMIT_AS` or `RLIMIT_DATA`, where its address
+/// space is the program's: the watch windows and a few more signals.
+const BUDGET_POOL: usize = 6;
 /// Runtime stacks in this process's pool.
 static POOL_SIZE: AtomicUsize = AtomicUsize::new(POOL);
 /// Bounds of a runtime alternate signal stack's size.
@@ -77,7 +78,8 @@ pub fn init_pool() -> bool {
         return true;
     }
     let slot = RUNTIME_STACK + PAGE;
-    let size = if LOCKING_FUTURE.load(Ordering::Relaxed) { LOCKED_POOL } else { POOL };
+    let budget = LOCKING_FUTURE.load(Ordering::Relaxed) || crate::sys::mem::memory_headroom().is_some();
+    let size = if budget { BUDGET_POOL } else { POOL };
     let Some(base) = map(slot * size) else { return false };
     for i in 0..size {
         protect_guard(base + i * slot);

@@ -308,6 +308,8 @@ fn child_halt() {
     }
     reporter::start(&Options { halt_on_error: true, exitcode: 77, ..Options::DEFAULT });
     assert!(queue::push(&event(std::process::id() as i32 + 1, std::process::id() as i32)));
+    // The reporter thread starts when there is work, at the program's next interposed call.
+    reporter::wake_if_wanted();
     std::thread::sleep(std::time::Duration::from_secs(10));
     panic!("halt_on_error did not stop the process");
 }
@@ -327,8 +329,16 @@ fn child_drain() {
         return;
     }
     reporter::start(&Options::DEFAULT);
-    std::thread::sleep(std::time::Duration::from_millis(50));
     let me = racewatch::sys::thread::gettid();
+    assert!(!reporter::has_thread(), "a reporter thread before there is work");
+    let first = event(me + 1, me);
+    let mut second = first;
+    second.previous = record(me, writer_side, false, 0x7f00_0000_1000);
+    for e in [first, second, first, second] {
+        assert!(queue::push(&e));
+    }
+    // The reporter thread starts when there is work, at the program's next interposed call.
+    reporter::wake_if_wanted();
     assert!(!reporter::is_reporter_thread(me));
     let reporter_tid = std::fs::read_dir("/proc/self/task")
         .unwrap()
@@ -341,12 +351,6 @@ fn child_drain() {
         .next()
         .expect("a thread named racewatch-reporter");
     assert!(reporter::is_reporter_thread(reporter_tid));
-    let first = event(me + 1, me);
-    let mut second = first;
-    second.previous = record(me, writer_side, false, 0x7f00_0000_1000);
-    for e in [first, second, first, second] {
-        assert!(queue::push(&e));
-    }
     reporter::shutdown();
     println!("reports printed: {}", racewatch::stats::get(racewatch::stats::Counter::ReportsPrinted));
 }

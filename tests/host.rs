@@ -106,6 +106,7 @@ const PROGRAMS: &[Program] = &[
         metadata: true,
         flags: &[],
     },
+    Program { name: "own_malloc", source: include_str!("host/own_malloc.c"), metadata: true, flags: &[] },
     Program {
         name: "exit_while_last_worker_ends",
         source: include_str!("host/exit_while_last_worker_ends.c"),
@@ -1576,6 +1577,32 @@ fn the_reporter_thread_ends_a_second_after_its_last_race() {
             run.stderr
         );
     }
+}
+
+/// A program with its own `malloc`, whose threads race while `main` sleeps and leaves with `_exit`: no
+/// sampling signal may start the reporter thread (it could interrupt the allocator holding its lock), so
+/// it starts with the program's second thread, as it always did, and the race is printed while the
+/// program runs rather than never.
+#[test]
+fn a_program_with_its_own_malloc_is_reported_while_it_runs() {
+    if skip_detection() {
+        return;
+    }
+    let Some(bin) = program("own_malloc") else { return };
+    let case = case("own_malloc_races", "own_malloc", &[]);
+    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
+    assert_eq!((plain.status.as_str(), plain.stdout.as_str()), ("exit 0", "racing\n"), "{}", plain.stderr);
+    let mut attempt = 0;
+    let (run, runs) = retry_for(Duration::from_secs(60), || {
+        attempt += 1;
+        let run = run_case(&case, Mode::Default, &bin, &format!("{attempt}-"), &[]);
+        if (run.status.as_str(), run.stdout.as_str()) != ("exit 0", "racing\n") {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+        }
+        Ok(run.stderr.contains(REPORT_HEADER).then_some(run))
+    })
+    .unwrap_or_else(|why| panic!("no race reported while the program ran: {why}"));
+    eprintln!("own malloc: reported in run {runs}:\n{}", run.stderr.lines().next().unwrap_or_default());
 }
 
 /// A module `dlopen`ed while the program's (race-free) threads run, with a function that would install a seccomp

@@ -72,7 +72,7 @@ pub fn is_sandboxed() -> bool {
 /// process's second thread and covered code is indexed.
 pub fn before_thread_create() {
     if is_running() {
-        reporter::wake_if_wanted();
+        reporter::program_creates_thread();
     }
     if STATE.load(Ordering::Acquire) != IDLE || !registry::with_index(|i| i.functions() > 0) {
         return;
@@ -132,9 +132,10 @@ fn start(opts: &Options) -> bool {
     signal::on_sampling(sampler::stop, sampler::hold);
     thread::on_program_thread_ending(program_thread_ending);
     spawn_point::init();
+    spawn_point::set_filtered(tracer::read().seccomp);
     LOADED.store(code::loaded_fingerprint(), Ordering::Relaxed);
     sampler::on_covered_signal(covered_signal);
-    reporter::start(opts);
+    reporter::start(opts, spawn_point::possible());
     if let Err(err) = sampler::start(opts) {
         log::warn(format_args!("{err}; race detection disabled"));
         sampler::close();

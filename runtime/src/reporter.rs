@@ -547,6 +547,10 @@ static STOP: AtomicBool = AtomicBool::new(false);
 /// Set while there is no reporter thread: not started yet, ended after a second without work, or
 /// ended because the program runs on one thread ([`rest`]); started when there is work.
 static RESTING: AtomicBool = AtomicBool::new(false);
+/// Whether the reporter thread is started only when it has work ([`wanted`]): where a sampling signal
+/// may start it ([`crate::spawn_point::possible`]). Elsewhere (a program with its own `malloc`, under a
+/// seccomp filter) it starts with the detector, as the program's second thread starts, and stays.
+static ON_DEMAND: AtomicBool = AtomicBool::new(true);
 /// Set, from anywhere (signal handlers included), when the reporter thread has work besides the queue:
 /// a tracer to watch, modules to scan ([`request`]).
 static WANTED: AtomicBool = AtomicBool::new(false);
@@ -780,11 +784,11 @@ pub fn request() {
     sys::wake::notify();
 }
 
-/// A reporter thread that had nothing to do since `busy_at` (monotonic ns) for
+/// An on-demand reporter thread ([`ON_DEMAND`]) that had nothing to do since `busy_at` (monotonic ns) for
 /// [`RETIRE_AFTER_NS`] ends itself: it lets go of the module files it read for reports, detaches
 /// itself and rests; [`wanted`] work starts it again. True when it retired (return at once).
 fn retire_if_idle(busy_at: u64) -> bool {
-    if sys::thread::monotonic_ns().saturating_sub(busy_at) < RETIRE_AFTER_NS {
+    if !ON_DEMAND.load(Ordering::Acquire) || sys::thread::monotonic_ns().saturating_sub(busy_at) < RETIRE_AFTER_NS {
         return false;
     }
     if wanted()
@@ -861,10 +865,11 @@ pub fn on_tick_idle(idle: fn() -> bool) {
 
 /// Sets the reporter up (once per process; later calls do nothing), without its thread: that is started
 /// when there is work. The thread has every signal blocked for its whole life.
-pub fn start(options: &Options) {
+pub fn start(options: &Options, on_demand: bool) {
     if THREAD.load(Ordering::Acquire) != 0 {
         return;
     }
+    ON_DEMAND.store(on_demand, Ordering::Release);
     // Where threads are created, for the reports: this thread's stack bounds, then every creation.
     sys::creation::record_this_thread();
     sys::creation::set_capture(crate::unwind::capture_creation);
@@ -876,6 +881,22 @@ pub fn start(options: &Options) {
     // Found now, outside any signal handler: a start from one ([`start_from_signal`]) looks nothing up.
     let _ = sys::thread::runtime_threads_uncounted();
     RESTING.store(true, Ordering::Release);
+    if !on_demand {
+        wake_from_rest();
+        if RESTING.load(Ordering::Acquire) {
+            log::warn(format_args!("cannot start the reporter thread; reports are printed at exit"));
+        }
+    }
+}
+
+/// The program is creating a thread: a resting reporter starts when it has work, or (where it is not
+/// started on demand) again with the program's next thread.
+pub fn program_creates_thread() {
+    if ON_DEMAND.load(Ordering::Acquire) {
+        wake_if_wanted();
+    } else {
+        wake_from_rest();
+    }
 }
 
 /// At a point where the program's thread may create one (an interposed call): starts an on-demand
@@ -890,7 +911,7 @@ pub fn wake_if_wanted() {
 /// has work, when the interrupted thread holds no lock thread creation needs ([`crate::spawn_point`]);
 /// at most one try per [`SIGNAL_TRY_GAP_NS`]. `now`: monotonic ns. Async-signal-safe in that case.
 pub fn start_from_signal(regs: &sys::signal::Regs, now: u64) {
-    if !RESTING.load(Ordering::Acquire) || !wanted() {
+    if !ON_DEMAND.load(Ordering::Acquire) || !RESTING.load(Ordering::Acquire) || !wanted() {
         return;
     }
     let last = SIGNAL_TRY_NS.load(Ordering::Relaxed);

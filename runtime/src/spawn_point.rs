@@ -76,6 +76,12 @@ fn glibc_at_least(major: u32, minor: u32) -> bool {
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
 }
 
+/// Whether sampling signals may start the reporter thread in this process at all (after [`init`]):
+/// libc's own allocator, glibc 2.35 or later, no seccomp filter seen.
+pub fn possible() -> bool {
+    LIBC_MALLOC.load(Ordering::Acquire) && !FILTERED.load(Ordering::Acquire)
+}
+
 /// Whether `pc` is in libc, the loader or racewatch.
 fn in_system(pc: u64) -> bool {
     (0..RANGES).any(|i| (STARTS[i].load(Ordering::Relaxed)..ENDS[i].load(Ordering::Acquire)).contains(&pc))

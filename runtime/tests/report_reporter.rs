@@ -306,7 +306,7 @@ fn child_halt() {
     if !in_child() {
         return;
     }
-    reporter::start(&Options { halt_on_error: true, exitcode: 77, ..Options::DEFAULT });
+    reporter::start(&Options { halt_on_error: true, exitcode: 77, ..Options::DEFAULT }, true);
     assert!(queue::push(&event(std::process::id() as i32 + 1, std::process::id() as i32)));
     // The reporter thread starts when there is work, at the program's next interposed call.
     reporter::wake_if_wanted();
@@ -328,7 +328,7 @@ fn child_drain() {
     if !in_child() {
         return;
     }
-    reporter::start(&Options::DEFAULT);
+    reporter::start(&Options::DEFAULT, true);
     let me = racewatch::sys::thread::gettid();
     assert!(!reporter::has_thread(), "a reporter thread before there is work");
     let first = event(me + 1, me);
@@ -370,7 +370,7 @@ fn child_settle() {
     if !in_child() {
         return;
     }
-    reporter::start(&Options::DEFAULT);
+    reporter::start(&Options::DEFAULT, true);
     let me = racewatch::sys::thread::gettid();
     let first = event(me + 1, me);
     let mut second = first;

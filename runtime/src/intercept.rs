@@ -876,7 +876,7 @@ fn proc_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut libc::FIL
 /// A stream the program opened as `path` for reading, its descriptor [`identified`].
 fn identified_file(file: *mut libc::FILE, path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
     let flags = opt_cstr(mode).and_then(|mode| proc_view::fopen_flags(mode.to_bytes()));
-    if let (Some(flags), Some(fd)) = (flags, fd::fileno(file)) {
+    if let (Some(flags), Some(fd)) = (flags, ptr::fileno(file)) {
         identified(fd, path, flags);
     }
     file
@@ -891,7 +891,7 @@ pub extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
     }
     let spelled =
         opt_cstr(path).filter(|_| ptr::cstr_starts_with(path, proc_view::PREFIX)).and_then(proc_view::listing);
-    let target = spelled.or_else(|| fd::dir_fd(dir).and_then(|n| identified_listing(n, opt_cstr(path))));
+    let target = spelled.or_else(|| ptr::dir_fd(dir).and_then(|n| identified_listing(n, opt_cstr(path))));
     if let Some(target) = target {
         proc_view::note_listing(dir as usize, target);
     }

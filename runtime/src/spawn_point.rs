@@ -118,7 +118,7 @@ fn frames_allow_spawn(
     if frames.len() >= capacity || !(system(last) || is_entry(last)) {
         return false;
     }
-    if restorer != 0 && frames.iter().any(|&pc| pc == restorer as u64) {
+    if restorer != 0 && frames.contains(&(restorer as u64)) {
         return false;
     }
     let Some(first) = frames.iter().position(|&pc| system(pc)) else { return false };

@@ -437,23 +437,3 @@ pub fn replace_with(with: i32, fd: i32, cloexec: bool) -> bool {
     real::close(with);
     done
 }
-
-/// The descriptor of a stream (`None` for a null or descriptor-less stream).
-pub fn fileno(file: *mut libc::FILE) -> Option<i32> {
-    if file.is_null() {
-        return None;
-    }
-    // SAFETY: a non-null stream the program's `fopen` just returned.
-    let fd = unsafe { libc::fileno(file) };
-    (fd >= 0).then_some(fd)
-}
-
-/// The descriptor of a directory stream (`None` for a null one).
-pub fn dir_fd(dir: *mut libc::DIR) -> Option<i32> {
-    if dir.is_null() {
-        return None;
-    }
-    // SAFETY: a non-null directory stream the program's `opendir` just returned.
-    let fd = unsafe { libc::dirfd(dir) };
-    (fd >= 0).then_some(fd)
-}

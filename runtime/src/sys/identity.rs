@@ -52,6 +52,20 @@ pub fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
+/// The C library's version, as `gnu_get_libc_version` gives it (`2.36`); empty when unknown.
+pub fn glibc_version() -> String {
+    extern "C" {
+        fn gnu_get_libc_version() -> *const std::ffi::c_char;
+    }
+    // SAFETY: glibc's function returns a static NUL-terminated string.
+    let version = unsafe { gnu_get_libc_version() };
+    if version.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-null: a static NUL-terminated string of glibc's.
+    unsafe { std::ffi::CStr::from_ptr(version) }.to_string_lossy().into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,18 +84,4 @@ mod tests {
         assert!(start <= now() && start > now() - 24 * 3600 * 365, "{start}");
         assert!(node_name().is_some());
     }
-}
-
-/// The C library's version, as `gnu_get_libc_version` gives it (`2.36`); empty when unknown.
-pub fn glibc_version() -> String {
-    extern "C" {
-        fn gnu_get_libc_version() -> *const std::ffi::c_char;
-    }
-    // SAFETY: glibc's function returns a static NUL-terminated string.
-    let version = unsafe { gnu_get_libc_version() };
-    if version.is_null() {
-        return String::new();
-    }
-    // SAFETY: non-null: a static NUL-terminated string of glibc's.
-    unsafe { std::ffi::CStr::from_ptr(version) }.to_string_lossy().into_owned()
 }

@@ -74,3 +74,23 @@ pub fn drop_scanned(
     }
     kept as libc::c_int
 }
+
+/// The descriptor of a stream (`None` for a null or descriptor-less stream).
+pub fn fileno(file: *mut libc::FILE) -> Option<i32> {
+    if file.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null stream from the program's `fopen`, as its C contract requires.
+    let fd = unsafe { libc::fileno(file) };
+    (fd >= 0).then_some(fd)
+}
+
+/// The descriptor of a directory stream (`None` for a null one).
+pub fn dir_fd(dir: *mut libc::DIR) -> Option<i32> {
+    if dir.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null directory stream from the program's `opendir`, as its C contract requires.
+    let fd = unsafe { libc::dirfd(dir) };
+    (fd >= 0).then_some(fd)
+}

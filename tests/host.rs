@@ -100,12 +100,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "longjmp_probe", source: include_str!("host/longjmp_probe.c"), metadata: true, flags: &[] },
     Program { name: "prefork_exit", source: include_str!("host/prefork_exit.c"), metadata: true, flags: &[] },
     Program { name: "huge_stack", source: include_str!("host/huge_stack.c"), metadata: true, flags: &[] },
-    Program {
-        name: "reporter_on_demand",
-        source: include_str!("host/reporter_on_demand.c"),
-        metadata: true,
-        flags: &[],
-    },
+    Program { name: "lazy_reporter", source: include_str!("host/lazy_reporter.c"), metadata: true, flags: &[] },
     Program { name: "own_malloc", source: include_str!("host/own_malloc.c"), metadata: true, flags: &[] },
     Program {
         name: "exit_while_last_worker_ends",
@@ -1523,18 +1518,25 @@ fn a_raw_seccomp_instruction_is_named_once_and_detection_never_starts() {
     assert!(!run.stderr.contains(REPORT_HEADER), "no report once stepped aside:\n{}", run.stderr);
 }
 
+/// tests/host/lazy_reporter.c with `args` as case `name`, and its run without racewatch (which sees
+/// the main thread and two workers); `None` where detection cannot run here.
+fn reporter_on_demand_case(name: &'static str, args: &'static [&'static str]) -> Option<(Case, PathBuf, Outcome)> {
+    if skip_detection() {
+        return None;
+    }
+    let bin = program("lazy_reporter")?;
+    let case = case(name, "lazy_reporter", args);
+    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
+    assert_eq!(plain.stdout, "largest task count: 3\nthreads another process saw: 3\n", "{}", plain.stderr);
+    Some((case, bin, plain))
+}
+
 /// A race-free process never has racewatch's reporter thread, at the default rate and at the debug rate:
 /// its raw listing of `/proc/self/task` and another process's view of its `Threads:` are what they are
 /// without racewatch, while the detector samples its two threads.
 #[test]
 fn a_process_that_reports_nothing_never_has_a_reporter_thread() {
-    if skip_detection() {
-        return;
-    }
-    let Some(bin) = program("reporter_on_demand") else { return };
-    let case = case("reporter_on_demand_quiet", "reporter_on_demand", &["quiet"]);
-    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
-    assert_eq!(plain.stdout, "largest task count: 3\nthreads another process saw: 3\n", "{}", plain.stderr);
+    let Some((case, bin, plain)) = reporter_on_demand_case("reporter_on_demand_quiet", &["quiet"]) else { return };
     for mode in [Mode::Default, Mode::Sampled] {
         let run = run_case(&case, mode, &bin, "", &["stats=1"]);
         assert_eq!(run.stdout, plain.stdout, "{}:\n{}", mode.label(), run.stderr);
@@ -1548,13 +1550,9 @@ fn a_process_that_reports_nothing_never_has_a_reporter_thread() {
 /// after the race stopped, so the counts at the end are those without racewatch again.
 #[test]
 fn the_reporter_thread_ends_a_second_after_its_last_race() {
-    if skip_detection() {
+    let Some((case, bin, plain)) = reporter_on_demand_case("reporter_on_demand_race", &["race-then-quiet"]) else {
         return;
-    }
-    let Some(bin) = program("reporter_on_demand") else { return };
-    let case = case("reporter_on_demand_race", "reporter_on_demand", &["race-then-quiet"]);
-    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
-    assert_eq!(plain.stdout, "largest task count: 3\nthreads another process saw: 3\n", "{}", plain.stderr);
+    };
     for mode in [Mode::Default, Mode::Sampled] {
         let mut attempt = 0;
         let (run, runs) = retry_for(Duration::from_secs(60), || {

@@ -102,6 +102,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "huge_stack", source: include_str!("host/huge_stack.c"), metadata: true, flags: &[] },
     Program { name: "lazy_reporter", source: include_str!("host/lazy_reporter.c"), metadata: true, flags: &[] },
     Program { name: "own_malloc", source: include_str!("host/own_malloc.c"), metadata: true, flags: &[] },
+    Program { name: "attach", source: include_str!("host/attach.c"), metadata: true, flags: &[] },
     Program {
         name: "exit_while_last_worker_ends",
         source: include_str!("host/exit_while_last_worker_ends.c"),
@@ -1601,6 +1602,33 @@ fn a_program_with_its_own_malloc_is_reported_while_it_runs() {
     })
     .unwrap_or_else(|why| panic!("no race reported while the program ran: {why}"));
     eprintln!("own malloc: reported in run {runs}:\n{}", run.stderr.lines().next().unwrap_or_default());
+}
+
+/// A tracer that attaches in the middle of a run and detaches 0.4 s later (tests/host/attach.c): sampling
+/// pauses while it is there and starts again once it is gone, although no thread of racewatch's ran when it
+/// came (a sampling signal saw it and started the reporter, whose checks then pause and resume), and the
+/// race that starts after the detach is reported.
+#[test]
+fn sampling_resumes_after_a_tracer_that_attached_mid_run_detaches() {
+    if skip_detection() {
+        return;
+    }
+    let Some(bin) = program("attach") else { return };
+    let case = case("tracer_attaches_mid_run", "attach", &[]);
+    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
+    assert_eq!(plain.stdout, "child: exit 0\n", "{}", plain.stderr);
+    let mut attempt = 0;
+    let (_, runs) = retry_for(Duration::from_secs(60), || {
+        attempt += 1;
+        let run = run_case(&case, Mode::Default, &bin, &format!("{attempt}-"), &["verbosity=1"]);
+        if run.stdout != plain.stdout {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+        }
+        let paused = run.stderr.contains("a tracer is attached") && run.stderr.contains("the tracer detached");
+        Ok((paused && run.stderr.contains(REPORT_HEADER)).then_some(run))
+    })
+    .unwrap_or_else(|why| panic!("no pause, resume and report: {why}"));
+    eprintln!("tracer attached mid-run: paused, resumed and reported in run {runs}");
 }
 
 /// A module `dlopen`ed while the program's (race-free) threads run, with a function that would install a seccomp

@@ -1578,6 +1578,27 @@ fn the_reporter_thread_ends_a_second_after_its_last_race() {
     }
 }
 
+/// Runs `program` (no arguments) without racewatch, which must print `expect` and exit 0, then under
+/// `racewatch run` with `options` until a run with the same output and exit status passes `done` (a
+/// minute at most); how many runs that took.
+fn run_until(program_name: &'static str, expect: &str, options: &[&str], done: impl Fn(&Outcome) -> bool) -> usize {
+    let Some(bin) = program(program_name) else { return 0 };
+    let case = case(program_name, program_name, &[]);
+    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
+    assert_eq!((plain.status.as_str(), plain.stdout.as_str()), ("exit 0", expect), "{}", plain.stderr);
+    let mut attempt = 0;
+    let (_, runs) = retry_for(Duration::from_secs(60), || {
+        attempt += 1;
+        let run = run_case(&case, Mode::Default, &bin, &format!("{attempt}-"), options);
+        if (run.status.as_str(), run.stdout.as_str()) != ("exit 0", expect) {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+        }
+        Ok(done(&run).then_some(()))
+    })
+    .unwrap_or_else(|why| panic!("{program_name}: {why}"));
+    runs
+}
+
 /// A program with its own `malloc`, whose threads race while `main` sleeps and leaves with `_exit`: no
 /// sampling signal may start the reporter thread (it could interrupt the allocator holding its lock), so
 /// it starts with the program's second thread, as it always did, and the race is printed while the
@@ -1587,21 +1608,8 @@ fn a_program_with_its_own_malloc_is_reported_while_it_runs() {
     if skip_detection() {
         return;
     }
-    let Some(bin) = program("own_malloc") else { return };
-    let case = case("own_malloc_races", "own_malloc", &[]);
-    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
-    assert_eq!((plain.status.as_str(), plain.stdout.as_str()), ("exit 0", "racing\n"), "{}", plain.stderr);
-    let mut attempt = 0;
-    let (run, runs) = retry_for(Duration::from_secs(60), || {
-        attempt += 1;
-        let run = run_case(&case, Mode::Default, &bin, &format!("{attempt}-"), &[]);
-        if (run.status.as_str(), run.stdout.as_str()) != ("exit 0", "racing\n") {
-            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
-        }
-        Ok(run.stderr.contains(REPORT_HEADER).then_some(run))
-    })
-    .unwrap_or_else(|why| panic!("no race reported while the program ran: {why}"));
-    eprintln!("own malloc: reported in run {runs}:\n{}", run.stderr.lines().next().unwrap_or_default());
+    let runs = run_until("own_malloc", "racing\n", &[], |run| run.stderr.contains(REPORT_HEADER));
+    eprintln!("own malloc: reported in run {runs}");
 }
 
 /// A tracer that attaches in the middle of a run and detaches 0.4 s later (tests/host/attach.c): sampling
@@ -1613,21 +1621,10 @@ fn sampling_resumes_after_a_tracer_that_attached_mid_run_detaches() {
     if skip_detection() {
         return;
     }
-    let Some(bin) = program("attach") else { return };
-    let case = case("tracer_attaches_mid_run", "attach", &[]);
-    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
-    assert_eq!(plain.stdout, "child: exit 0\n", "{}", plain.stderr);
-    let mut attempt = 0;
-    let (_, runs) = retry_for(Duration::from_secs(60), || {
-        attempt += 1;
-        let run = run_case(&case, Mode::Default, &bin, &format!("{attempt}-"), &["verbosity=1"]);
-        if run.stdout != plain.stdout {
-            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
-        }
+    let runs = run_until("attach", "child: exit 0\n", &["verbosity=1"], |run| {
         let paused = run.stderr.contains("a tracer is attached") && run.stderr.contains("the tracer detached");
-        Ok((paused && run.stderr.contains(REPORT_HEADER)).then_some(run))
-    })
-    .unwrap_or_else(|why| panic!("no pause, resume and report: {why}"));
+        paused && run.stderr.contains(REPORT_HEADER)
+    });
     eprintln!("tracer attached mid-run: paused, resumed and reported in run {runs}");
 }
 

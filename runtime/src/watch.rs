@@ -138,7 +138,10 @@ pub fn give_back_one() -> bool {
     let Some(last) = open.checked_sub(1) else { return false };
     // The last slot may hold a code breakpoint (see `crate::aim`): taken down first.
     crate::aim::take_down();
-    let deadline = thread::monotonic_ns() + 200_000_000;
+    // A window armed in that slot ends within milliseconds, unless its thread is not running: on a
+    // loaded machine (a test suite's parallel jobs on 2 cores) 200 ms was not always enough, and the
+    // program's `perf_event_open` then failed with ENOSPC.
+    let deadline = thread::monotonic_ns() + 1_000_000_000;
     while SLOTS[last].busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
         if thread::monotonic_ns() > deadline {
             return false;

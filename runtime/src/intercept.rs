@@ -471,15 +471,28 @@ const PERF_TYPE_BREAKPOINT: u32 = 5;
 /// The program's `perf_event_open`: a hardware breakpoint it cannot have because racewatch's
 /// watchpoints hold the debug registers gets one of them back (detection goes on with fewer).
 fn perf_event_open(args: [c_long; 6]) -> c_long {
+    // When racewatch last gave a debug register back in this call (monotonic ns; 0: not yet).
+    let mut given_at = 0;
     loop {
         let rc = real::syscall(libc::SYS_perf_event_open, args);
         // SAFETY: errno is this thread's.
         let no_space = rc < 0 && unsafe { *libc::__errno_location() } == libc::ENOSPC;
         // The attr's first word is its type (the kernel reads it from the same pointer).
         let breakpoint = opt_ref(a_ptr::<u32>(args[0])).is_some_and(|&kind| kind == PERF_TYPE_BREAKPOINT);
-        if !(no_space && breakpoint && detector::give_back_watchpoint()) {
+        if !(no_space && breakpoint) {
             return rc;
         }
+        // The kernel frees a closed watchpoint's per-thread events (and their debug registers) after an
+        // RCU grace period, longer on a loaded machine: the one given back is waited for (200 ms at
+        // most) before another is given back.
+        if given_at != 0 && thread::monotonic_ns().saturating_sub(given_at) < 200_000_000 {
+            thread::sleep_us(1000);
+            continue;
+        }
+        if !detector::give_back_watchpoint() {
+            return rc;
+        }
+        given_at = thread::monotonic_ns();
     }
 }
 

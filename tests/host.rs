@@ -101,6 +101,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "prefork_exit", source: include_str!("host/prefork_exit.c"), metadata: true, flags: &[] },
     Program { name: "huge_stack", source: include_str!("host/huge_stack.c"), metadata: true, flags: &[] },
     Program { name: "lazy_reporter", source: include_str!("host/lazy_reporter.c"), metadata: true, flags: &[] },
+    Program { name: "fd_scan", source: include_str!("host/fd_scan.c"), metadata: true, flags: &[] },
     Program { name: "own_malloc", source: include_str!("host/own_malloc.c"), metadata: true, flags: &[] },
     Program { name: "attach", source: include_str!("host/attach.c"), metadata: true, flags: &[] },
     Program {
@@ -487,6 +488,13 @@ fn cases() -> Vec<Case> {
             .expect(&["dup2 failures: 0", "pipe: 65536 bytes, 0 mismatches, checksum ac34ccc3", "data file written"])
             .artefacts(data_file)
             .check(data_is_the_pattern),
+        // A server's scans, closes, dups and high `dup2`s: counts as without racewatch.
+        case("fds_scanned_closed_and_parked_high", "fd_scan", &[]).expect(&[
+            "close_range: 0",
+            "dup: 0",
+            "parked: 48, written: 48, read: 48",
+            "done",
+        ]),
         // 14. log_path.
         // stats=1: racewatch has something to write at exit too, when the data file is still open.
         case("log_path_daemon_close_range", "fds", &["close_range", "{dir}/data"])
@@ -1412,6 +1420,7 @@ host_cases!(
     fds_close_loop,
     fds_close_range,
     fds_dup2_over_all,
+    fds_scanned_closed_and_parked_high,
     log_path_daemon_close_range,
     log_path_symlink_to_target,
     log_path_symlink_dangling,
@@ -1627,6 +1636,34 @@ fn sampling_resumes_after_a_tracer_that_attached_mid_run_detaches() {
         paused && run.stderr.contains(REPORT_HEADER)
     });
     eprintln!("tracer attached mid-run: paused, resumed and reported in run {runs}");
+}
+
+/// A program that closes every descriptor number (`close`, `closefrom`, `close_range`) and parks a pipe at
+/// the top of its descriptor range with `dup2`, over racewatch's descriptors (tests/host/fd_scan.c): its
+/// counts are those without racewatch (checked by the case `fds_scanned_closed_and_parked_high`), and
+/// detection goes on: a race between the functions its threads switch to afterwards is reported.
+#[test]
+fn races_after_a_program_closed_every_descriptor_are_reported() {
+    if skip_detection() {
+        return;
+    }
+    let Some(bin) = program("fd_scan") else { return };
+    let case = case("fd_scan_detects", "fd_scan", &[]);
+    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
+    let mut attempt = 0;
+    let (_, runs) = retry_for(Duration::from_secs(60), || {
+        attempt += 1;
+        let run = run_case(&case, Mode::Sampled, &bin, &format!("{attempt}-"), &[]);
+        if (run.status.as_str(), run.stdout.as_str()) != (plain.status.as_str(), plain.stdout.as_str()) {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+        }
+        if run.stderr.contains("race detection is off") {
+            return Err(format!("racewatch stepped aside:\n{}", run.stderr));
+        }
+        Ok(run.stderr.contains("in rw_varied").then_some(()))
+    })
+    .unwrap_or_else(|why| panic!("fd_scan: {why}"));
+    eprintln!("a race after the closes reported in run {runs}");
 }
 
 /// A module `dlopen`ed while the program's (race-free) threads run, with a function that would install a seccomp

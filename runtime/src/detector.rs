@@ -402,9 +402,10 @@ pub fn entering_sandbox() {
     switch_off("the program enters a seccomp sandbox", false);
 }
 
-/// The program is about to close or replace descriptor(s) of ours.
+/// The program is about to put a descriptor of its own where one of ours is, and ours found no other
+/// free number to move to.
 pub fn descriptors_taken() {
-    switch_off("the program closed the runtime's perf event descriptors", true);
+    switch_off("the program took the descriptor numbers of the runtime's perf events and left none free", true);
 }
 
 /// `pthread_atfork` child handler: leave the parent's detector behind.

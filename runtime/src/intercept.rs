@@ -354,68 +354,122 @@ fn masked(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t, real
     rc
 }
 
-/// Interposed `close`.
+/// Interposed `close`. racewatch's own descriptors are not there for the program: closing one fails
+/// with `EBADF`, as closing a free number does, and the descriptor stays (a daemon's close loop or a
+/// `closefrom` keeps detection on).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn close(fd: c_int) -> c_int {
+    if fd::is_own(fd) {
+        return errno_result(-libc::EBADF);
+    }
     closing(fd as u64, fd as u64);
     real::close(fd)
 }
 
-/// Interposed `close_range`.
+/// Interposed `close_range`: the stretches around racewatch's descriptors (see [`close`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-        closing(first.into(), last.into());
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 || first > last {
+        return real::close_range(first, last, flags);
     }
-    real::close_range(first, last, flags)
+    closing(first.into(), last.into());
+    fd::around_own(first.into(), last.into(), |a, b| real::close_range(a as c_uint, b as c_uint, flags))
 }
 
-/// Interposed `closefrom`.
+/// Interposed `closefrom`: the stretches around racewatch's descriptors (see [`close`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn closefrom(low: c_int) {
-    closing(low.max(0) as u64, u64::MAX);
-    real::closefrom(low)
+    let low = low.max(0) as u64;
+    closing(low, u64::MAX);
+    fd::around_own(low, u64::MAX, |a, b| {
+        if b == u64::MAX {
+            real::closefrom(a.min(c_int::MAX as u64) as c_int);
+        } else {
+            close_each(a, b);
+        }
+        0
+    });
 }
 
-/// Interposed `dup2`.
+/// Closes `first..=last` with `close_range`, or one by one where the kernel has none.
+fn close_each(first: u64, last: u64) {
+    if real::close_range(first as c_uint, last as c_uint, 0) != 0 {
+        for fd in first..=last {
+            real::close(fd as c_int);
+        }
+    }
+}
+
+/// Interposed `dup`: racewatch's descriptors are not there for the program (see [`close`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn dup(fd: c_int) -> c_int {
+    if fd::is_own(fd) {
+        return errno_result(-libc::EBADF);
+    }
+    real::dup(fd)
+}
+
+/// Interposed `dup2`: a descriptor of racewatch's at `new` moves out of the way first.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    replacing(new);
+    if fd::is_own(old) {
+        return errno_result(-libc::EBADF);
+    }
+    if old != new {
+        replacing(new);
+    }
     real::dup2(old, new)
 }
 
-/// Interposed `dup3`.
+/// Interposed `dup3` (see [`dup2`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    replacing(new);
+    if fd::is_own(old) {
+        return errno_result(-libc::EBADF);
+    }
+    if old != new {
+        replacing(new);
+    }
     real::dup3(old, new, flags)
 }
 
-/// The program closes descriptors `first..=last`. In a `vfork` child (CPython's `subprocess`, which
-/// closes every descriptor from 3 before `exec`) the descriptor table is the child's own copy, while
-/// racewatch's records are its parent's: nothing of the parent's changes.
+/// Interposed `fcntl` (variadic in C: its one optional argument is a register word on x86-64):
+/// racewatch's descriptors are not there for the program (see [`close`]), so a scan of every number
+/// with `F_GETFD` counts the program's own.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    if fd::is_own(fd) {
+        return errno_result(-libc::EBADF);
+    }
+    real::fcntl(false, fd, cmd, arg)
+}
+
+/// Interposed `fcntl64` (see [`fcntl`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    if fd::is_own(fd) {
+        return errno_result(-libc::EBADF);
+    }
+    real::fcntl(true, fd, cmd, arg)
+}
+
+/// The program closes descriptors `first..=last` (none of racewatch's, see [`close`]): its stderr
+/// among them is noticed.
 fn closing(first: u64, last: u64) {
-    // The `getpid` of that check only where something would change (not at every `close`).
-    let ours = fd::any_own_in(first, last);
-    let stderr = (first..=last).contains(&2);
-    if !(ours || stderr) || signal::in_borrowed_memory() {
-        return;
-    }
-    if ours {
-        detector::descriptors_taken();
-    }
-    if stderr {
+    if (first..=last).contains(&2) && !signal::in_borrowed_memory() {
         log::stderr_closed();
     }
 }
 
-/// The program puts a descriptor at `new` (in a `vfork` child: its own table, see [`closing`]).
+/// The program puts a descriptor at `new`. One of racewatch's there moves out of the way first (in a
+/// `vfork` child the descriptor table is the child's own copy, while racewatch's records are its
+/// parent's: nothing of the parent's changes); where it cannot, racewatch steps aside.
 fn replacing(new: c_int) {
     let ours = fd::is_own(new);
     if !(ours || new == 2) || signal::in_borrowed_memory() {
         return;
     }
-    if ours {
+    if ours && !fd::move_out_of_the_way(new) {
         detector::descriptors_taken();
     }
     if new == 2 {
@@ -443,11 +497,15 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
             detector::entering_sandbox()
         }
         libc::SYS_prctl if a == libc::PR_SET_SECCOMP as c_long => detector::entering_sandbox(),
-        libc::SYS_close => closing(a as u64, a as u64),
-        libc::SYS_close_range if c & libc::CLOSE_RANGE_CLOEXEC as c_long == 0 => {
-            closing(a as c_uint as u64, b as c_uint as u64)
+        libc::SYS_close | libc::SYS_dup | libc::SYS_fcntl if fd::is_own(a as c_int) => {
+            return errno_result(-libc::EBADF).into()
         }
-        libc::SYS_dup2 | libc::SYS_dup3 => replacing(b as c_int),
+        libc::SYS_close => closing(a as u64, a as u64),
+        libc::SYS_close_range if c & libc::CLOSE_RANGE_CLOEXEC as c_long == 0 && a as c_uint <= b as c_uint => {
+            return close_range(a as c_uint, b as c_uint, c as c_int).into()
+        }
+        libc::SYS_dup2 | libc::SYS_dup3 if fd::is_own(a as c_int) => return errno_result(-libc::EBADF).into(),
+        libc::SYS_dup2 | libc::SYS_dup3 if a != b => replacing(b as c_int),
         // The signal calls the runtime virtualises, made raw: the same doors as their libc wrappers.
         libc::SYS_rt_sigaction if signal::is_installed() && d == 8 => {
             return raw_sigaction(a as c_int, a_ptr(b), a_ptr::<KernelSigaction>(c) as *mut KernelSigaction).into()

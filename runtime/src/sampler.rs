@@ -87,13 +87,11 @@ const PRIVATE_RUN_PAUSE: u32 = 64;
 static SAMPLING_SINCE_NS: AtomicU64 = AtomicU64::new(u64::MAX);
 
 fn timer() -> Option<SampleTimer> {
-    let fd = TIMER.load(Ordering::Acquire);
-    (fd >= 0).then(|| SampleTimer::from_fd(PerfFd::from_raw(fd)))
+    PerfFd::from_key(TIMER.load(Ordering::Acquire)).map(SampleTimer::from_fd)
 }
 
 fn boost_timer() -> Option<SampleTimer> {
-    let fd = BOOST.load(Ordering::Acquire);
-    (fd >= 0).then(|| SampleTimer::from_fd(PerfFd::from_raw(fd)))
+    PerfFd::from_key(BOOST.load(Ordering::Acquire)).map(SampleTimer::from_fd)
 }
 
 /// Timer signals per sample period now: [`THINNING`] with one timer at a quarter of the period (the
@@ -156,10 +154,10 @@ pub fn open_events(options: &Options) -> Result<(), String> {
         timer.fd().close();
         return Err(err);
     }
-    TIMER.store(timer.fd().raw(), Ordering::Release);
+    TIMER.store(timer.fd().key(), Ordering::Release);
     // Without room for it, sampling goes on at the base rate.
     if let Some(boost) = boosted.then(|| SampleTimer::open((sample_ns / (THINNING - 1)).max(1)).ok()).flatten() {
-        BOOST.store(boost.fd().raw(), Ordering::Release);
+        BOOST.store(boost.fd().key(), Ordering::Release);
     }
     Ok(())
 }
@@ -322,9 +320,8 @@ pub fn stop() {
 pub fn close() {
     stop();
     for timer in [&TIMER, &BOOST] {
-        let fd = timer.swap(-1, Ordering::AcqRel);
-        if fd >= 0 {
-            PerfFd::from_raw(fd).close();
+        if let Some(fd) = PerfFd::from_key(timer.swap(-1, Ordering::AcqRel)) {
+            fd.close();
         }
     }
     watch::close();

@@ -112,7 +112,7 @@ pub fn init(count: u32) -> Result<usize, String> {
     for (slot, fd) in WATCHPOINTS.iter().enumerate().take(wanted) {
         match Watchpoint::open(slot as u32) {
             Ok(wp) => {
-                fd.store(wp.fd().raw(), Ordering::Release);
+                fd.store(wp.fd().key(), Ordering::Release);
                 opened += 1;
             }
             Err(err) => {
@@ -152,9 +152,8 @@ pub fn give_back_one() -> bool {
         SLOTS[last].busy.store(false, Ordering::Release);
         return false;
     }
-    let raw = WATCHPOINTS[last].swap(-1, Ordering::AcqRel);
-    if raw >= 0 {
-        PerfFd::from_raw(raw).close();
+    if let Some(fd) = PerfFd::from_key(WATCHPOINTS[last].swap(-1, Ordering::AcqRel)) {
+        fd.close();
     }
     true
 }
@@ -168,9 +167,8 @@ pub fn open_count() -> usize {
 pub fn close() {
     COUNT.store(0, Ordering::Release);
     for fd in &WATCHPOINTS {
-        let raw = fd.swap(-1, Ordering::AcqRel);
-        if raw >= 0 {
-            PerfFd::from_raw(raw).close();
+        if let Some(fd) = PerfFd::from_key(fd.swap(-1, Ordering::AcqRel)) {
+            fd.close();
         }
     }
 }
@@ -191,8 +189,7 @@ pub fn forget_after_fork() {
 }
 
 fn watchpoint(index: usize) -> Option<Watchpoint> {
-    let fd = WATCHPOINTS.get(index)?.load(Ordering::Acquire);
-    (fd >= 0).then(|| Watchpoint::from_fd(PerfFd::from_raw(fd)))
+    PerfFd::from_key(WATCHPOINTS.get(index)?.load(Ordering::Acquire)).map(Watchpoint::from_fd)
 }
 
 fn count() -> usize {

@@ -1,6 +1,6 @@
-//! File descriptors: the runtime's own (kept above the program's, tracked so
-//! that the program's `close`/`dup2` over them can be noticed), and raw output
-//! that never raises `SIGPIPE` in the program and never blocks for long.
+//! File descriptors: the runtime's own (kept above the program's, hidden from its `close`,
+//! `fcntl` and `dup` calls, moved out of the way of its `dup2`), and raw output that never raises
+//! `SIGPIPE` in the program and never blocks for long.
 
 use crate::sys::real;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -33,15 +33,92 @@ pub fn set_floor(soft: u64) {
 /// refused ([`NoRoom`] says why): the caller runs without detection. With a large limit it goes high
 /// below it. Call while no other thread changes the limit (the first `pthread_create`, or the
 /// program's own `setrlimit` before its threads start).
-pub fn keep_high(fd: i32) -> std::io::Result<i32> {
+pub fn keep_high(fd: i32) -> std::io::Result<Kept> {
     let moved = relocate(fd);
     real::close(fd);
     let moved = moved?;
-    if !OWN.iter().any(|slot| slot.compare_exchange(-1, moved, Ordering::AcqRel, Ordering::Relaxed).is_ok()) {
+    let Some(slot) =
+        OWN.iter().position(|slot| slot.compare_exchange(-1, moved, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+    else {
         real::close(moved);
         return Err(std::io::Error::from_raw_os_error(libc::EMFILE));
+    };
+    Ok(Kept(slot))
+}
+
+/// One of the runtime's kept descriptors, named by the slot that records its number: the number can
+/// change (the program's `dup2` onto it moves it, [`move_out_of_the_way`]), the slot does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kept(usize);
+
+impl Kept {
+    /// The slot, to store in an atomic (see [`Kept::from_key`]).
+    pub fn key(self) -> i32 {
+        self.0 as i32
     }
-    Ok(moved)
+
+    /// The descriptor a [`Kept::key`] names (`None` for a negative key: none).
+    pub fn from_key(key: i32) -> Option<Kept> {
+        usize::try_from(key).ok().filter(|&slot| slot < MAX_OWN).map(Kept)
+    }
+
+    /// Its number now; -1 once forgotten (closed, or the detector stepped aside). Lock-free.
+    pub fn number(self) -> i32 {
+        OWN[self.0].load(Ordering::Acquire)
+    }
+
+    /// Forgets the descriptor and closes it, in the reporter's own table too (waiting for that about
+    /// `wait_ms` at most): a copy there would keep a perf event (and a debug register) alive.
+    pub fn close(self, wait_ms: u64) {
+        let fd = OWN[self.0].swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            close_everywhere(fd, wait_ms);
+        }
+    }
+}
+
+/// The program is about to put a descriptor of its own at `fd` (`dup2`, `dup3`), where one of the
+/// runtime's is: that one moves to another free number first, with its slot, so that its perf event
+/// lives on and the program's call does what it would without racewatch. False when no number could
+/// be had (the caller steps aside). Not in a `vfork` child (its table is its own copy).
+pub fn move_out_of_the_way(fd: i32) -> bool {
+    let Some(slot) = OWN.iter().find(|slot| fd >= 0 && slot.load(Ordering::Acquire) == fd) else { return true };
+    let Some(moved) = place_lower(fd) else { return false };
+    if slot.compare_exchange(fd, moved, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        real::close(moved);
+        return true;
+    }
+    note_private_move(fd, moved);
+    true
+}
+
+/// A copy of `fd` at the lowest free number of the highest free stretch below the top of the
+/// program's range (where [`relocate`] puts descriptors when none fits above the limit), trying
+/// further down, 64 at a time, while the program fills the top itself (a server parking descriptors
+/// at fixed high numbers), to half the limit at most.
+fn place_lower(fd: i32) -> Option<i32> {
+    let (soft, _) = nofile_limit().ok()?;
+    let top = soft.min(HIGH_CEILING);
+    let lowest = top / 2;
+    let mut floor = top.checked_sub(4 * MAX_OWN as u64)?;
+    loop {
+        match dup_at_least(fd, floor) {
+            Ok(moved) => return Some(moved),
+            Err(err) if err == libc::EMFILE && floor >= lowest + 64 => floor -= 64,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// `fcntl(fd, F_DUPFD_CLOEXEC, floor)` made raw (racewatch's own `fcntl` hides its descriptors from
+/// the program); the error is the kernel's errno.
+fn dup_at_least(fd: i32, floor: u64) -> Result<i32, i32> {
+    let rc = super::raw::syscall6(libc::SYS_fcntl, [fd as u64, libc::F_DUPFD_CLOEXEC as u64, floor, 0, 0, 0]);
+    if rc < 0 {
+        Err(-rc as i32)
+    } else {
+        Ok(rc as i32)
+    }
 }
 
 /// Why [`keep_high`] refused: the descriptor limit leaves no room above the program's descriptors.
@@ -94,6 +171,10 @@ thread_local! {
 static PRIVATE_TID: AtomicI32 = AtomicI32::new(0);
 /// Runtime descriptors closed in the process's table whose copies the private table still holds.
 static PRIVATE_CLOSES: [AtomicI32; MAX_OWN] = [const { AtomicI32::new(-1) }; MAX_OWN];
+/// Runtime descriptors moved in the process's table (`from << 32 | to`; `NO_MOVE`: none) that the
+/// private table holds at the old number still.
+static PRIVATE_MOVES: [AtomicU64; MAX_OWN] = [const { AtomicU64::new(NO_MOVE) }; MAX_OWN];
+const NO_MOVE: u64 = u64::MAX;
 
 const CLONE_FILES: libc::c_int = 0x0000_0400;
 
@@ -164,10 +245,34 @@ pub fn close_everywhere(fd: i32, wait_ms: u64) {
     }
 }
 
-/// In the thread with a private table: closes the copies of descriptors closed in the process's table.
+/// Has the private table's copy of a runtime descriptor moved from `from` to `to` as well (the
+/// reporter does it when woken).
+fn note_private_move(from: i32, to: i32) {
+    if PRIVATE_TID.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let entry = (from as u64) << 32 | to as u32 as u64;
+    if PRIVATE_MOVES
+        .iter()
+        .any(|slot| slot.compare_exchange(NO_MOVE, entry, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+    {
+        crate::sys::wake::notify();
+    }
+}
+
+/// In the thread with a private table: moves and closes the copies of descriptors moved and closed in
+/// the process's table (raw calls: racewatch's own `dup3` would move them again).
 pub fn apply_private_closes() {
     if PRIVATE_PIDFD.with(std::cell::Cell::get) < 0 {
         return;
+    }
+    for slot in &PRIVATE_MOVES {
+        let entry = slot.swap(NO_MOVE, Ordering::AcqRel);
+        if entry != NO_MOVE {
+            let (from, to) = (entry >> 32, entry & u64::from(u32::MAX));
+            crate::sys::raw::syscall6(libc::SYS_dup3, [from, to, libc::O_CLOEXEC as u64, 0, 0, 0]);
+            crate::sys::raw::syscall6(libc::SYS_close, [from, 0, 0, 0, 0, 0]);
+        }
     }
     for slot in &PRIVATE_CLOSES {
         let fd = slot.load(Ordering::Acquire);
@@ -183,6 +288,9 @@ pub fn forget_private_table() {
     PRIVATE_TID.store(0, Ordering::Release);
     for slot in &PRIVATE_CLOSES {
         slot.store(-1, Ordering::Release);
+    }
+    for slot in &PRIVATE_MOVES {
+        slot.store(NO_MOVE, Ordering::Release);
     }
 }
 
@@ -206,8 +314,7 @@ pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     let private = PRIVATE_PIDFD.with(std::cell::Cell::get) >= 0;
     let (soft, _) = nofile_limit()?;
     let top = soft.min(HIGH_CEILING).saturating_sub(4 * MAX_OWN as u64).max(low as u64 + 1);
-    // SAFETY: plain fcntl on our own descriptor.
-    let high = if private { -1 } else { unsafe { libc::fcntl(low, libc::F_DUPFD_CLOEXEC, top as libc::c_int) } };
+    let high = if private { -1 } else { dup_at_least(low, top).unwrap_or(-1) };
     let fd = if high >= 0 {
         real::close(low);
         high
@@ -252,9 +359,9 @@ fn relocate(fd: i32) -> std::io::Result<i32> {
         // SAFETY: both rlimits are live; the limits are restored right after the dup.
         unsafe {
             if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                let moved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor as libc::c_int);
+                let moved = dup_at_least(fd, floor);
                 libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-                if moved >= 0 {
+                if let Ok(moved) = moved {
                     return Ok(moved);
                 }
             }
@@ -264,13 +371,7 @@ fn relocate(fd: i32) -> std::io::Result<i32> {
         return Err(std::io::Error::other(NoRoom { soft, hard: limit.rlim_max }));
     }
     let floor = soft.min(HIGH_CEILING) - 4 * MAX_OWN as u64;
-    // SAFETY: plain fcntl on our own descriptor.
-    let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor as libc::c_int) };
-    if moved < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(moved)
-    }
+    dup_at_least(fd, floor).map_err(std::io::Error::from_raw_os_error)
 }
 
 /// Whether `fd` is one of the runtime's descriptors. Lock-free.
@@ -284,11 +385,6 @@ pub fn any_own_in(first: u64, last: u64) -> bool {
         let fd = slot.load(Ordering::Acquire);
         fd >= 0 && (first..=last).contains(&(fd as u64))
     })
-}
-
-/// Drops `fd` from the runtime's set; true when it was there (and so may still be closed by us).
-pub fn forget_own(fd: i32) -> bool {
-    OWN.iter().any(|slot| slot.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Relaxed).is_ok())
 }
 
 /// Forgets every descriptor of ours without closing it (the program closed them).
@@ -308,10 +404,39 @@ pub fn close_all_own() {
     }
 }
 
-/// Whether `fd` is an open descriptor.
+/// Whether `fd` is an open descriptor (of the program's: racewatch's own `fcntl` hides racewatch's).
 pub fn is_open(fd: i32) -> bool {
-    // SAFETY: F_GETFD only inspects the descriptor table.
-    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+    super::raw::syscall6(libc::SYS_fcntl, [fd as u64, libc::F_GETFD as u64, 0, 0, 0, 0]) >= 0 && !is_own(fd)
+}
+
+/// Runs `close(first, last)` over the stretches of `first..=last` that hold no descriptor of the
+/// runtime's, lowest first; returns the first failure's result, else 0. The program's `close_range`
+/// and `closefrom` over racewatch's descriptors close all of its own and none of racewatch's: as
+/// without racewatch, where those numbers were free.
+pub fn around_own(first: u64, last: u64, close: impl FnMut(u64, u64) -> libc::c_int) -> libc::c_int {
+    let mut own: Vec<u64> =
+        OWN.iter().map(|slot| slot.load(Ordering::Acquire)).filter(|&fd| fd >= 0).map(|fd| fd as u64).collect();
+    own.sort_unstable();
+    for_gaps(first, last, &own, close)
+}
+
+/// Calls `close(from, to)` for each stretch of `first..=last` between the numbers of `own` (sorted),
+/// lowest first; the first failure's result, else 0.
+fn for_gaps(first: u64, last: u64, own: &[u64], mut close: impl FnMut(u64, u64) -> libc::c_int) -> libc::c_int {
+    let mut rc = 0;
+    let mut from = first;
+    for &fd in own.iter().filter(|&&fd| (first..=last).contains(&fd)) {
+        if fd > from {
+            let done = close(from, fd - 1);
+            rc = if rc == 0 { done } else { rc };
+        }
+        from = fd + 1;
+    }
+    if from <= last {
+        let done = close(from, last);
+        rc = if rc == 0 { done } else { rc };
+    }
+    rc
 }
 
 /// The largest write that a pipe with any free room takes without blocking.
@@ -436,4 +561,42 @@ pub fn replace_with(with: i32, fd: i32, cloexec: bool) -> bool {
         crate::sys::raw::syscall6(libc::SYS_dup3, [with as u64, fd as u64, flags as u64, 0, 0, 0]) == i64::from(fd);
     real::close(with);
     done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_gaps;
+
+    fn gaps(first: u64, last: u64, own: &[u64]) -> Vec<(u64, u64)> {
+        let mut seen = Vec::new();
+        for_gaps(first, last, own, |a, b| {
+            seen.push((a, b));
+            0
+        });
+        seen
+    }
+
+    #[test]
+    fn closing_a_range_skips_the_runtimes_descriptors() {
+        assert_eq!(gaps(3, 100, &[]), [(3, 100)]);
+        assert_eq!(gaps(3, u64::MAX, &[4168, 4169, 4171]), [(3, 4167), (4170, 4170), (4172, u64::MAX)]);
+        assert_eq!(gaps(3, 10, &[3, 10]), [(4, 9)]);
+        assert_eq!(gaps(5, 5, &[5]), []);
+        assert_eq!(gaps(5, 6, &[5]), [(6, 6)]);
+        assert_eq!(gaps(3, 10, &[1, 20]), [(3, 10)], "descriptors outside the range change nothing");
+    }
+
+    #[test]
+    fn the_first_failure_is_returned_and_every_stretch_is_still_closed() {
+        let mut calls = 0;
+        let rc = for_gaps(3, 20, &[10], |a, _| {
+            calls += 1;
+            if a == 3 {
+                -1
+            } else {
+                0
+            }
+        });
+        assert_eq!((rc, calls), (-1, 2));
+    }
 }

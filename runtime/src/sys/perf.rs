@@ -92,33 +92,30 @@ const COMMON_FLAGS: u64 = flag::DISABLED
     | flag::EXCLUDE_KERNEL
     | flag::EXCLUDE_HV;
 
-/// A perf event file descriptor of the runtime's (a number: it is closed explicitly, so that a forked
-/// child can forget its copies without touching the parent's events).
+/// A perf event file descriptor of the runtime's, by its slot among the runtime's descriptors (its
+/// number can change: [`fd::Kept`]). It is closed explicitly, so that a forked child can forget its
+/// copies without touching the parent's events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PerfFd(i32);
+pub struct PerfFd(fd::Kept);
 
 impl PerfFd {
-    /// A descriptor of ours, by number.
-    pub fn from_raw(fd: i32) -> PerfFd {
-        PerfFd(fd)
+    /// The descriptor a [`PerfFd::key`] names (`None` for a negative key).
+    pub fn from_key(key: i32) -> Option<PerfFd> {
+        fd::Kept::from_key(key).map(PerfFd)
     }
 
-    /// The raw descriptor.
-    pub fn raw(&self) -> i32 {
-        self.0
+    /// A key to keep in an atomic.
+    pub fn key(&self) -> i32 {
+        self.0.key()
     }
 
     /// Closes the descriptor (unless the program took its number already).
     pub fn close(self) {
-        if fd::forget_own(self.0) {
-            // A copy in the reporter's own descriptor table would keep the event (and a watchpoint's
-            // debug register) alive.
-            fd::close_everywhere(self.0, 200);
-        }
+        self.0.close(200);
     }
 
     fn ioctl(&self, request: libc::c_ulong, arg: usize) -> io::Result<()> {
-        ioctl(self.0, request, arg)
+        ioctl(self.0.number(), request, arg)
     }
 
     /// Enables the event and every inherited child. Async-signal-safe.

@@ -75,7 +75,10 @@ static PTHREAD_SIGMASK: Real = Real::new(c"pthread_sigmask");
 static CLOSE: Real = Real::new(c"close");
 static CLOSE_RANGE: Real = Real::new(c"close_range");
 static CLOSEFROM: Real = Real::new(c"closefrom");
+static DUP: Real = Real::new(c"dup");
 static DUP2: Real = Real::new(c"dup2");
+static FCNTL: Real = Real::new(c"fcntl");
+static FCNTL64: Real = Real::new(c"fcntl64");
 static DUP3: Real = Real::new(c"dup3");
 static PRCTL: Real = Real::new(c"prctl");
 static SYSCALL: Real = Real::new(c"syscall");
@@ -133,7 +136,10 @@ const ALL: &[&Real] = &[
     &CLOSE,
     &CLOSE_RANGE,
     &CLOSEFROM,
+    &DUP,
     &DUP2,
+    &FCNTL,
+    &FCNTL64,
     &DUP3,
     &PRCTL,
     &SYSCALL,
@@ -291,6 +297,16 @@ pub fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
 /// The real `closefrom`.
 pub fn closefrom(low: c_int) {
     call!(CLOSEFROM, (), fn(c_int) -> (), low)
+}
+
+/// The real `dup`.
+pub fn dup(fd: c_int) -> c_int {
+    call!(DUP, -1, fn(c_int) -> c_int, fd)
+}
+
+/// The real `fcntl` (`fcntl64` when `large`), with its one optional argument word.
+pub fn fcntl(large: bool, fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    call!(if large { &FCNTL64 } else { &FCNTL }, -1, fn(c_int, c_int, c_ulong) -> c_int, fd, cmd, arg)
 }
 
 /// The real `dup2`.

@@ -8,6 +8,7 @@
 use crate::sys::fd;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+/// The kept status descriptor's key ([`fd::Kept::key`]); -1: none.
 static STATUS: AtomicI32 = AtomicI32::new(-1);
 
 /// Opens `/proc/self/status` for [`tracer_pid`] (once per process). False when it cannot be opened
@@ -26,8 +27,8 @@ pub fn open() -> bool {
     }
     let low = low as i32;
     match fd::keep_high(low) {
-        Ok(high) => {
-            STATUS.store(high, Ordering::Release);
+        Ok(kept) => {
+            STATUS.store(kept.key(), Ordering::Release);
             true
         }
         Err(_) => false,
@@ -52,8 +53,8 @@ pub struct Status {
 /// Reads the status now (`Status::default()` when it cannot be read). Async-signal-safe, never a
 /// cancellation point.
 pub fn read() -> Status {
-    let fd = STATUS.load(Ordering::Acquire);
-    if fd < 0 || !fd::is_own(fd) {
+    let fd = fd::Kept::from_key(STATUS.load(Ordering::Acquire)).map_or(-1, fd::Kept::number);
+    if fd < 0 {
         return Status::default();
     }
     let mut buf = [0u8; 4096];

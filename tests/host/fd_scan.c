@@ -1,0 +1,57 @@
+/* A server's descriptor habits while its threads race: it counts its descriptors with an `fcntl(F_GETFD)`
+ * scan up to its limit, closes every number with `close` (counting the successes), `closefrom` and
+ * `close_range`, `dup`s every number, then parks a pipe at the 48 highest numbers of its range with
+ * `dup2` and writes through each. Every count must be what it is without racewatch (racewatch's
+ * descriptors are not there for these calls), and detection goes on after all of it: the racing threads
+ * switch to other racy functions (rw_vary_races) once the descriptors are done, and a race between
+ * those is reported. The limit is set to 4200/4200 first, so that the runtime's descriptors sit in the
+ * program's range when the process may not raise its hard limit. */
+static int scan(int limit) {
+  int n = 0;
+  for (int fd = 0; fd < limit; fd++)
+    if (fcntl(fd, F_GETFD) >= 0) n++;
+  return n;
+}
+
+int main(void) {
+  struct rlimit rl = {4200, 4200};
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0) printf("setrlimit: %s\n", rw_errname(errno));
+  int limit = (int)rl.rlim_cur;
+  rw_start(2, 2.5, 0);
+  rw_race_until(rw_now() + 0.2);
+  printf("scan: %d\n", scan(limit));
+  int closed = 0;
+  for (int fd = 3; fd < limit; fd++)
+    if (close(fd) == 0) closed++;
+  printf("closed: %d\n", closed);
+  closefrom(3);
+  printf("close_range: %d\n", close_range(3, ~0U, 0));
+  int duped = 0;
+  for (int fd = 3; fd < limit; fd++) {
+    int d = dup(fd);
+    if (d >= 0) {
+      duped++;
+      close(d);
+    }
+  }
+  printf("dup: %d\n", duped);
+  printf("scan after closing: %d\n", scan(limit));
+  int p[2];
+  if (pipe(p) != 0) return 1;
+  fcntl(p[0], F_SETFL, O_NONBLOCK);
+  int parked = 0, written = 0;
+  for (int i = 1; i <= 48; i++)
+    if (dup2(p[1], limit - i) == limit - i) parked++;
+  for (int i = 1; i <= 48; i++)
+    if (write(limit - i, "x", 1) == 1) written++;
+  char buf[64];
+  ssize_t got = read(p[0], buf, sizeof buf);
+  printf("parked: %d, written: %d, read: %zd\n", parked, written, got);
+  printf("scan with parked: %d\n", scan(limit));
+  close_range(3, ~0U, 0);
+  printf("scan at the end: %d\n", scan(limit));
+  rw_vary_races();
+  rw_join();
+  printf("done\n");
+  return 0;
+}

@@ -96,6 +96,12 @@ pub fn here(regs: &Regs) -> bool {
     if crate::sys::raw::getpid() != PID.load(Ordering::Acquire) {
         return false;
     }
+    // Only a thread glibc made (the one that started the detector, or one created through
+    // `pthread_create`): a raw `clone` thread may share another thread's TLS, glibc's thread
+    // descriptor included, and `pthread_create` there would corrupt that thread's state.
+    if crate::sys::thread::known_slot(crate::sys::raw::gettid()).is_none() {
+        return false;
+    }
     let mut frames = [0u64; MAX_FRAMES];
     let n = crate::unwind::capture(regs, &mut frames);
     let entry = ENTRY.load(Ordering::Relaxed);

@@ -724,6 +724,7 @@ fn cases() -> Vec<Case> {
             "64 KiB thread 0: sigaltstack SS_DISABLE",
             "64 KiB thread 1: sigaltstack SS_DISABLE",
             "48 KiB handler ran: 30",
+            "on its thread's own stack: 30",
         ]),
         // 29. A raw clone thread sharing main's TLS (errno included).
         case("raw_clone_thread_shared_tls", "clone_raw", &[])

@@ -121,7 +121,7 @@ pub extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut l
         let wrapped = hand_on::recorded(sig);
         let rc = real::sigaction(sig, act, old);
         if let Some(old) = opt_mut(old).filter(|_| rc == 0) {
-            hand_on::from_kernel(sig, old, wrapped);
+            hand_on::from_kernel(old, wrapped);
         }
         return rc;
     }

@@ -60,9 +60,17 @@ static HANDLERS: [AtomicUsize; SIGNALS] = [const { AtomicUsize::new(libc::SIG_DF
 /// The flags the program gave it.
 static FLAGS: [AtomicI32; SIGNALS] = [const { AtomicI32::new(0) }; SIGNALS];
 
-/// Whether `sig`'s program handlers are wrapped.
+/// Whether `sig`'s program handlers are wrapped to be handed over to the main thread.
 pub fn wraps(sig: i32) -> bool {
     WRAPPED.contains(&sig)
+}
+
+/// Whether the trampoline stands in the kernel for a program handler of `sig` with `flags`: one of
+/// [`WRAPPED`], or any handler with `SA_ONSTACK`, which the kernel runs on racewatch's alternate stack
+/// in a thread without one of the program's, where the trampoline moves it back to the interrupted
+/// stack ([`call_program_handler_in_place`]).
+pub fn stands_in(sig: i32, flags: i32) -> bool {
+    wraps(sig) || (flags & libc::SA_ONSTACK != 0 && !matches!(sig, libc::SIGTRAP | libc::SIGKILL | libc::SIGSTOP))
 }
 
 fn bit(sig: i32) -> u64 {
@@ -86,7 +94,11 @@ pub fn recorded(sig: i32) -> Recorded {
 /// disposition is recorded, and a handler is replaced by the trampoline (`SIG_DFL` and `SIG_IGN` go to
 /// the kernel as they are).
 pub fn to_kernel(sig: i32, act: &mut libc::sigaction) {
-    if !wraps(sig) || act.sa_sigaction == trampoline_address() {
+    if act.sa_sigaction == trampoline_address() {
+        return;
+    }
+    if !stands_in(sig, act.sa_flags) {
+        record(sig, Recorded { handler: libc::SIG_DFL, flags: 0 });
         return;
     }
     record(sig, Recorded { handler: act.sa_sigaction, flags: act.sa_flags });
@@ -99,10 +111,7 @@ pub fn to_kernel(sig: i32, act: &mut libc::sigaction) {
 /// Puts back what the trampoline stood for (`before`, recorded before the call) into an action the
 /// kernel returned for `sig`: the program reads its own handler and flags, also once the kernel reset
 /// a one-shot handler (`SA_RESETHAND`) to `SIG_DFL`, keeping the flags the trampoline had.
-pub fn from_kernel(sig: i32, old: &mut libc::sigaction, before: Recorded) {
-    if !wraps(sig) {
-        return;
-    }
+pub fn from_kernel(old: &mut libc::sigaction, before: Recorded) {
     let wrapped = old.sa_sigaction == trampoline_address();
     let reset_by_kernel = old.sa_sigaction == libc::SIG_DFL
         && !matches!(before.handler, libc::SIG_DFL | libc::SIG_IGN)
@@ -117,10 +126,7 @@ pub fn from_kernel(sig: i32, old: &mut libc::sigaction, before: Recorded) {
 
 /// Records `recorded` again for `sig` (a refused `sigaction` leaves the kernel as it was).
 pub fn record(sig: i32, recorded: Recorded) {
-    if !wraps(sig) {
-        return;
-    }
-    let i = sig as usize;
+    let Some(i) = usize::try_from(sig).ok().filter(|&i| i < SIGNALS) else { return };
     FLAGS[i].store(recorded.flags, Ordering::Release);
     HANDLERS[i].store(recorded.handler, Ordering::Release);
     // A signal handed over under the old disposition may never reach the trampoline (ignored now).
@@ -138,7 +144,7 @@ extern "C-unwind" fn trampoline(sig: libc::c_int, info: *mut libc::siginfo_t, ct
         return; // The program's record changed meanwhile (another thread's `sigaction`): nothing to run.
     }
     // SAFETY: a non-null `info` is the kernel's siginfo for this delivery, this handler's to change.
-    if let Some(delivered) = unsafe { info.as_mut() } {
+    if let Some(delivered) = unsafe { info.as_mut() }.filter(|_| wraps(sig)) {
         // The process and thread ids (two system calls) only when there is something to decide.
         let may_hand_over = sent_to_process(sig, delivered.si_code) && crate::sys::signal::detecting();
         let slot_taken = SAVED_BUSY[sig as usize].load(Ordering::Acquire);
@@ -156,7 +162,27 @@ extern "C-unwind" fn trampoline(sig: libc::c_int, info: *mut libc::siginfo_t, ct
             }
         }
     }
-    call_program_handler(handler, flags, sig, info, ctx);
+    call_program_handler_in_place(handler, flags, sig, info, ctx);
+}
+
+/// Calls a handler the program installed where the kernel would have run it without racewatch: on the
+/// interrupted stack when the kernel put this delivery on racewatch's alternate stack (the handler has
+/// `SA_ONSTACK` and the thread no alternate stack of the program's), else where it runs now.
+pub fn call_program_handler_in_place(
+    handler: usize,
+    flags: i32,
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+) {
+    let mut call = || call_program_handler(handler, flags, sig, info, ctx);
+    // SAFETY: a non-null `ctx` is the kernel's ucontext for this delivery.
+    let interrupted_sp = unsafe { (ctx as *const libc::ucontext_t).as_ref() }
+        .map(|uc| uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize);
+    match interrupted_sp.and_then(stacks::off_own_alt_stack).flatten() {
+        Some(top) => stacks::run_at(top, &mut call),
+        None => call(),
+    }
 }
 
 /// Calls a handler the program installed (`handler`, not `SIG_DFL`/`SIG_IGN`, with its `flags`) with the

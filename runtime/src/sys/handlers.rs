@@ -53,7 +53,7 @@ pub fn program_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc
     } else {
         if let Some(old) = opt_mut(old) {
             old.sa_mask = signal::with_trap(&old.sa_mask, program_had_trap);
-            hand_on::from_kernel(sig, old, wrapped_before);
+            hand_on::from_kernel(old, wrapped_before);
         }
         match kernel {
             Some((_, true)) => PROGRAM_MASK_HAS_TRAP.fetch_or(bit, Ordering::AcqRel),
@@ -106,7 +106,7 @@ fn apply_trap_rule(adopting: bool) {
             continue;
         }
         // `stats=1`'s handler where the program has `SIG_DFL` is racewatch's own: not wrapped.
-        let wrapping = adopting && hand_on::wraps(sig) && !fatal::covers(sig);
+        let wrapping = adopting && hand_on::stands_in(sig, current.sa_flags) && !fatal::covers(sig);
         if wanted != kernel_has_trap || wrapping {
             current.sa_mask = signal::with_trap(&current.sa_mask, wanted);
             if wrapping {

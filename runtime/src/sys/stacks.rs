@@ -127,12 +127,8 @@ pub fn host_room(sp: usize) -> Option<usize> {
 /// interrupted code's red zone), when the runtime's handler runs on an alternate stack the
 /// program's handler would not have used.
 pub fn program_handler_top(interrupted_sp: usize, onstack: bool) -> Option<usize> {
-    let sp = current_sp();
-    let (lo, hi) = ALT.with(Cell::get);
-    if lo < hi && (lo..hi).contains(&sp) {
-        // On racewatch's alternate stack (disarmed while in use, so the kernel does not report it):
-        // a program handler runs here only when it was interrupted here itself.
-        return (!(lo..hi).contains(&interrupted_sp)).then(|| interrupted_sp.saturating_sub(128) & !15);
+    if let Some(on_ours) = off_own_alt_stack(interrupted_sp) {
+        return on_ours;
     }
     let current = raw::sigaltstack(None)?;
     if current.ss_flags & libc::SS_ONSTACK == 0 {
@@ -143,6 +139,19 @@ pub fn program_handler_top(interrupted_sp: usize, onstack: bool) -> Option<usize
         return None; // The program's alternate stack, which the kernel would have used as well.
     }
     Some(interrupted_sp.saturating_sub(128) & !15)
+}
+
+/// When the caller runs on racewatch's alternate stack (disarmed while in use, so the kernel does not
+/// report it): `Some` of where a program handler must run instead, `None` inside it when the code the
+/// signal interrupted ran there itself. `None` elsewhere (not on racewatch's alternate stack). A
+/// program's handler with `SA_ONSTACK` in a thread without an alternate stack of the program's is put
+/// on racewatch's by the kernel; without racewatch it would have run on the interrupted stack.
+pub fn off_own_alt_stack(interrupted_sp: usize) -> Option<Option<usize>> {
+    let (lo, hi) = ALT.with(Cell::get);
+    if !(lo < hi && (lo..hi).contains(&current_sp())) {
+        return None;
+    }
+    Some((!(lo..hi).contains(&interrupted_sp)).then(|| interrupted_sp.saturating_sub(128) & !15))
 }
 
 /// Runs `f` with the stack pointer at `top` (a stack the program owns; no guard, no bookkeeping).

@@ -1,6 +1,8 @@
 //! The program's handlers of the signals a process is sent (`kill`, `sigqueue`, `alarm`, its
 //! terminal, a child's end), wrapped so that one a worker thread took while the main thread lets it
-//! through goes on to the main thread.
+//! through goes on to the main thread; and every program handler with `SA_ONSTACK`, wrapped so that
+//! it runs on the interrupted stack when the kernel put it on racewatch's hidden alternate stack (a
+//! thread without one of the program's), as it would without racewatch.
 //!
 //! Why: without racewatch the kernel gives such a signal to the main thread when the main thread lets
 //! it through, even while every other thread is busy; a `main` that waits in `pause` or `sigsuspend`

@@ -844,6 +844,9 @@ fn cases() -> Vec<Case> {
             "child started with SIGTRAP blocked: 1, 2 arguments, last report, RW_CHILD_ENV unset",
             "child started with SIGTRAP blocked: 1, 3 arguments, last two, RW_CHILD_ENV from-execle",
             "child started with SIGTRAP blocked: 1, 302 arguments, last 299, RW_CHILD_ENV unset",
+            "child started with SIGTRAP blocked: 1, 3 arguments, last vfork, RW_CHILD_ENV unset",
+            "child started with SIGTRAP blocked: 0, 3 arguments, last vfork-unblocked, RW_CHILD_ENV unset",
+            "child started with SIGTRAP blocked: 1, 3 arguments, last clone-vfork, RW_CHILD_ENV unset",
         ]),
         case("vfork_child_resets_stay_in_the_child", "children_mask", &["vfork"]).repeat(3).expect(&[
             "vfork children failed: 0",

@@ -328,7 +328,11 @@ fn masked(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t, real
     };
     if set.is_some() && blocked != was_blocked && signal::in_borrowed_memory() {
         // A vfork child changing SIGTRAP's state: its kernel mask is its own, the bit here its parent's.
-        return real_fn(how, set_ptr, old);
+        let rc = real_fn(how, set_ptr, old);
+        if rc == 0 {
+            signal::note_borrowed_trap_state(blocked);
+        }
+        return rc;
     }
     // The program's view changes first: a SIGTRAP pending for real is delivered as soon as the kernel
     // mask lets it (on the way out of the call below), and the handler must then see it unblocked.
@@ -714,13 +718,19 @@ fn sets_own_mask(attr: *const libc::posix_spawnattr_t) -> bool {
 
 /// Runs an `exec` (or a call that starts a child with the caller's mask: `posix_spawn`, `system`,
 /// `popen`) with `SIGTRAP` blocked in the kernel when the program has it blocked (the mask survives
-/// `exec`, and the new image must see it), unblocked again when the call returns. A vfork child's
-/// kernel mask is already its own.
+/// `exec`, and the new image must see it), unblocked again when the call returns. In a `vfork` child
+/// (CPython's `subprocess`, a `clone(CLONE_VM | CLONE_VFORK)`) the kernel mask is the child's own copy
+/// of its parent's, without `SIGTRAP`: it is blocked there as the parent's thread had it, or as the
+/// child set it since.
 fn exec(call: impl FnOnce() -> c_int) -> c_int {
-    if !signal::is_installed() || !signal::trap_blocked() || signal::in_borrowed_memory() {
+    if !signal::is_installed() || !signal::trap_blocked_for_exec() {
         return call();
     }
-    let blocked = signal::block_trap_for_exec();
+    let blocked = if signal::in_borrowed_memory() {
+        signal::block_trap_in_borrowed_memory()
+    } else {
+        signal::block_trap_for_exec()
+    };
     let rc = call();
     // Raw: the failed exec's errno stays what the program reads.
     if blocked {

@@ -4,12 +4,14 @@
  *             without attributes and posix_spawnp (each child prints whether it started with SIGTRAP
  *             blocked: it must, the mask is inherited), then system() and popen() (whose shell decides),
  *             then forked children that exec it with execl, execle (with an environment of its own)
- *             and execlp, over a long argument list (300 arguments: all must arrive);
+ *             and execlp, over a long argument list (300 arguments: all must arrive), and children that
+ *             exec it from vfork and clone(CLONE_VM | CLONE_VFORK) (one unblocks SIGTRAP first);
  *   "vfork":  the program installs a SIGTRAP handler and blocks SIGTRAP, races, and 50 times vforks a
  *             child that resets every disposition to SIG_DFL and unblocks every signal before exec (as
  *             CPython's _posixsubprocess does); then it checks its own handler and mask are as it left
  *             them and raises SIGTRAP, taken when it unblocks it;
  *   "report": prints whether SIGTRAP is blocked. */
+#include <sched.h>
 #include <spawn.h>
 
 extern char **environ;
@@ -52,6 +54,39 @@ static void block_trap(void) {
   sigprocmask(SIG_BLOCK, &trap, NULL);
 }
 
+static const char *clone_self;
+static int clone_child(void *arg) {
+  execl(clone_self, clone_self, "report", (char *)arg, (char *)NULL);
+  _exit(127);
+}
+
+/* Children that share the parent's memory until they exec (vfork, clone(CLONE_VM | CLONE_VFORK)): they
+ * start the new image with the parent's mask, or with the mask they set themselves. */
+static void vfork_exec_children(const char *self) {
+  int status;
+  fflush(stdout);
+  pid_t pid = vfork();
+  if (pid == 0) {
+    execl(self, self, "report", "vfork", (char *)NULL);
+    _exit(127);
+  }
+  if (pid > 0) waitpid(pid, &status, 0);
+  pid = vfork();
+  if (pid == 0) {
+    sigset_t trap;
+    sigemptyset(&trap);
+    sigaddset(&trap, SIGTRAP);
+    sigprocmask(SIG_UNBLOCK, &trap, NULL);
+    execl(self, self, "report", "vfork-unblocked", (char *)NULL);
+    _exit(127);
+  }
+  if (pid > 0) waitpid(pid, &status, 0);
+  static char stack[64 * 1024];
+  clone_self = self;
+  pid = clone(clone_child, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, "clone-vfork");
+  if (pid > 0) waitpid(pid, &status, 0);
+}
+
 static int spawn_children(const char *self) {
   char *argv[] = {(char *)self, "report", NULL};
   pid_t pid;
@@ -69,6 +104,7 @@ static int spawn_children(const char *self) {
   while (pipe && fgets(line, sizeof line, pipe)) printf("popen: %s", line);
   if (pipe) pclose(pipe);
   for (int kind = 0; kind < 3; kind++) exec_list_child(self, kind);
+  vfork_exec_children(self);
   rw_join();
   return 0;
 }

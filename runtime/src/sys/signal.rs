@@ -430,6 +430,36 @@ pub fn virtualise_thread_mask() {
     }
 }
 
+/// A `vfork` child's own choice for `SIGTRAP` in its mask (`pid << 1 | blocked`; 0: none): its mask
+/// calls go to its own kernel state, while the thread-local record it shares is its parent's. Keyed
+/// by the child's pid, so the parent (and a later child) never reads it.
+static BORROWED_TRAP: AtomicU64 = AtomicU64::new(0);
+
+/// A `vfork` child blocked or unblocked `SIGTRAP` itself (see [`BORROWED_TRAP`]).
+pub fn note_borrowed_trap_state(blocked: bool) {
+    BORROWED_TRAP.store((raw::getpid() as u64) << 1 | u64::from(blocked), Ordering::Release);
+}
+
+/// Whether an `exec` now must leave `SIGTRAP` blocked in the new image: the program has it blocked in
+/// this thread; in a `vfork` child, as the child set it, else as its parent's thread had it (the
+/// child's kernel mask is a copy of the parent's, where `SIGTRAP` is never blocked).
+pub fn trap_blocked_for_exec() -> bool {
+    if in_borrowed_memory() {
+        let noted = BORROWED_TRAP.load(Ordering::Acquire);
+        if noted >> 1 == raw::getpid() as u64 {
+            return noted & 1 != 0;
+        }
+    }
+    trap_blocked()
+}
+
+/// In a `vfork` child about to `exec`: blocks `SIGTRAP` in its own kernel mask (no signal of racewatch's
+/// can be pending there: perf events follow threads, not children). True when it was not blocked yet.
+pub fn block_trap_in_borrowed_memory() -> bool {
+    raw::sigprocmask(libc::SIG_BLOCK, Some(1u64 << (libc::SIGTRAP - 1)))
+        .is_some_and(|old| old & 1 << (libc::SIGTRAP - 1) == 0)
+}
+
 /// Blocks `SIGTRAP` in the kernel for an `exec` (the program has it blocked), taking back a signal of the
 /// runtime's that became pending meanwhile (a program's own pending `SIGTRAP` stays). False when the
 /// mask could not be changed.

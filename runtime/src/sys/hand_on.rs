@@ -444,7 +444,7 @@ mod tests {
         assert_eq!(act.sa_sigaction, trampoline_address());
         assert_eq!(act.sa_flags, libc::SA_RESTART | libc::SA_SIGINFO);
         let mut old = act;
-        from_kernel(libc::SIGWINCH, &mut old, recorded(libc::SIGWINCH));
+        from_kernel(&mut old, recorded(libc::SIGWINCH));
         assert_eq!((old.sa_sigaction, old.sa_flags), (handler as *const () as usize, libc::SA_RESTART));
         // A one-shot handler the kernel reset: the default action, with the program's flags.
         act.sa_flags = libc::SA_RESETHAND;
@@ -452,7 +452,7 @@ mod tests {
         to_kernel(libc::SIGWINCH, &mut act);
         let mut reset = act;
         reset.sa_sigaction = libc::SIG_DFL;
-        from_kernel(libc::SIGWINCH, &mut reset, recorded(libc::SIGWINCH));
+        from_kernel(&mut reset, recorded(libc::SIGWINCH));
         assert_eq!((reset.sa_sigaction, reset.sa_flags), (libc::SIG_DFL, libc::SA_RESETHAND));
         record(libc::SIGWINCH, before);
         // Not wrapped: as it is.

@@ -52,9 +52,8 @@ const POOL: usize = 16;
 const BUDGET_POOL: usize = 6;
 /// Runtime stacks in this process's pool.
 static POOL_SIZE: AtomicUsize = AtomicUsize::new(POOL);
-/// Bounds of a runtime alternate signal stack's size.
-const MIN_ALT_STACK: usize = 64 << 10;
-const MAX_ALT_STACK: usize = 1 << 20;
+/// The size of a runtime alternate signal stack ([`alt_stack_size`]).
+const ALT_STACK: usize = 32 << 10;
 const PAGE: usize = 4096;
 /// `sigaltstack` flag (Linux >= 4.7): the alternate stack is disarmed while a handler runs on it and
 /// re-armed by `sigreturn`. A signal nested in racewatch's handler, or in a program handler it runs
@@ -240,7 +239,7 @@ fn switch_and_call(top: usize, f: &mut dyn FnMut(), catching: bool) {
 pub fn record_current_thread(slot: Option<usize>) {
     let Some(bounds) = current_thread_stack() else { return };
     STACK.with(|s| s.set(bounds));
-    give_alt_stack(slot, alt_stack_size_for(bounds.1 - bounds.0));
+    give_alt_stack(slot, alt_stack_size());
 }
 
 /// The calling thread's stack `[lo, hi)`, exact (`pthread_getattr_np`; for the main thread it reads
@@ -320,19 +319,16 @@ pub fn locking_future() -> bool {
     LOCKING_FUTURE.load(Ordering::Relaxed)
 }
 
-/// The size of the alternate stack a thread whose stack has `stack` bytes gets: the same, within
-/// 64 KiB..=1 MiB. Under an `RLIMIT_AS` or `RLIMIT_DATA`, where every byte racewatch maps is one the
-/// program cannot (a thread per 1 MiB stack and alternate stack of the same size halved the threads a
-/// program could start), the smallest, 64 KiB; none when a limit leaves less than eight times that.
-/// The smallest too under `mlockall(MCL_FUTURE)`, where the whole stack would be locked memory of the
-/// program's budget (two threads with 256 KiB stacks took 512 KiB of it). Call in the creating thread
-/// (it may read `/proc`).
-pub fn alt_stack_size_for(stack: usize) -> usize {
+/// The size of the alternate stack a thread gets: 32 KiB, room for racewatch's own signal frames (the
+/// kernel's, up to about 11 KiB with AMX state, and the 1 KiB its handler may use before it moves to a
+/// runtime stack): no handler of the program's runs there (one with `SA_ONSTACK` is moved back to the
+/// interrupted stack, `hand_on::call_program_handler_in_place`). None when an `RLIMIT_AS` or
+/// `RLIMIT_DATA` leaves less than eight times that: every byte racewatch maps is one the program cannot.
+/// Call in the creating thread (it may read `/proc`).
+pub fn alt_stack_size() -> usize {
     match crate::sys::mem::memory_headroom() {
-        None if LOCKING_FUTURE.load(Ordering::Relaxed) => MIN_ALT_STACK,
-        None => stack.clamp(MIN_ALT_STACK, MAX_ALT_STACK).next_multiple_of(PAGE),
-        Some(room) if room < 8 * MIN_ALT_STACK as u64 => 0,
-        Some(_) => MIN_ALT_STACK,
+        Some(room) if room < 8 * ALT_STACK as u64 => 0,
+        _ => ALT_STACK,
     }
 }
 

@@ -1,36 +1,68 @@
 //! A file's text, rewritten, as a memory file (`memfd`) read from its start: what
-//! [`crate::proc_view`] hands the program for its own `/proc` files. Raw system calls and an
-//! anonymous mapping only (no allocation, no `errno`): `open` is async-signal-safe, and a program may
-//! call it from a handler.
+//! [`crate::proc_view`] hands the program for its own `/proc` files. Raw system calls, a static
+//! buffer and an anonymous mapping only (no allocation, no `errno`): `open` is async-signal-safe, and a
+//! program may call it from a handler.
 
 use super::raw::syscall6;
+use std::cell::UnsafeCell;
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The most text read from the file, and written.
 const MAX_TEXT: usize = 32 * 1024;
 
-/// A private anonymous mapping of `MAX_TEXT` bytes for the file's text and as many for the rewrite,
-/// unmapped when dropped.
-struct Scratch(*mut u8);
+/// Room for the file's text (`MAX_TEXT` bytes) and as many for the rewrite: the runtime's static
+/// buffer, or, while another call (another thread, or a handler interrupting this one) holds it, a
+/// private anonymous mapping unmapped when dropped. The static buffer lies in the library's own
+/// mapping, so a snapshot of `status` taken meanwhile shows the program's `VmSize`, not 64 KiB more
+/// (a program comparing it with `statm` saw them differ in every run).
+enum Scratch {
+    Static,
+    Mapped(*mut u8),
+}
+
+struct StaticScratch {
+    busy: AtomicBool,
+    bytes: UnsafeCell<[u8; 2 * MAX_TEXT]>,
+}
+
+// SAFETY: `bytes` is only touched by the one `Scratch::Static` that set `busy` (see `Scratch::new`).
+unsafe impl Sync for StaticScratch {}
+
+static STATIC_SCRATCH: StaticScratch =
+    StaticScratch { busy: AtomicBool::new(false), bytes: UnsafeCell::new([0; 2 * MAX_TEXT]) };
 
 impl Scratch {
     fn new() -> Option<Scratch> {
+        if STATIC_SCRATCH.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            return Some(Scratch::Static);
+        }
         let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
         let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
         let addr = syscall6(libc::SYS_mmap, [0, 2 * MAX_TEXT as u64, prot, flags, u64::MAX, 0]);
-        (!(-4095..=0).contains(&addr)).then_some(Scratch(addr as *mut u8))
+        (!(-4095..=0).contains(&addr)).then_some(Scratch::Mapped(addr as *mut u8))
     }
 
     fn halves(&mut self) -> (&mut [u8], &mut [u8]) {
-        // SAFETY: the mapping is 2 * MAX_TEXT bytes, readable and writable, and lives as long as `self`.
-        let all = unsafe { std::slice::from_raw_parts_mut(self.0, 2 * MAX_TEXT) };
+        let all = match *self {
+            // SAFETY: this `Scratch` holds the static buffer alone (it set `busy`) until dropped.
+            Scratch::Static => unsafe { &mut *STATIC_SCRATCH.bytes.get() }.as_mut_slice(),
+            // SAFETY: the mapping is 2 * MAX_TEXT bytes, readable and writable, and lives as long as
+            // `self`.
+            Scratch::Mapped(addr) => unsafe { std::slice::from_raw_parts_mut(addr, 2 * MAX_TEXT) },
+        };
         all.split_at_mut(MAX_TEXT)
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        syscall6(libc::SYS_munmap, [self.0 as u64, 2 * MAX_TEXT as u64, 0, 0, 0, 0]);
+        match *self {
+            Scratch::Static => STATIC_SCRATCH.busy.store(false, Ordering::Release),
+            Scratch::Mapped(addr) => {
+                syscall6(libc::SYS_munmap, [addr as u64, 2 * MAX_TEXT as u64, 0, 0, 0, 0]);
+            }
+        }
     }
 }
 

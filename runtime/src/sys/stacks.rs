@@ -80,9 +80,11 @@ pub fn init_pool() -> bool {
     let budget = LOCKING_FUTURE.load(Ordering::Relaxed) || crate::sys::mem::memory_headroom().is_some();
     let size = if budget { BUDGET_POOL } else { POOL };
     let Some(base) = map(slot * size) else { return false };
-    for i in 0..size {
-        protect_guard(base + i * slot);
-    }
+    // One guard page, under the lowest stack: the pool is one line of `/proc/self/maps` (a guard under
+    // each stack made 32), and the alternate stacks mapped after it join that line. A stack uses at most
+    // about a third of its 64 KiB (`max bytes used of a runtime stack`), so the page between two stacks
+    // is slack, never reached.
+    protect_guard(base);
     POOL_SIZE.store(size, Ordering::Relaxed);
     POOL_BASE.store(base, Ordering::Release);
     POOL_FREE.store(((1u64 << size) - 1) as u32, Ordering::Release);
@@ -357,11 +359,11 @@ const SPARES: usize = 8;
 /// a length at most 257 pages); 0 when empty.
 static SPARE: [AtomicUsize; SPARES] = [const { AtomicUsize::new(0) }; SPARES];
 
-/// Keeps the stack mapped at `base` (`len` bytes, its guard page included) for a later thread; false
+/// Keeps the stack mapped at `base` (`len` bytes) for a later thread; false
 /// when every spare place is taken, or the stack is locked memory (the caller unmaps it).
 fn park_spare(base: usize, len: usize) -> bool {
     let pages = len / PAGE;
-    if base % PAGE != 0 || len % PAGE != 0 || pages >= PAGE || is_resident(base + PAGE) {
+    if base % PAGE != 0 || len % PAGE != 0 || pages >= PAGE || is_resident(base) {
         return false;
     }
     SPARE.iter().any(|spare| spare.compare_exchange(0, base | pages, Ordering::AcqRel, Ordering::Relaxed).is_ok())
@@ -377,7 +379,7 @@ fn is_resident(addr: usize) -> bool {
     !ok || vec & 1 != 0
 }
 
-/// Takes a spare stack of `len` bytes (its guard page included), when one was kept.
+/// Takes a spare stack of `len` bytes, when one was kept.
 fn take_spare(len: usize) -> Option<usize> {
     let pages = len / PAGE;
     SPARE.iter().find_map(|spare| {
@@ -410,7 +412,11 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
         None => return,
     }
     reclaim_some(slot);
-    let len = size + PAGE;
+    // No guard page: racewatch's frames there are bounded (the kernel's, and the handler's 1 KiB before
+    // it moves to a runtime stack), and without one the alternate stacks, placed side by side in
+    // racewatch's region like the runtime stacks, make one line of `/proc/self/maps` instead of two
+    // per thread.
+    let len = size;
     let old = (SLOT_ALT_BASE[slot].swap(0, Ordering::AcqRel), SLOT_ALT_LEN[slot].swap(0, Ordering::AcqRel));
     let base = match old {
         (base, old_len) if base != 0 && old_len == len => base,
@@ -422,20 +428,19 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
                 Some(base) => base,
                 None => {
                     let Some(base) = map(len) else { return };
-                    protect_guard(base);
                     base
                 }
             }
         }
     };
-    let ss = libc::stack_t { ss_sp: (base + PAGE) as *mut libc::c_void, ss_flags: SS_AUTODISARM, ss_size: size };
+    let ss = libc::stack_t { ss_sp: base as *mut libc::c_void, ss_flags: SS_AUTODISARM, ss_size: size };
     if raw::sigaltstack(Some(&ss)).is_none() {
         release(base, len);
         return;
     }
     SLOT_ALT_LEN[slot].store(len, Ordering::Release);
     SLOT_ALT_BASE[slot].store(base, Ordering::Release);
-    ALT.with(|a| a.set((base + PAGE, base + PAGE + size)));
+    ALT.with(|a| a.set((base, base + size)));
 }
 
 /// The program's own alternate stack that a thread started its racewatch life on (`[lo, hi)`, and the
@@ -523,7 +528,7 @@ pub fn thread_ending(slot: Option<usize>) {
     if lo == 0 {
         return;
     }
-    let base = lo - PAGE;
+    let base = lo;
     if (base..hi).contains(&current_sp()) {
         return;
     }
@@ -543,7 +548,7 @@ pub fn thread_ending(slot: Option<usize>) {
     raw::sigprocmask(libc::SIG_SETMASK, Some(old_mask));
 }
 
-/// A runtime alternate stack (mapped at `base`, `len` bytes with its guard page) that no thread uses any
+/// A runtime alternate stack (mapped at `base`, `len` bytes) that no thread uses any
 /// more: kept for a later thread ([`park_spare`]), else unmapped.
 fn release(base: usize, len: usize) {
     if !park_spare(base, len) {
@@ -567,7 +572,7 @@ pub fn forget_after_fork() {
         return;
     }
     for (base, len) in SLOT_ALT_BASE.iter().zip(&SLOT_ALT_LEN) {
-        if base.load(Ordering::Acquire) + PAGE == lo {
+        if base.load(Ordering::Acquire) == lo {
             base.store(0, Ordering::Release);
             len.store(0, Ordering::Release);
         }

@@ -104,8 +104,8 @@ pub fn covered_code_arrived() {
     sampler::refresh();
 }
 
-fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(1, |dir| dir.count())
+fn thread_count() -> u32 {
+    tracer::read_now().threads.unwrap_or(1)
 }
 
 fn start(opts: &Options) -> bool {

@@ -137,8 +137,78 @@ pub fn read_whole(path: &CStr, buf: &mut [u8]) -> Option<usize> {
     complete.then_some(len)
 }
 
+/// Calls `each` with every line of the file at `path` (without its newline), read with raw calls
+/// through a 4 KiB buffer on the stack, until it returns false; a line longer than the buffer is cut.
+/// False when the file cannot be opened.
+pub fn for_each_line(path: &CStr, each: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+    let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
+    let fd = syscall6(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags, 0, 0, 0]);
+    if fd < 0 {
+        return false;
+    }
+    let mut buf = [0u8; 4096];
+    let mut held = 0;
+    'read: loop {
+        let n =
+            syscall6(libc::SYS_read, [fd as u64, buf[held..].as_mut_ptr() as u64, (buf.len() - held) as u64, 0, 0, 0]);
+        if n == -i64::from(libc::EINTR) {
+            continue;
+        }
+        let end = held + n.max(0) as usize;
+        let mut from = 0;
+        while let Some(at) = buf[from..end].iter().position(|&b| b == b'\n') {
+            if !each(&buf[from..from + at]) {
+                break 'read;
+            }
+            from += at + 1;
+        }
+        if n <= 0 {
+            if from < end {
+                each(&buf[from..end]);
+            }
+            break;
+        }
+        if from == 0 && end == buf.len() {
+            // A line longer than the buffer: cut.
+            if !each(&buf[..end]) {
+                break;
+            }
+            held = 0;
+        } else {
+            buf.copy_within(from..end, 0);
+            held = end - from;
+        }
+    }
+    syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+    true
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_line_of_a_file_is_seen_once_with_long_ones_cut() {
+        let dir = std::env::temp_dir().join(format!("rw-lines-{}", std::process::id()));
+        let long = "x".repeat(5000);
+        let text = format!("first\n\nthird\n{long}\nlast without newline");
+        std::fs::write(&dir, &text).unwrap();
+        let path = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+        let mut lines = Vec::new();
+        assert!(super::for_each_line(&path, &mut |line| {
+            lines.push(String::from_utf8_lossy(line).into_owned());
+            true
+        }));
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(&lines[..3], ["first", "", "third"]);
+        assert_eq!(lines[3..lines.len() - 1].concat(), long, "a long line comes in pieces, whole");
+        assert_eq!(lines.last().unwrap(), "last without newline");
+        let mut first = None;
+        super::for_each_line(c"/proc/self/maps", &mut |line| {
+            first = Some(line.len());
+            false
+        });
+        assert!(first.is_some_and(|n| n > 0), "stops when asked");
+    }
+
     use super::*;
 
     #[test]

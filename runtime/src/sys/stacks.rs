@@ -244,9 +244,13 @@ pub fn record_current_thread(slot: Option<usize>) {
     give_alt_stack(slot, alt_stack_size());
 }
 
-/// The calling thread's stack `[lo, hi)`, exact (`pthread_getattr_np`; for the main thread it reads
-/// `/proc/self/maps`: not for signal handlers or new threads).
+/// The calling thread's stack `[lo, hi)`, exact: for the main thread as glibc's `pthread_getattr_np`
+/// computes it, from `/proc/self/maps` read with raw calls ([`main_thread_stack`]); for another thread
+/// `pthread_getattr_np` itself (not for signal handlers or new threads).
 pub fn current_thread_stack() -> Option<(usize, usize)> {
+    if raw::gettid() == raw::getpid() {
+        return main_thread_stack();
+    }
     // SAFETY: pthread_getattr_np fills a live attr for the calling thread, destroyed right after.
     unsafe {
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
@@ -259,6 +263,51 @@ pub fn current_thread_stack() -> Option<(usize, usize)> {
         libc::pthread_attr_destroy(&mut attr);
         (rc == 0).then(|| (addr as usize, addr as usize + size))
     }
+}
+
+extern "C" {
+    /// The loader's record of where the main thread's stack began (its initial stack pointer's area).
+    static __libc_stack_end: *mut libc::c_void;
+}
+
+/// The main thread's stack as glibc's `pthread_getattr_np` gives it, without its `fopen` and buffers
+/// from the program's `malloc` (a program measuring `mallinfo2` across its first `pthread_create` saw
+/// them): the mapping that holds `__libc_stack_end` ends the stack; it reaches down `RLIMIT_STACK` from
+/// there, rounded to pages, but not below the mapping before it.
+fn main_thread_stack() -> Option<(usize, usize)> {
+    // SAFETY: a static the loader sets before any constructor runs and never changes.
+    let start = unsafe { __libc_stack_end } as usize;
+    let end = (start & !(PAGE - 1)) + PAGE;
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let rc = raw::syscall6(
+        libc::SYS_prlimit64,
+        [0, libc::RLIMIT_STACK as u64, 0, &mut limit as *mut libc::rlimit as u64, 0, 0],
+    );
+    if rc != 0 || start == 0 {
+        return None;
+    }
+    let mut below = 0usize;
+    let mut found = None;
+    raw::for_each_line(c"/proc/self/maps", &mut |line| {
+        let Some((from, to)) = map_range(line) else { return true };
+        if (from..to).contains(&start) {
+            let size = (limit.rlim_cur as usize).wrapping_sub(to - end) & !(PAGE - 1);
+            let size = size.min(end - below);
+            found = Some((end - size, end));
+            return false;
+        }
+        below = to;
+        true
+    });
+    found
+}
+
+/// The `from-to` addresses at the start of a line of `/proc/self/maps`.
+fn map_range(line: &[u8]) -> Option<(usize, usize)> {
+    let range = line.split(|&b| b == b' ').next()?;
+    let mut parts = range.split(|&b| b == b'-');
+    let hex = |part: &[u8]| usize::from_str_radix(std::str::from_utf8(part).ok()?, 16).ok();
+    Some((hex(parts.next()?)?, hex(parts.next()?)?))
 }
 
 extern "C" {

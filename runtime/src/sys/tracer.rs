@@ -48,6 +48,8 @@ pub struct Status {
     pub main_mask: Option<u64>,
     /// A seccomp mode is in force (`Seccomp:` is not 0).
     pub seccomp: bool,
+    /// The process's threads (`Threads:`).
+    pub threads: Option<u32>,
 }
 
 /// Reads the status now (`Status::default()` when it cannot be read). Async-signal-safe, never a
@@ -83,14 +85,21 @@ fn parse(status: &[u8]) -> Status {
     };
     let main_mask = field("SigBlk:").and_then(|v| u64::from_str_radix(v, 16).ok()).filter(|_| !main_gone);
     let seccomp = field("Seccomp:").is_some_and(|v| v != "0");
-    Status { tracer, only_caller_alive, main_mask, seccomp }
+    Status { tracer, only_caller_alive, main_mask, seccomp, threads }
 }
 
-/// Whether a tracer is attached now, read without keeping a descriptor (the raw calls: the program's
-/// view of the file, [`crate::proc_view`], is not racewatch's). False when it cannot be read.
-pub fn traced_now() -> bool {
+/// The status read now without keeping a descriptor (the raw calls: the program's view of the file,
+/// [`crate::proc_view`], is not racewatch's; and no `malloc` of the program's, as `opendir` would
+/// take). `Status::default()` when it cannot be read.
+pub fn read_now() -> Status {
     let mut buf = [0u8; 4096];
-    super::raw::read_whole(c"/proc/self/status", &mut buf).is_some_and(|len| parse(&buf[..len]).tracer.is_some())
+    super::raw::read_whole(c"/proc/self/status", &mut buf).map(|len| parse(&buf[..len])).unwrap_or_default()
+}
+
+/// Whether a tracer is attached now, read without keeping a descriptor ([`read_now`]). False when it
+/// cannot be read.
+pub fn traced_now() -> bool {
+    read_now().tracer.is_some()
 }
 
 /// In a forked child, whose copy of the descriptor (closed with the runtime's others) named the parent.

@@ -1926,6 +1926,30 @@ fn a_namespace_init_keeps_sampling_after_a_sigtrap_from_inside() {
     );
 }
 
+/// The init of a PID namespace with two racing threads forks three children: they get the pids they get
+/// without racewatch (the namespace hands pids out in order, and a thread of racewatch's would take one).
+#[test]
+fn children_of_a_namespace_init_get_the_pids_they_get_without_racewatch() {
+    let Some(bin) = program("pid1") else { return };
+    let run = |racewatch: &[&str]| {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--pid", "--fork", "--"]);
+        if !racewatch.is_empty() {
+            cmd.arg(env!("CARGO_BIN_EXE_racewatch")).args(["run", "-o", "fail_on_race=0"]).args(racewatch).arg("--");
+        }
+        let out = cmd.arg(&bin).arg("pids").env_remove("RACEWATCH_OPTIONS").output().expect("run unshare");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let plain = run(&[]);
+    if !plain.contains("child 2: pid") {
+        eprintln!("SKIP: no PID namespace here (unshare --pid --fork): {plain}");
+        return;
+    }
+    for options in [&["-o", "verbosity=0"][..], &["-o", SAMPLE_PERIOD][..]] {
+        assert_eq!(run(options), plain, "{options:?}");
+    }
+}
+
 #[test]
 fn a_parent_keeps_sampling_after_its_forked_children_exit() {
     if skip_detection() {

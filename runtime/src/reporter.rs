@@ -896,10 +896,16 @@ pub fn start(options: &Options, on_demand: bool) {
 /// `pthread_create`): glibc keeps its stack, with the thread-local storage vector it allocated with the
 /// program's `malloc`, for the next thread of that size, so the reporter thread a sampling signal
 /// starts later takes it and allocates nothing of the program's (a first `calloc` in a worker that
-/// never allocated would give it a malloc arena: `mallinfo2` showed 132 KiB more after a report).
+/// never allocated would give it a malloc arena: `mallinfo2` showed 132 KiB more after a report). Not
+/// in a nested PID namespace (a container's init and its children), where pids are handed out in
+/// order and the thread would make every later one one higher: a program printing its children's
+/// pids there saw the difference.
 fn warm_thread_cache() {
     extern "C" fn nothing(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
         std::ptr::null_mut()
+    }
+    if sys::tracer::read_now().nested_pid_namespace {
+        return;
     }
     if let Some(thread) = sys::thread::spawn_runtime_thread(nothing) {
         while !sys::thread::join_for(thread, 100) {}

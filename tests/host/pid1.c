@@ -1,8 +1,24 @@
 /* Run as the init of a PID namespace (pid 1): a child sends it SIGTRAP (argv[1] == "kill") while its
  * threads race; the kernel drops a signal an init has no handler for when it comes from inside the
- * namespace. The program prints whether it survived. */
+ * namespace. The program prints whether it survived. With argv[1] == "pids" it prints the pids its
+ * racing threads and three children get, which the namespace hands out in order. */
+
+static int print_pids(void) {
+  rw_start(2, 0.3, 0);
+  for (int i = 0; i < 3; i++) {
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    int status;
+    waitpid(child, &status, 0);
+    printf("child %d: pid %d\n", i, (int)child);
+  }
+  rw_join();
+  return 0;
+}
 
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "pids")) return print_pids();
   int send = argc > 1 && !strcmp(argv[1], "kill");
   rw_start(2, 1.5, 0);
   pid_t child = fork();

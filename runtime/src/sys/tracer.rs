@@ -50,6 +50,9 @@ pub struct Status {
     pub seccomp: bool,
     /// The process's threads (`Threads:`).
     pub threads: Option<u32>,
+    /// The process is in a PID namespace below the initial one (`NSpid:` has more than one pid): there
+    /// the pids it and its children get are its own to predict.
+    pub nested_pid_namespace: bool,
 }
 
 /// Reads the status now (`Status::default()` when it cannot be read). Async-signal-safe, never a
@@ -85,7 +88,8 @@ fn parse(status: &[u8]) -> Status {
     };
     let main_mask = field("SigBlk:").and_then(|v| u64::from_str_radix(v, 16).ok()).filter(|_| !main_gone);
     let seccomp = field("Seccomp:").is_some_and(|v| v != "0");
-    Status { tracer, only_caller_alive, main_mask, seccomp, threads }
+    let nested_pid_namespace = field("NSpid:").is_some_and(|v| v.split_whitespace().count() > 1);
+    Status { tracer, only_caller_alive, main_mask, seccomp, threads, nested_pid_namespace }
 }
 
 /// The status read now without keeping a descriptor (the raw calls: the program's view of the file,

@@ -737,6 +737,10 @@ fn cases() -> Vec<Case> {
         case("program_hw_breakpoints", "resources", &["breakpoints"])
             .repeat(3)
             .expect(&["fewest breakpoints opened in a round: 4 of 4"]),
+        // Threads asking for their debug registers at once: each gets all four.
+        case("program_hw_breakpoints_in_threads_at_once", "resources", &["breakpoints_threads"])
+            .repeat(5)
+            .expect(&["fewest breakpoints a thread opened: 4 of 4"]),
         case("rlimit_nofile_set_and_read_back", "resources", &["rlimit"])
             .repeat(5)
             .expect(&["RLIMIT_NOFILE mismatches: 0"]),
@@ -1479,6 +1483,7 @@ host_cases!(
     raw_clone_thread_shared_tls,
     pthread_keys_until_failure,
     program_hw_breakpoints,
+    program_hw_breakpoints_in_threads_at_once,
     rlimit_nofile_set_and_read_back,
     nofile_1024_before_threads,
     nofile_1024_after_threads,

@@ -533,8 +533,8 @@ const PERF_TYPE_BREAKPOINT: u32 = 5;
 /// The program's `perf_event_open`: a hardware breakpoint it cannot have because racewatch's
 /// watchpoints hold the debug registers gets one of them back (detection goes on with fewer).
 fn perf_event_open(args: [c_long; 6]) -> c_long {
-    // When racewatch last gave a debug register back in this call (monotonic ns; 0: not yet).
-    let mut given_at = 0;
+    use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+    let first_try = thread::monotonic_ns();
     loop {
         let rc = real::syscall(libc::SYS_perf_event_open, args);
         // SAFETY: errno is this thread's.
@@ -545,18 +545,36 @@ fn perf_event_open(args: [c_long; 6]) -> c_long {
             return rc;
         }
         // The kernel frees a closed watchpoint's per-thread events (and their debug registers) after an
-        // RCU grace period, longer on a loaded machine: the one given back is waited for (200 ms at
-        // most) before another is given back.
-        if given_at != 0 && thread::monotonic_ns().saturating_sub(given_at) < 200_000_000 {
+        // RCU grace period, longer on a loaded machine: the one given back last, by this thread or
+        // another (threads asking at once, one of which gives back the last), is waited for (200 ms at
+        // most after it was given back, 1 s in all) before another is given back or the program gets
+        // ENOSPC.
+        let now = thread::monotonic_ns();
+        let given_at = GIVEN_BACK_NS.load(Acquire);
+        let recent = given_at != 0 && now.saturating_sub(given_at) < 200_000_000;
+        if recent || GIVING_BACK.load(Acquire) > 0 {
+            if now.saturating_sub(first_try) > 1_000_000_000 {
+                return rc;
+            }
             thread::sleep_us(1000);
             continue;
         }
-        if !detector::give_back_watchpoint() {
+        GIVING_BACK.fetch_add(1, AcqRel);
+        let gave = detector::give_back_watchpoint();
+        if gave {
+            GIVEN_BACK_NS.store(thread::monotonic_ns(), Release);
+        }
+        GIVING_BACK.fetch_sub(1, AcqRel);
+        if !gave {
             return rc;
         }
-        given_at = thread::monotonic_ns();
     }
 }
+
+/// When racewatch last gave a debug register back to the program (monotonic ns; 0: never).
+static GIVEN_BACK_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Program threads giving a debug register back now.
+static GIVING_BACK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// A raw system call's pointer argument.
 fn a_ptr<T>(word: c_long) -> *const T {

@@ -3,6 +3,8 @@
  *   "breakpoints": 4 hardware breakpoints on 4 globals (perf_event_open, PERF_TYPE_BREAKPOINT,
  *                  HW_BREAKPOINT_W, 8 bytes, exclude_kernel) on main, 10 times while racing: how many open
  *                  (a debugger or a profiler the program embeds does this);
+ *   "breakpoints_threads": 3 threads, released together, each open 4 breakpoints of its own at once
+ *                  (each thread's debug registers are its own): how many each opened;
  *   "rlimit":      a thread sets the soft RLIMIT_NOFILE to a new value and reads it back, over and over from
  *                  before the racing threads start until after they varied their races (new reports): the
  *                  value read is the value set. */
@@ -59,6 +61,34 @@ static int breakpoints(void) {
   return 0;
 }
 
+static pthread_barrier_t bp_start;
+static volatile long bp_own[3][4][8];
+static atomic_int bp_fewest = 4;
+
+static void *breakpoint_thread(void *arg) {
+  long id = (long)arg;
+  int fds[4], opened = 0;
+  pthread_barrier_wait(&bp_start);
+  for (int i = 0; i < 4; i++)
+    if ((fds[i] = open_breakpoint(&bp_own[id][i][0])) >= 0) opened++;
+  rw_race_until(rw_now() + 0.1);
+  for (int i = 0; i < 4; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  int seen = atomic_load(&bp_fewest);
+  while (opened < seen && !atomic_compare_exchange_weak(&bp_fewest, &seen, opened)) {
+  }
+  return NULL;
+}
+
+static int breakpoints_threads(void) {
+  pthread_barrier_init(&bp_start, NULL, 3);
+  pthread_t t[3];
+  for (long i = 0; i < 3; i++) pthread_create(&t[i], NULL, breakpoint_thread, (void *)i);
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+  printf("fewest breakpoints a thread opened: %d of 4\n", atomic_load(&bp_fewest));
+  return 0;
+}
+
 static atomic_int mismatches;
 
 static void *limit_setter(void *arg) {
@@ -101,6 +131,8 @@ int main(int argc, char **argv) {
     rc = keys();
   else if (strcmp(mode, "breakpoints") == 0)
     rc = breakpoints();
+  else if (strcmp(mode, "breakpoints_threads") == 0)
+    rc = breakpoints_threads();
   else if (strcmp(mode, "rlimit") == 0)
     rc = rlimit();
   else {

@@ -2,9 +2,19 @@
  * endpoints do: its signal masks and dispositions (SigBlk, SigIgn, SigCgt), its thread count (status,
  * stat, the task listing) and its descriptors (the fd listing), read through fopen, open and opendir,
  * for the process, the main thread by id and the calling thread, and by other names of the same files
- * (openat and fdopendir in /proc/self, "..", a relative path). With "blocked" it blocks SIGTRAP and
+ * (openat and fdopendir in /proc/self, "..", a relative path), and its memory as status's VmSize and
+ * statm give it (the same pages). With "blocked" it blocks SIGTRAP and
  * SIGUSR1 before its threads start (they inherit the mask). */
 #include <dirent.h>
+
+static void print_memory(void) {
+  long vm_kb = rw_status_field("/proc/self/status", "VmSize");
+  long pages = -1;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f && fscanf(f, "%ld", &pages) != 1) pages = -1;
+  if (f) fclose(f);
+  printf("status VmSize is statm's size: %d\n", vm_kb == pages * (sysconf(_SC_PAGESIZE) / 1024));
+}
 static void on_usr2(int sig) { (void)sig; }
 
 static void print_fields(const char *who, const char *path) {
@@ -96,6 +106,7 @@ int main(int argc, char **argv) {
   }
   rw_start(2, 1.0, 0);
   rw_sleep(0.3);
+  print_memory();
   char path[64];
   print_fields("process", "/proc/self/status");
   snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)getpid(), (int)getpid());

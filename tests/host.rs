@@ -1937,8 +1937,9 @@ fn a_namespace_init_keeps_sampling_after_a_sigtrap_from_inside() {
     );
 }
 
-/// The init of a PID namespace with two racing threads forks three children: they get the pids they get
-/// without racewatch (the namespace hands pids out in order, and a thread of racewatch's would take one).
+/// The init of a PID namespace with two race-free workers forks three children: they get the pids they
+/// get without racewatch (the namespace hands pids out in order, and a thread of racewatch's would take
+/// one; a reporter thread, started only after a race, takes one, as documented).
 #[test]
 fn children_of_a_namespace_init_get_the_pids_they_get_without_racewatch() {
     let Some(bin) = program("pid1") else { return };

@@ -379,14 +379,6 @@ pub fn is_own(fd: i32) -> bool {
     fd >= 0 && OWN.iter().any(|slot| slot.load(Ordering::Acquire) == fd)
 }
 
-/// Whether any of the runtime's descriptors lies in `first..=last`.
-pub fn any_own_in(first: u64, last: u64) -> bool {
-    OWN.iter().any(|slot| {
-        let fd = slot.load(Ordering::Acquire);
-        fd >= 0 && (first..=last).contains(&(fd as u64))
-    })
-}
-
 /// Forgets every descriptor of ours without closing it (the program closed them).
 pub fn forget_all_own() {
     for slot in &OWN {

@@ -201,12 +201,12 @@ mod tests {
         assert_eq!(&lines[..3], ["first", "", "third"]);
         assert_eq!(lines[3..lines.len() - 1].concat(), long, "a long line comes in pieces, whole");
         assert_eq!(lines.last().unwrap(), "last without newline");
-        let mut first = None;
-        super::for_each_line(c"/proc/self/maps", &mut |line| {
-            first = Some(line.len());
+        let mut calls = 0;
+        super::for_each_line(c"/proc/self/maps", &mut |_| {
+            calls += 1;
             false
         });
-        assert!(first.is_some_and(|n| n > 0), "stops when asked");
+        assert_eq!(calls, 1, "stops when asked");
     }
 
     use super::*;

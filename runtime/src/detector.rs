@@ -214,7 +214,7 @@ fn on_tick() -> u32 {
     // Reading /proc/self/status costs tens of µs: once per period, not at every wake (a pause, a
     // reporter started again after the program ran on one thread), which the detector's start covers.
     let last = STATUS_READ_NS.load(Ordering::Relaxed);
-    if last != 0 && now.saturating_sub(last) < STATUS_PERIOD_NS {
+    if last != 0 && now.saturating_sub(last) < status_period_ns() {
         return u32::MAX;
     }
     STATUS_READ_NS.store(now, Ordering::Relaxed);
@@ -233,17 +233,22 @@ static LOADED: AtomicU64 = AtomicU64::new(0);
 
 /// A sampling signal landed in covered code at `regs` (the reporter thread is started only when it has
 /// work): while there is none, its periodic look is taken here, once per
-/// [`STATUS_PERIOD_NS`] — a tracer that attached, a module loaded or unloaded (to be scanned for
+/// [`status_period_ns`] — a tracer that attached, a module loaded or unloaded (to be scanned for
 /// seccomp filters), a filter in force — and a reporter that has work is started if this thread may
 /// create one here ([`reporter::start_from_signal`]). Async-signal-safe.
 fn covered_signal(regs: &signal::Regs, now: u64) {
     let last = STATUS_READ_NS.load(Ordering::Relaxed);
     if !reporter::has_thread()
-        && now.saturating_sub(last) >= STATUS_PERIOD_NS
+        && now.saturating_sub(last) >= status_period_ns()
         && STATUS_READ_NS.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     {
         let status = tracer::read();
         spawn_point::set_filtered(status.seccomp);
+        if status.tracer.is_some() {
+            // Paused at once: each signal until then is a stop the tracer sees. The reporter logs it
+            // and resumes sampling when the tracer is gone.
+            sampler::set_paused(true);
+        }
         let loaded = code::loaded_fingerprint();
         if status.tracer.is_some() || LOADED.swap(loaded, Ordering::AcqRel) != loaded {
             reporter::request();
@@ -254,14 +259,23 @@ fn covered_signal(regs: &signal::Regs, now: u64) {
 
 /// When the reporter's check last read `/proc/self/status` (monotonic ns; 0: never).
 static STATUS_READ_NS: AtomicU64 = AtomicU64::new(0);
-/// How often it reads it: a tracer that attaches is seen within about 100 ms (the tick's period).
-const STATUS_PERIOD_NS: u64 = 95_000_000;
+/// How often it reads it: ten sample periods, from 10 ms (the debug and test rates) to 95 ms (the
+/// default, about the reporter tick's period). Until a tracer that attached is seen, every sampling
+/// signal stops the process for it: at the debug rate a 95 ms period showed a `PTRACE_SEIZE`ing parent
+/// about 240 stops, 10 ms about 25, for a read of tens of µs per period.
+fn status_period_ns() -> u64 {
+    options::get().sample_period_us.saturating_mul(10_000).clamp(10_000_000, 95_000_000)
+}
+
+/// Whether [`check_tracer`] last saw a tracer (a sampling signal may have paused sampling first).
+static TRACER_SEEN: AtomicBool = AtomicBool::new(false);
 
 /// Pauses sampling while a tracer (a debugger, `strace`, a ptrace supervisor) is attached: every signal
 /// of the runtime's would stop the process for it. Sampling resumes when the tracer detaches.
 fn check_tracer(status: tracer::Status) {
     let tracer = status.tracer;
-    if sampler::set_paused(tracer.is_some()) && options::get().verbosity >= 1 {
+    sampler::set_paused(tracer.is_some());
+    if TRACER_SEEN.swap(tracer.is_some(), Ordering::AcqRel) != tracer.is_some() && options::get().verbosity >= 1 {
         match tracer {
             Some(pid) => log::line(format_args!("a tracer is attached (pid {pid}): sampling paused")),
             None => log::line(format_args!("the tracer detached: sampling resumed")),
@@ -427,6 +441,7 @@ extern "C" fn after_fork_in_child() {
         thread::forget_runtime_threads();
         stacks::forget_after_fork();
         tracer::forget_after_fork();
+        TRACER_SEEN.store(false, Ordering::Release);
         thread::forget_known_threads();
         stats::reset();
         STATS_PRINTED.store(false, Ordering::Release);

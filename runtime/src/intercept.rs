@@ -58,7 +58,7 @@ pub extern "C" fn pthread_create(
     let info = thread::ThreadStart {
         trap_blocked: signal::trap_blocked(),
         stack,
-        alt_stack: if detector::is_running() { stacks::alt_stack_size() } else { 0 },
+        alt_stack: if detector::is_running() { stacks::alt_stack_size(stacks::glibc_stack_size(attr)) } else { 0 },
     };
     let mut rc = thread::create_hooked(thread, attr, start, arg, detector::thread_hook, info);
     // A stack that cannot be mapped (a size beyond the address space, a memory limit) fails the same

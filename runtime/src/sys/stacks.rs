@@ -241,7 +241,7 @@ fn switch_and_call(top: usize, f: &mut dyn FnMut(), catching: bool) {
 pub fn record_current_thread(slot: Option<usize>) {
     let Some(bounds) = current_thread_stack() else { return };
     STACK.with(|s| s.set(bounds));
-    give_alt_stack(slot, alt_stack_size());
+    give_alt_stack(slot, alt_stack_size(bounds.1 - bounds.0));
 }
 
 /// The calling thread's stack `[lo, hi)`, exact: for the main thread as glibc's `pthread_getattr_np`
@@ -342,13 +342,10 @@ pub fn stack_size_of(attr: *const libc::pthread_attr_t) -> usize {
 /// `pthread_create` that fails with `EAGAIN` for a stack that cannot be mapped (a size beyond the address
 /// space, a memory limit) did not fail for lack of room for a thread.
 pub fn stack_would_map(attr: *const libc::pthread_attr_t) -> bool {
-    let mut addr: *mut libc::c_void = std::ptr::null_mut();
-    // SAFETY: `attr` is null or the caller's valid attr (as pthread_create requires); the out-pointer is
-    // a live local. (`pthread_attr_getstack` computes an address even where none was set.)
-    if !attr.is_null() && unsafe { pthread_attr_getstackaddr(attr, &mut addr) } == 0 && !addr.is_null() {
+    let len = glibc_stack_size(attr);
+    if len == 0 {
         return true;
     }
-    let len = stack_size_of(attr).max(PAGE);
     let Some(mem) = crate::sys::mem::map_private(len) else { return false };
     // SAFETY: the mapping just made, never touched.
     unsafe { libc::munmap(mem, len) };
@@ -373,14 +370,42 @@ pub fn locking_future() -> bool {
 /// The size of the alternate stack a thread gets: 32 KiB, room for racewatch's own signal frames (the
 /// kernel's, up to about 11 KiB with AMX state, and the 1 KiB its handler may use before it moves to a
 /// runtime stack): no handler of the program's runs there (one with `SA_ONSTACK` is moved back to the
-/// interrupted stack, `hand_on::call_program_handler_in_place`). None when an `RLIMIT_AS` or
-/// `RLIMIT_DATA` leaves less than eight times that: every byte racewatch maps is one the program cannot.
-/// Call in the creating thread (it may read `/proc`).
-pub fn alt_stack_size() -> usize {
-    match crate::sys::mem::memory_headroom() {
+/// interrupted stack, `hand_on::call_program_handler_in_place`).
+///
+/// None under a memory budget (an `RLIMIT_AS` or `RLIMIT_DATA`, or `mlockall(MCL_FUTURE)`), where every
+/// byte racewatch maps is one the program cannot have (with 256 KiB thread stacks under a 96 MiB
+/// `RLIMIT_AS` a program started 337 threads instead of 376), for a thread on a stack glibc mapped
+/// (`own_stack`: its size is known, [`MIN_OWN_STACK`] or more): the kernel's signal frame lands there,
+/// as any signal's would, and the handler checks its room ([`host_room`]) before it moves to a runtime
+/// stack. A thread on a stack the program gave it, or a small one, keeps its alternate stack unless
+/// the budget leaves less than eight of them. Call in the creating thread (it may read `/proc`).
+pub fn alt_stack_size(own_stack: usize) -> usize {
+    let room = crate::sys::mem::memory_headroom();
+    let budget = room.is_some() || crate::sys::mem::lock_limited();
+    if budget && own_stack >= MIN_OWN_STACK {
+        return 0;
+    }
+    match room {
         Some(room) if room < 8 * ALT_STACK as u64 => 0,
         _ => ALT_STACK,
     }
+}
+
+/// The smallest stack of a thread's own on which racewatch lets the kernel put its signal frame under a
+/// memory budget ([`alt_stack_size`]).
+const MIN_OWN_STACK: usize = 64 << 10;
+
+/// The size of the stack glibc maps for a thread created with `attr` (null: the defaults); 0 when the
+/// program gives the thread a stack of its own (`pthread_attr_setstack`), whose bounds and use racewatch
+/// cannot know. Call in the creating thread.
+pub fn glibc_stack_size(attr: *const libc::pthread_attr_t) -> usize {
+    let mut addr: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: `attr` is null or the caller's valid attr (as pthread_create requires); the out-pointer is
+    // a live local.
+    if !attr.is_null() && unsafe { pthread_attr_getstackaddr(attr, &mut addr) } == 0 && !addr.is_null() {
+        return 0;
+    }
+    stack_size_of(attr)
 }
 
 /// Records the bounds of a new thread's stack of `size` bytes (a lower bound: the thread descriptor

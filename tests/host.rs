@@ -583,6 +583,10 @@ fn cases() -> Vec<Case> {
             "malloc bytes in use changed: 0",
             "malloc mmapped bytes changed: 0",
         ]),
+        // Nothing of racewatch's goes through the program's malloc before main: main's first malloc makes
+        // the thread's malloc cache, as without racewatch (its `dlopen(RTLD_NOLOAD)` of libc made it).
+        case("first_malloc_in_main_makes_the_malloc_cache", "own_memory", &["first_malloc"])
+            .expect(&["malloc bytes in use before main's first malloc: 0", "done"]),
         case("mappings_without_randomisation_land_alike", "own_memory", &["layout"])
             .repeat(2)
             .expect(&["children failed: 0", "distinct addresses of the mapping after pthread_create: 1"]),
@@ -1449,6 +1453,7 @@ host_cases!(
     main_waits_for_signals_beside_busy_workers,
     main_waits_for_signals_read_through_siginfo,
     malloc_statistics_unchanged_by_reports,
+    first_malloc_in_main_makes_the_malloc_cache,
     mappings_without_randomisation_land_alike,
     fork_storm_while_reporting,
     prefork_workers,

@@ -4,6 +4,10 @@
  * thread meanwhile.
  *
  *   own_memory          mallinfo2() before and after 1 s of racing (reports at the debug rate)
+ *   own_memory first_malloc
+ *                       mallinfo2() around main's first malloc, then threads race: glibc makes the
+ *                       thread's malloc cache at its first malloc (656 bytes), main's unless racewatch
+ *                       called malloc before main
  *   own_memory layout   8 children re-executed with ADDR_NO_RANDOMIZE: each starts a racing thread,
  *                       waits 0..350 us, maps 1 MiB; the parent prints how many addresses it saw
  */
@@ -57,7 +61,21 @@ static int layout(void) {
   return 0;
 }
 
+static int first_malloc(void) {
+  struct mallinfo2 before = mallinfo2();
+  void *volatile block = malloc(100);
+  struct mallinfo2 after = mallinfo2();
+  free(block);
+  printf("malloc bytes in use before main's first malloc: %ld\n", (long)before.uordblks);
+  printf("malloc bytes in use after it: %ld\n", (long)after.uordblks);
+  rw_start(2, 0.5, 0);
+  rw_join();
+  printf("done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "first_malloc") == 0) return first_malloc();
   if (argc > 2 && strcmp(argv[1], "child") == 0) return child_layout(atoi(argv[2]));
   if (argc > 1 && strcmp(argv[1], "layout") == 0) return layout();
   rw_start(2, 3.0, 0);

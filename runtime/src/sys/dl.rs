@@ -1,27 +1,157 @@
-//! Symbols of an already loaded library, by `dlopen(RTLD_NOLOAD)` and `dlsym`.
+//! Symbols of an already loaded library, read from its dynamic symbol table in memory.
 
 use std::ffi::CStr;
 
-/// A library that was loaded already (never loaded, and never unloaded, by this handle).
-pub struct Loaded(*mut libc::c_void);
+/// A library that was loaded already: its dynamic symbol table, as the loader mapped (and relocated) it.
+///
+/// Not `dlopen(RTLD_NOLOAD)` and `dlsym`: for a library loaded as a dependency, that `dlopen` builds its
+/// search list with the program's `malloc`, and before `main` that first call made the main thread's
+/// malloc cache (656 bytes that a program measuring `mallinfo2` around its first `malloc` missed); a
+/// `dlsym` that finds nothing allocates its error record there too.
+pub struct Loaded {
+    base: u64,
+    symtab: u64,
+    strtab: u64,
+    versym: u64,
+    gnu_hash: u64,
+}
+
+/// An entry of a dynamic section (`Elf64_Dyn`).
+#[repr(C)]
+struct Dyn {
+    tag: i64,
+    value: u64,
+}
+
+const DT_NULL: i64 = 0;
+const DT_STRTAB: i64 = 5;
+const DT_SYMTAB: i64 = 6;
+const SHN_UNDEF: u16 = 0;
+const DT_GNU_HASH: i64 = 0x6fff_fef5;
+const DT_VERSYM: i64 = 0x6fff_fff0;
+const STT_GNU_IFUNC: u8 = 10;
+const VERSYM_HIDDEN: u16 = 0x8000;
 
 impl Loaded {
-    /// The loaded library `name` (`libc.so.6`), or `None` when it is not loaded. The handle is never
-    /// closed: it holds one more reference to a library that stays anyway, and `dlclose` is interposed by
-    /// racewatch itself.
+    /// The loaded library whose file name (the last part of its path) is `name` (`libc.so.6`), or `None`
+    /// when it is not loaded or has no GNU hash table.
     pub fn find(name: &CStr) -> Option<Loaded> {
-        // SAFETY: a NUL-terminated name; RTLD_NOLOAD only returns a handle to a library already loaded.
-        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-        (!handle.is_null()).then_some(Loaded(handle))
+        let (base, dynamic) = dynamic_section(name.to_bytes())?;
+        let mut table = Loaded { base, symtab: 0, strtab: 0, versym: 0, gnu_hash: 0 };
+        let mut entry = dynamic as *const Dyn;
+        loop {
+            // SAFETY: the loaded module's PT_DYNAMIC array, mapped while it stays loaded, ends with DT_NULL.
+            let (tag, value) = unsafe { ((*entry).tag, (*entry).value) };
+            // The loader relocates these entries in place in most modules; an address below the base is
+            // still an offset.
+            let at = if value < base { base + value } else { value };
+            match tag {
+                DT_NULL => break,
+                DT_SYMTAB => table.symtab = at,
+                DT_STRTAB => table.strtab = at,
+                DT_VERSYM => table.versym = at,
+                DT_GNU_HASH => table.gnu_hash = at,
+                _ => {}
+            }
+            // SAFETY: still inside the array (DT_NULL not reached).
+            entry = unsafe { entry.add(1) };
+        }
+        (table.symtab != 0 && table.strtab != 0 && table.gnu_hash != 0).then_some(table)
     }
 
-    /// The address `symbol` resolves to in this library's scope (the library's own definition first; an
-    /// IFUNC resolves to the implementation it picks for this CPU).
+    /// The address `symbol` resolves to in this library (its default version; an IFUNC resolves to the
+    /// implementation it picks for this CPU, as `dlsym` does), or `None` when it does not define it.
     pub fn symbol(&self, symbol: &CStr) -> Option<u64> {
-        // SAFETY: a live handle from `dlopen` and a NUL-terminated name.
-        let addr = unsafe { libc::dlsym(self.0, symbol.as_ptr()) } as u64;
-        (addr != 0).then_some(addr)
+        let name = symbol.to_bytes();
+        let hash = name.iter().fold(5381u32, |h, &b| h.wrapping_mul(33).wrapping_add(b as u32));
+        let words = self.gnu_hash as *const u32;
+        // SAFETY: the GNU hash table's header, buckets, bloom filter and chains are mapped with the
+        // module; every index below stays within the counts the header gives.
+        unsafe {
+            let (nbuckets, symoffset, bloom_size) = (*words, *words.add(1), *words.add(2));
+            if nbuckets == 0 {
+                return None;
+            }
+            let buckets = words.add(4).cast::<u64>().add(bloom_size as usize).cast::<u32>();
+            let chains = buckets.add(nbuckets as usize);
+            let mut index = *buckets.add((hash % nbuckets) as usize);
+            if index < symoffset {
+                return None;
+            }
+            loop {
+                let chain_hash = *chains.add((index - symoffset) as usize);
+                if chain_hash | 1 == hash | 1 {
+                    if let Some(addr) = self.definition(index, name) {
+                        return Some(addr);
+                    }
+                }
+                if chain_hash & 1 != 0 {
+                    return None;
+                }
+                index += 1;
+            }
+        }
     }
+
+    /// Symbol `index`'s address when it is a default-version definition named `name`.
+    fn definition(&self, index: u32, name: &[u8]) -> Option<u64> {
+        // SAFETY: `index` comes from the module's own hash chains, so it is an entry of its symbol table
+        // and of its version table; `st_name` is an offset into its string table.
+        unsafe {
+            let sym = &*(self.symtab as *const libc::Elf64_Sym).add(index as usize);
+            if sym.st_shndx == SHN_UNDEF || sym.st_value == 0 {
+                return None;
+            }
+            if CStr::from_ptr((self.strtab + sym.st_name as u64) as *const libc::c_char).to_bytes() != name {
+                return None;
+            }
+            if self.versym != 0 && *(self.versym as *const u16).add(index as usize) & VERSYM_HIDDEN != 0 {
+                return None; // An older version (`name@VERSION`), not the default (`name@@VERSION`).
+            }
+            let addr = self.base + sym.st_value;
+            if sym.st_info & 0xf != STT_GNU_IFUNC {
+                return Some(addr);
+            }
+            // The resolver picks the implementation for this CPU, as the loader does for relocations.
+            let resolver: extern "C" fn() -> u64 = std::mem::transmute(addr as usize);
+            Some(resolver()).filter(|&a| a != 0)
+        }
+    }
+}
+
+/// The load address and the address of the dynamic section of the loaded module whose file name is
+/// `name`.
+fn dynamic_section(name: &[u8]) -> Option<(u64, u64)> {
+    struct Search<'a> {
+        name: &'a [u8],
+        found: Option<(u64, u64)>,
+    }
+    unsafe extern "C" fn visit(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the `Search` passed below; `info` is the loader's record for this call, its
+        // name NUL-terminated and its program headers mapped.
+        let (search, info) = unsafe { (&mut *(data as *mut Search), &*info) };
+        if info.dlpi_name.is_null() {
+            return 0;
+        }
+        // SAFETY: as above.
+        let path = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
+        if path.rsplit(|&b| b == b'/').next() != Some(search.name) {
+            return 0;
+        }
+        // SAFETY: `dlpi_phdr` points at `dlpi_phnum` program headers.
+        let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+        let dynamic = headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC);
+        search.found = dynamic.map(|h| (info.dlpi_addr, info.dlpi_addr + h.p_vaddr));
+        1
+    }
+    let mut search = Search { name, found: None };
+    // SAFETY: `visit` matches the callback type and only reads what the loader hands it for the call.
+    unsafe { libc::dl_iterate_phdr(Some(visit), (&mut search as *mut Search).cast()) };
+    search.found
 }
 
 /// A symbol of a loaded module's dynamic symbol table (already mapped: no file is read).
@@ -70,4 +200,31 @@ pub fn global_symbol(name: &CStr) -> Option<u64> {
     // SAFETY: RTLD_DEFAULT is a valid pseudo-handle and `name` is NUL-terminated.
     let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
     (addr != 0).then_some(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `dlsym` on libc's own handle says (the test may call `malloc`).
+    fn dlsym_in_libc(name: &CStr) -> u64 {
+        // SAFETY: NUL-terminated names; RTLD_NOLOAD only returns the loaded libc's handle.
+        unsafe {
+            let handle = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+            assert!(!handle.is_null());
+            libc::dlsym(handle, name.as_ptr()) as u64
+        }
+    }
+
+    #[test]
+    fn libc_symbols_are_those_dlsym_finds() {
+        let libc = Loaded::find(c"libc.so.6").expect("libc is loaded");
+        // Plain functions, symbols with older versions beside the default (`pthread_create`,
+        // `sigaction`... `realpath@GLIBC_2.2.5` and `@@GLIBC_2.3`), and IFUNCs (`memcpy`, `strlen`).
+        for name in [c"getpid", c"pthread_create", c"sigaction", c"realpath", c"memcpy", c"strlen", c"close_range"] {
+            assert_eq!(libc.symbol(name), Some(dlsym_in_libc(name)), "{name:?}");
+        }
+        assert_eq!(libc.symbol(c"racewatch_no_such_symbol"), None);
+        assert!(Loaded::find(c"libno-such-library.so.1").is_none());
+    }
 }

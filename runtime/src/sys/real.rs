@@ -42,10 +42,8 @@ impl Real {
         if addr != 0 {
             return addr;
         }
-        let found = match self.in_libc.then(libc_handle).flatten() {
-            // SAFETY: `handle` is libc's, from dlopen; `name` is NUL-terminated. A handle's lookup
-            // searches that object and its dependencies only.
-            Some(handle) => unsafe { libc::dlsym(handle as *mut c_void, self.name.as_ptr()) as usize },
+        let found = match self.in_libc.then(|| crate::sys::dl::Loaded::find(c"libc.so.6")).flatten() {
+            Some(libc) => libc.symbol(self.name).unwrap_or(0) as usize,
             None => 0,
         };
         let found = if found != 0 {
@@ -58,13 +56,6 @@ impl Real {
         self.addr.store(found, Ordering::Release);
         found
     }
-}
-
-/// The loaded C library's handle (it is always loaded: racewatch links it).
-fn libc_handle() -> Option<usize> {
-    // SAFETY: the name is NUL-terminated; RTLD_NOLOAD only looks up an object already loaded.
-    let handle = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
-    (!handle.is_null()).then_some(handle as usize)
 }
 
 static PTHREAD_CREATE: Real = Real::new(c"pthread_create");

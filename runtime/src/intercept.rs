@@ -38,7 +38,7 @@
 
 use crate::sys::ptr::{self, opt_cstr, opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
-use crate::sys::{fatal, fd, hand_on, handlers, signal, stacks, thread, unwind_info};
+use crate::sys::{environ, fatal, fd, hand_on, handlers, signal, stacks, thread, unwind_info};
 use crate::{detector, log, proc_view};
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
@@ -638,30 +638,42 @@ type Argv = *const *const libc::c_char;
 /// Interposed `execve`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn execve(path: *const libc::c_char, argv: Argv, envp: Argv) -> c_int {
+    let child = environ::for_explicit(envp);
+    let envp = child.as_ref().map_or(envp, |c| c.as_ptr());
     exec(|| real::execve(path, argv, envp))
 }
 
-/// Interposed `execv`.
+/// Interposed `execv`: `execve` with the program's environment (and racewatch's variables).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn execv(path: *const libc::c_char, argv: Argv) -> c_int {
-    exec(|| real::execv(path, argv))
+    match environ::for_child(std::ptr::null()) {
+        Some(child) => exec(|| real::execve(path, argv, child.as_ptr())),
+        None => exec(|| real::execv(path, argv)),
+    }
 }
 
-/// Interposed `execvp`.
+/// Interposed `execvp`: `execvpe` with the program's environment (and racewatch's variables).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn execvp(file: *const libc::c_char, argv: Argv) -> c_int {
-    exec(|| real::execvp(file, argv))
+    match environ::for_child(std::ptr::null()) {
+        Some(child) => exec(|| real::execvpe(file, argv, child.as_ptr())),
+        None => exec(|| real::execvp(file, argv)),
+    }
 }
 
 /// Interposed `execvpe`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn execvpe(file: *const libc::c_char, argv: Argv, envp: Argv) -> c_int {
+    let child = environ::for_explicit(envp);
+    let envp = child.as_ref().map_or(envp, |c| c.as_ptr());
     exec(|| real::execvpe(file, argv, envp))
 }
 
 /// Interposed `fexecve`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
+    let child = environ::for_explicit(envp);
+    let envp = child.as_ref().map_or(envp, |c| c.as_ptr());
     exec(|| real::fexecve(fd, argv, envp))
 }
 
@@ -691,7 +703,8 @@ pub extern "C" fn posix_spawnp(
     spawn(real::posix_spawnp, pid, file, actions, attr, argv, envp)
 }
 
-/// A spawn whose child gets the caller's mask (no `POSIX_SPAWN_SETSIGMASK`) runs as an `exec` does.
+/// A spawn whose child gets the caller's mask (no `POSIX_SPAWN_SETSIGMASK`) runs as an `exec` does; the
+/// child's environment gets racewatch's variables back.
 fn spawn(
     real_fn: real::SpawnFn,
     pid: *mut libc::pid_t,
@@ -701,25 +714,30 @@ fn spawn(
     argv: Argv,
     envp: Argv,
 ) -> c_int {
+    let child = environ::for_explicit(envp);
+    let envp = child.as_ref().map_or(envp, |c| c.as_ptr());
     if sets_own_mask(attr) {
         return real_fn(pid, path, actions, attr, argv, envp);
     }
     exec(|| real_fn(pid, path, actions, attr, argv, envp))
 }
 
-/// Interposed `system`: its shell starts with the caller's mask (glibc spawns it internally).
+/// Interposed `system`: its shell starts with the caller's mask (glibc spawns it internally), and with
+/// racewatch's variables in its environment.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn system(command: *const libc::c_char) -> c_int {
-    exec(|| real::system(command))
+    environ::with_child_environ(|| exec(|| real::system(command)))
 }
 
 /// Interposed `popen`: the same for its child.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn popen(command: *const libc::c_char, mode: *const libc::c_char) -> *mut libc::FILE {
     let mut stream = std::ptr::null_mut();
-    exec(|| {
-        stream = real::popen(command, mode);
-        0
+    environ::with_child_environ(|| {
+        exec(|| {
+            stream = real::popen(command, mode);
+            0
+        })
     });
     stream
 }

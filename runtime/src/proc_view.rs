@@ -13,7 +13,7 @@
 //! snapshot and [`crate::intercept`] holds the entry points.
 
 use crate::reporter;
-use crate::sys::{fd, raw, signal};
+use crate::sys::{environ, fd, raw, signal};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// How every path [`classify`] knows starts.
@@ -30,6 +30,8 @@ pub enum Target {
     TaskDir,
     /// The directory listing its descriptors.
     FdDir,
+    /// `environ`: the environment the process started with.
+    Environ,
 }
 
 /// What `path` names, for a process `pid` asked by its thread `caller` (`own_thread`: whether a number
@@ -55,6 +57,8 @@ pub fn classify(path: &[u8], pid: i32, caller: i32, own_thread: impl Fn(i32) -> 
         (Some(b"status"), None, ..) => Target::Status { tid },
         (Some(b"stat"), None, ..) => Target::Stat { tid },
         (Some(b"fd"), None, ..) => Target::FdDir,
+        (Some(b"environ"), None, ..) => Target::Environ,
+        (Some(b"task"), Some(_), Some(b"environ"), None) if !thread_self => Target::Environ,
         (Some(b"task"), None, ..) if !thread_self => Target::TaskDir,
         (Some(b"task"), Some(n), Some(b"status"), None) if !thread_self => Target::Status { tid: number(n)? },
         (Some(b"task"), Some(n), Some(b"stat"), None) if !thread_self => Target::Stat { tid: number(n)? },
@@ -233,7 +237,7 @@ fn facts_for(tid: i32, caller: i32) -> Facts {
 /// show racewatch's state, nothing to hide, or no snapshot could be made).
 pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     let bytes = path.to_bytes();
-    if !bytes.starts_with(PREFIX) || !anything_to_hide() || flags & libc::O_ACCMODE != libc::O_RDONLY {
+    if !bytes.starts_with(PREFIX) || flags & libc::O_ACCMODE != libc::O_RDONLY {
         return None;
     }
     if flags & (libc::O_CREAT | libc::O_DIRECTORY | libc::O_PATH | libc::O_TMPFILE) != 0 {
@@ -243,10 +247,21 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     if reporter::is_reporter_thread(caller) {
         return None; // racewatch's own reads (the tracer check) see the kernel's text.
     }
-    let (tid, stat) = match classify(bytes, raw::getpid(), caller, raw::thread_alive)? {
+    let target = classify(bytes, raw::getpid(), caller, raw::thread_alive)?;
+    if target == Target::Environ {
+        if !environ::hid_anything() || signal::in_borrowed_memory() {
+            return None;
+        }
+        let cloexec = flags & libc::O_CLOEXEC != 0;
+        return crate::sys::memfile::rewritten(path, cloexec, |_| true, environ::rewrite_proc_environ);
+    }
+    if !anything_to_hide() {
+        return None;
+    }
+    let (tid, stat) = match target {
         Target::Status { tid } => (tid, false),
         Target::Stat { tid } => (tid, true),
-        Target::TaskDir | Target::FdDir => return None,
+        Target::TaskDir | Target::FdDir | Target::Environ => return None,
     };
     let facts = facts_for(tid, caller);
     let rewrite = |text: &[u8], out: &mut [u8]| {
@@ -279,7 +294,7 @@ pub fn hidden_entry(dir: Target, name: &[u8]) -> bool {
     match dir {
         Target::TaskDir => reporter::is_reporter_thread(n),
         Target::FdDir => fd::is_own(n),
-        Target::Status { .. } | Target::Stat { .. } => false,
+        Target::Status { .. } | Target::Stat { .. } | Target::Environ => false,
     }
 }
 
@@ -309,7 +324,7 @@ pub fn note_listing(dir: usize, target: Target) {
     let tag = match target {
         Target::TaskDir => TASK_TAG,
         Target::FdDir => FD_TAG,
-        Target::Status { .. } | Target::Stat { .. } => return,
+        Target::Status { .. } | Target::Stat { .. } | Target::Environ => return,
     };
     if dir & 0xf != 0 {
         return;

@@ -12,7 +12,6 @@
 
 use crate::embedded;
 use std::ffi::{OsStr, OsString};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
@@ -41,23 +40,68 @@ pub struct Args {
 pub fn run(args: Args) -> ExitCode {
     let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let options = with_fail_on_race(&args.options, std::env::var(OPTIONS_VAR).ok().as_deref());
-    let mut cmd = match preloaded(program, &options) {
-        Ok(cmd) => cmd,
+    let mut changes = match preload_env(&options) {
+        Ok(changes) => changes,
         Err(msg) => {
             eprintln!("racewatch: {msg}");
             return ExitCode::from(2);
         }
     };
-    cmd.args(rest);
     if args.cargo_runner {
         if let Some((var, path)) = merged_doctest_env(program) {
-            cmd.env(var, path);
+            changes.push((var.into(), Some(path.into_os_string())));
         }
     }
     // Only returns on failure.
-    let err = cmd.exec();
+    let err = exec_in_order(program, rest, &changes);
     eprintln!("racewatch: cannot run `{}`: {err}", program.to_string_lossy());
     ExitCode::from(exec_failure_status(&err))
+}
+
+/// Replaces this process with `program` and `args`, in this process's environment with `changes` made
+/// where the variables stand (a new one at the end, `None` removes it): the program lists its
+/// variables in the order it would without racewatch (a `Command` with changes sorts them), and the
+/// runtime, which takes its own out again, leaves exactly them. Returns only on failure.
+fn exec_in_order(program: &OsStr, args: &[OsString], changes: &[(OsString, Option<OsString>)]) -> std::io::Error {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |s: &OsStr| CString::new(s.as_bytes()).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    for (key, value) in changes {
+        let at = env.iter().position(|(k, _)| k == key);
+        match (at, value) {
+            (Some(at), Some(value)) => env[at].1 = value.clone(),
+            (Some(at), None) => drop(env.remove(at)),
+            (None, Some(value)) => env.push((key.clone(), value.clone())),
+            (None, None) => {}
+        }
+    }
+    let built = (|| -> Result<(CString, Vec<CString>, Vec<CString>), std::io::Error> {
+        let argv = std::iter::once(program).chain(args.iter().map(OsString::as_os_str)).map(c).collect::<Result<_, _>>()?;
+        let envp = env
+            .iter()
+            .map(|(k, v)| {
+                let mut entry = k.clone();
+                entry.push("=");
+                entry.push(v);
+                c(&entry)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((c(program)?, argv, envp))
+    })();
+    let (file, argv, envp) = match built {
+        Ok(built) => built,
+        Err(err) => return err,
+    };
+    let argv: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let envp: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    // SAFETY: NUL-terminated strings and NULL-terminated arrays that live across the call. SIGPIPE goes
+    // back to its default first, as `Command` does: Rust's runtime ignores it in racewatch itself.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::execvpe(file.as_ptr(), argv.as_ptr(), envp.as_ptr());
+    }
+    std::io::Error::last_os_error()
 }
 
 /// `fail_on_race=1` before the user's `-o` options, unless they or `RACEWATCH_OPTIONS` (`env`) set it.
@@ -99,18 +143,25 @@ pub fn print_runtime_path() -> ExitCode {
 /// existing entries) and `RACEWATCH_OPTIONS` = the inherited value with
 /// `options` (`key=value`, later wins) merged in.
 pub fn preloaded(program: &OsStr, options: &[String]) -> Result<Command, String> {
+    let mut cmd = Command::new(program);
+    for (key, value) in preload_env(options)? {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    Ok(cmd)
+}
+
+/// The environment changes that preload the runtime: `LD_PRELOAD` with the runtime first, and
+/// `RACEWATCH_OPTIONS` with `options` merged in (removed when that leaves it empty).
+fn preload_env(options: &[String]) -> Result<Vec<(OsString, Option<OsString>)>, String> {
     let runtime = embedded::runtime_path().map_err(|e| e.to_string())?;
     let preload = ld_preload(&runtime, std::env::var_os("LD_PRELOAD"))?;
     let inherited = std::env::var(OPTIONS_VAR).unwrap_or_default();
     let merged = merge_options(&inherited, options)?;
-    let mut cmd = Command::new(program);
-    cmd.env("LD_PRELOAD", preload);
-    if merged.is_empty() {
-        cmd.env_remove(OPTIONS_VAR);
-    } else {
-        cmd.env(OPTIONS_VAR, merged);
-    }
-    Ok(cmd)
+    let options = (!merged.is_empty()).then(|| merged.into());
+    Ok(vec![("LD_PRELOAD".into(), Some(preload)), (OPTIONS_VAR.into(), options)])
 }
 
 fn ld_preload(runtime: &std::path::Path, existing: Option<OsString>) -> Result<OsString, String> {

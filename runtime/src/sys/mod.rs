@@ -6,6 +6,7 @@ pub mod code;
 pub mod cputime;
 pub mod creation;
 pub mod dl;
+pub mod environ;
 pub mod exec_list;
 pub mod fatal;
 pub mod fd;

@@ -1,0 +1,324 @@
+//! racewatch's variables are not in the program's environment, and are in its children's.
+//!
+//! `racewatch run` (or an operator) puts the runtime in `LD_PRELOAD` and its options in
+//! `RACEWATCH_OPTIONS`. The loader and the constructor have read them by the time `main` runs, so
+//! [`hide`] takes them out of `environ`: the runtime's item out of `LD_PRELOAD` (the variable goes
+//! when nothing else is left in it), `RACEWATCH_OPTIONS` altogether. `getenv`, `environ` and Rust's
+//! `std::env::vars` then list what the program was started with, in its order; `/proc/self/environ`
+//! read by the program gets the same through [`rewrite_proc_environ`].
+//!
+//! A program's children run under racewatch as before: every `exec` and spawn the runtime interposes
+//! (`execve` and the rest of the family, `posix_spawn`, `system`, `popen`) hands the new image the
+//! program's environment, explicit or inherited, with the runtime first in its `LD_PRELOAD` and the
+//! options back ([`for_child`]), and the child's runtime hides them again.
+
+use std::ffi::{c_char, CStr, CString};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+extern "C" {
+    static mut environ: *mut *mut c_char;
+}
+
+const PRELOAD: &[u8] = b"LD_PRELOAD=";
+const OPTIONS: &[u8] = b"RACEWATCH_OPTIONS=";
+
+/// The runtime's own `LD_PRELOAD` item, as the loader was given it (NUL-terminated, never freed);
+/// null when `LD_PRELOAD` did not name it (`/etc/ld.so.preload`, or nothing hidden).
+static OWN_PRELOAD: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+/// The whole `RACEWATCH_OPTIONS=…` entry the process started with (never freed); null when none.
+static OPTIONS_ENTRY: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Takes racewatch's variables out of `environ` (see the module): an `LD_PRELOAD` item names this
+/// runtime when it is the path the loader loaded it by, or the same file. Call once from the
+/// constructor, before `main`, as the loader edits the environment.
+pub fn hide_own() {
+    let Some(path) = own_path() else { return };
+    let file = file_id(&path);
+    hide(|item| item == path.as_slice() || (file.is_some() && file_id(item) == file));
+}
+
+/// The path the loader loaded this runtime by.
+fn own_path() -> Option<Vec<u8>> {
+    let mut info: libc::Dl_info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: `info` is a valid out-pointer; the address is one of this module's functions.
+    let found = unsafe { libc::dladdr(own_path as *const libc::c_void, &mut info) };
+    // SAFETY: a successful dladdr's file name is NUL-terminated and stays while the module is loaded.
+    (found != 0 && !info.dli_fname.is_null()).then(|| unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes().to_vec())
+}
+
+/// The device and inode of the file at `path`.
+fn file_id(path: &[u8]) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(std::ffi::OsStr::from_bytes(path)).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+fn hide(own: impl Fn(&[u8]) -> bool) {
+    // SAFETY: before `main` nothing else runs; `environ` is the process's NULL-terminated array.
+    let env = unsafe { environ };
+    if env.is_null() {
+        return;
+    }
+    for entry in entries(env) {
+        // SAFETY: environment entries are NUL-terminated strings that live as long as the process.
+        let text = unsafe { CStr::from_ptr(entry) }.to_bytes();
+        if text.starts_with(OPTIONS) && OPTIONS_ENTRY.load(Ordering::Relaxed).is_null() {
+            OPTIONS_ENTRY.store(entry as *mut c_char, Ordering::Relaxed);
+        }
+        if let Some(value) = text.strip_prefix(PRELOAD) {
+            if let Some((item, _)) = own_item(value, &own) {
+                if OWN_PRELOAD.load(Ordering::Relaxed).is_null() {
+                    let item = CString::new(item).unwrap_or_default().into_raw();
+                    OWN_PRELOAD.store(item, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    clean(env, &own);
+}
+
+/// The program's `environ`, whatever it is now, without racewatch's variables: entries removed in
+/// place (the rest keep their order) and `LD_PRELOAD` rewritten without the runtime's item.
+fn clean(env: *mut *mut c_char, own: &impl Fn(&[u8]) -> bool) {
+    let mut kept = 0;
+    let mut at = 0;
+    loop {
+        // SAFETY: `env` is NULL-terminated; `at` has not passed the NULL yet.
+        let entry = unsafe { *env.add(at) };
+        if entry.is_null() {
+            break;
+        }
+        at += 1;
+        // SAFETY: as in `hide`.
+        let text = unsafe { CStr::from_ptr(entry) }.to_bytes();
+        let replacement = if text.starts_with(OPTIONS) {
+            None
+        } else if let Some(rest) = text.strip_prefix(PRELOAD).and_then(|value| without_own(value, own)) {
+            rest.map(|rest| {
+                let mut entry = PRELOAD.to_vec();
+                entry.extend_from_slice(&rest);
+                CString::new(entry).unwrap_or_default().into_raw()
+            })
+        } else {
+            Some(entry)
+        };
+        if let Some(entry) = replacement {
+            // SAFETY: `kept <= at - 1`, a slot already read.
+            unsafe { *env.add(kept) = entry };
+            kept += 1;
+        }
+    }
+    // SAFETY: `kept <= at`, within the array.
+    unsafe { *env.add(kept) = std::ptr::null_mut() };
+}
+
+/// The entries of a NULL-terminated array.
+fn entries(env: *mut *mut c_char) -> impl Iterator<Item = *const c_char> {
+    // SAFETY: `env` is NULL-terminated and the iteration stops at the NULL.
+    (0..).map(move |i| unsafe { *env.add(i) } as *const c_char).take_while(|e| !e.is_null())
+}
+
+/// The separators the loader splits `LD_PRELOAD` at.
+fn is_separator(b: u8) -> bool {
+    matches!(b, b':' | b' ' | b'\t')
+}
+
+/// The first item of an `LD_PRELOAD` value that names the runtime, and its start.
+fn own_item<'a>(value: &'a [u8], own: &impl Fn(&[u8]) -> bool) -> Option<(&'a [u8], usize)> {
+    let mut start = 0;
+    for item in value.split(|&b| is_separator(b)) {
+        if !item.is_empty() && own(item) {
+            return Some((item, start));
+        }
+        start += item.len() + 1;
+    }
+    None
+}
+
+/// `Some(rest)` when `value` names the runtime: the value without its item and the separator after it
+/// (before it, when it is the last), `None` inside when nothing else is left. `None` when it does not.
+fn without_own(value: &[u8], own: &impl Fn(&[u8]) -> bool) -> Option<Option<Vec<u8>>> {
+    let (item, start) = own_item(value, own)?;
+    let end = start + item.len();
+    let mut rest = value[..start].to_vec();
+    if end < value.len() {
+        rest.extend_from_slice(&value[end + 1..]);
+    } else if rest.last().is_some_and(|&b| is_separator(b)) {
+        rest.pop();
+    }
+    Some((!rest.iter().all(|&b| is_separator(b))).then_some(rest))
+}
+
+/// An environment for a child: owned strings and the NULL-terminated array that points at them.
+pub struct ChildEnv {
+    array: Vec<*const c_char>,
+    _owned: Vec<CString>,
+}
+
+impl ChildEnv {
+    pub fn as_ptr(&self) -> *const *const c_char {
+        self.array.as_ptr()
+    }
+}
+
+/// The environment a child started with `envp` (null: the program's `environ`; for a spawn, pass a null
+/// one on as it is) gets: the same entries
+/// in the same order, with the runtime first in `LD_PRELOAD` (added at the end when there is none) and
+/// `RACEWATCH_OPTIONS` added when the program set none. `None` when racewatch hid nothing (`envp` is
+/// passed on as it is).
+pub fn for_child(envp: *const *const c_char) -> Option<ChildEnv> {
+    let own = OWN_PRELOAD.load(Ordering::Acquire);
+    let options = OPTIONS_ENTRY.load(Ordering::Acquire);
+    if own.is_null() && options.is_null() {
+        return None;
+    }
+    // SAFETY: `environ` is the process's environment array (read once).
+    let envp = if envp.is_null() { (unsafe { environ }) as *const *const c_char } else { envp };
+    if envp.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, NUL-terminated (stored by `hide`).
+    let own = (!own.is_null()).then(|| unsafe { CStr::from_ptr(own) }.to_bytes());
+    let mut array = Vec::new();
+    let mut owned = Vec::new();
+    let (mut had_preload, mut had_options) = (false, false);
+    for entry in entries(envp as *mut *mut c_char) {
+        // SAFETY: the caller's environment entries are NUL-terminated strings.
+        let text = unsafe { CStr::from_ptr(entry) }.to_bytes();
+        had_options |= text.starts_with(OPTIONS);
+        match (text.strip_prefix(PRELOAD), own) {
+            (Some(value), Some(own)) if !had_preload => {
+                had_preload = true;
+                if own_item(value, &|item| item == own).is_some() {
+                    array.push(entry);
+                    continue;
+                }
+                let mut with_own = [PRELOAD, own].concat();
+                if !value.iter().all(|&b| is_separator(b)) {
+                    with_own.push(b':');
+                    with_own.extend_from_slice(value);
+                }
+                let Ok(with_own) = CString::new(with_own) else { return None };
+                array.push(with_own.as_ptr());
+                owned.push(with_own);
+            }
+            _ => array.push(entry),
+        }
+    }
+    if let (Some(own), false) = (own, had_preload) {
+        let Ok(entry) = CString::new([PRELOAD, own].concat()) else { return None };
+        array.push(entry.as_ptr());
+        owned.push(entry);
+    }
+    if !options.is_null() && !had_options {
+        array.push(options);
+    }
+    array.push(std::ptr::null());
+    Some(ChildEnv { array, _owned: owned })
+}
+
+/// [`for_child`] of an environment the caller passed (`execve`, `posix_spawn`): a null one is passed on.
+pub fn for_explicit(envp: *const *const c_char) -> Option<ChildEnv> {
+    if envp.is_null() {
+        return None;
+    }
+    for_child(envp)
+}
+
+/// Runs `call`, a libc function that starts a child with the program's `environ` internally (`system`,
+/// `popen`), with `environ` pointing at [`for_child`]'s array meanwhile. A program thread that sets a
+/// variable during the call gets a new array from glibc, built from that one: racewatch's variables
+/// are taken out of it again afterwards.
+pub fn with_child_environ<R>(call: impl FnOnce() -> R) -> R {
+    let Some(child) = for_child(std::ptr::null()) else { return call() };
+    // SAFETY: `environ` is a process global the program may set; racewatch swaps it for the call.
+    let original = unsafe { environ };
+    let swapped = child.as_ptr() as *mut *mut c_char;
+    // SAFETY: as above; `child` outlives the swap (leaked below when still referenced).
+    unsafe { environ = swapped };
+    let result = call();
+    // SAFETY: as above.
+    unsafe {
+        if environ == swapped {
+            environ = original;
+            drop(child);
+        } else {
+            // The program's `setenv` copied the array: its new one may hold racewatch's strings.
+            std::mem::forget(child);
+            let own = OWN_PRELOAD.load(Ordering::Acquire);
+            let own = (!own.is_null()).then(|| CStr::from_ptr(own).to_bytes());
+            clean(environ, &|item: &[u8]| own == Some(item));
+        }
+    }
+    result
+}
+
+/// The program's `/proc/self/environ` (NUL-separated entries, as the process started): without
+/// racewatch's entries, as [`hide`] left `environ`. Into `out`; its length, `None` when it does not fit.
+pub fn rewrite_proc_environ(text: &[u8], out: &mut [u8]) -> Option<usize> {
+    let own = OWN_PRELOAD.load(Ordering::Acquire);
+    // SAFETY: non-null, NUL-terminated (stored by `hide`).
+    let own = (!own.is_null()).then(|| unsafe { CStr::from_ptr(own) }.to_bytes());
+    let own = |item: &[u8]| own == Some(item);
+    let mut len = 0;
+    let mut put = |bytes: &[u8]| -> Option<()> {
+        out.get_mut(len..len + bytes.len())?.copy_from_slice(bytes);
+        len += bytes.len();
+        Some(())
+    };
+    for entry in text.split_inclusive(|&b| b == 0) {
+        let body = entry.strip_suffix(&[0]).unwrap_or(entry);
+        if body.starts_with(OPTIONS) && !OPTIONS_ENTRY.load(Ordering::Acquire).is_null() {
+            continue;
+        }
+        match body.strip_prefix(PRELOAD).and_then(|value| without_own(value, &own)) {
+            Some(None) => {}
+            Some(Some(rest)) => {
+                put(PRELOAD)?;
+                put(&rest)?;
+                put(&entry[body.len()..])?;
+            }
+            None => put(entry)?,
+        }
+    }
+    Some(len)
+}
+
+/// Whether [`hide`] took anything out.
+pub fn hid_anything() -> bool {
+    !OWN_PRELOAD.load(Ordering::Acquire).is_null() || !OPTIONS_ENTRY.load(Ordering::Acquire).is_null()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own(item: &[u8]) -> bool {
+        item == b"/rw/librw.so"
+    }
+
+    #[test]
+    fn the_runtime_item_leaves_ld_preload_and_the_rest_keeps_its_bytes() {
+        let rest = |v: &str| without_own(v.as_bytes(), &own).map(|r| r.map(|r| String::from_utf8(r).unwrap()));
+        assert_eq!(rest("/rw/librw.so"), Some(None));
+        assert_eq!(rest("/rw/librw.so:/a.so"), Some(Some("/a.so".into())));
+        assert_eq!(rest("/a.so /rw/librw.so"), Some(Some("/a.so".into())));
+        assert_eq!(rest("/a.so:/rw/librw.so:/b.so"), Some(Some("/a.so:/b.so".into())));
+        assert_eq!(rest("/a.so:/b.so"), None);
+    }
+
+    #[test]
+    fn proc_environ_loses_the_runtime_item_only_when_hidden() {
+        let text = b"A=1\0LD_PRELOAD=/x.so\0B=2\0";
+        let mut out = [0u8; 64];
+        let len = rewrite_proc_environ(text, &mut out).unwrap();
+        assert_eq!(&out[..len], text, "nothing hidden: the kernel's text");
+        assert_eq!(rewrite_proc_environ(text, &mut [0u8; 4]), None);
+    }
+}

@@ -74,6 +74,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "exec_self", source: include_str!("host/exec_self.c"), metadata: true, flags: &[] },
     Program { name: "trap_default", source: include_str!("host/trap_default.c"), metadata: true, flags: &[] },
     Program { name: "spawn", source: include_str!("host/spawn.c"), metadata: true, flags: &[] },
+    Program { name: "environ", source: include_str!("host/environ.c"), metadata: true, flags: &[] },
     Program { name: "process_ops", source: include_str!("host/process_ops.c"), metadata: true, flags: &[] },
     Program { name: "small_stacks", source: include_str!("host/small_stacks.c"), metadata: true, flags: &[] },
     Program { name: "altstack", source: include_str!("host/altstack.c"), metadata: true, flags: &[] },
@@ -430,6 +431,16 @@ fn cases() -> Vec<Case> {
         case("setxid_broadcast_reaches_every_thread", "process_ops", &["setxid"]).expect(&["setuid: 0, setgid: 0"]),
         case("vfork_and_exec", "process_ops", &["vfork"]).expect(&["vfork children failed: 0"]),
         case("exec_from_a_thread", "process_ops", &["exec-thread"]).expect(&["exec from a thread"]),
+        // 9d. The environment is the program's, and its children's are theirs (racewatch's variables are
+        // read before main and taken out; every child gets them back, and hides them in turn).
+        case("environment_without_racewatch_variables", "environ", &[]).expect(&[
+            "system: exit 0",
+            "posix_spawn: exit 0",
+            "execv: exit 0",
+            "pclose: exit 0",
+            "racer done",
+            "racer: exit 0",
+        ]),
         // 9b. Child processes through system(), posix_spawn() and popen().
         case("children_through_system_spawn_popen", "spawn", &[]).expect(&[
             "from system",
@@ -542,10 +553,13 @@ fn cases() -> Vec<Case> {
             "done",
         ]),
         // The reporter thread starting again with each round's first thread is never listed, with readdir
-        // or scandir; nor are racewatch's descriptors.
-        case("task_listing_right_after_thread_start", "task_listing", &["100"])
-            .repeat(3)
-            .expect(&["rounds with a count other than 4: 0", "descriptors listed with readdir and scandir agree: 1"]),
+        // or scandir; nor are racewatch's descriptors, read raw too (getdents64).
+        case("task_listing_right_after_thread_start", "task_listing", &["100"]).repeat(3).expect(&[
+            "rounds with a count other than 4: 0",
+            "descriptors listed with readdir and scandir agree: 1",
+            "descriptors read raw agree: 1 1",
+            "threads read raw agree: 1",
+        ]),
         case("own_proc_files_show_a_blocked_sigtrap", "own_proc", &["blocked"]).repeat(2).expect(&[
             "process SigBlk:\t0000000000000210",
             "calling thread SigBlk:\t0000000000000210",
@@ -1420,6 +1434,7 @@ host_cases!(
     own_sigtrap_resethand,
     own_sigtrap_blocked_pending,
     children_through_system_spawn_popen,
+    environment_without_racewatch_variables,
     setxid_broadcast_reaches_every_thread,
     vfork_and_exec,
     exec_from_a_thread,
@@ -1659,6 +1674,26 @@ fn sampling_resumes_after_a_tracer_that_attached_mid_run_detaches() {
         paused && run.stderr.contains(REPORT_HEADER)
     });
     eprintln!("tracer attached mid-run: paused, resumed and reported in run {runs}");
+}
+
+/// The children of a program whose environment racewatch cleaned run under racewatch (tests/host/environ.c:
+/// its last child, started by `system()` through `sh`, races): a report comes from that child.
+#[test]
+fn children_get_racewatch_back_in_their_environment() {
+    if skip_detection() {
+        return;
+    }
+    let Some(bin) = program("environ") else { return };
+    let case = case("environ", "environ", &[]);
+    let (_, runs) = retry_for(Duration::from_secs(60), || {
+        let run = run_case(&case, Mode::Sampled, &bin, "children-", &[]);
+        if !run.stdout.contains("racer done") {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+        }
+        Ok(run.stderr.contains(REPORT_HEADER).then_some(()))
+    })
+    .unwrap_or_else(|why| panic!("environ: {why}"));
+    eprintln!("a grandchild through system() and sh reported a race in run {runs}");
 }
 
 /// A tracer that seizes a busy thread at the debug rate (tests/host/attach.c `busy`): each sampling signal

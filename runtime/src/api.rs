@@ -92,14 +92,17 @@ fn init() {
     log::check_stderr();
     let secure = sys::secure_file::secure_execution();
     let opts = options::install(if secure { secure_options() } else { environment_options() });
-    // Read: they were the loader's and the options', not the program's.
-    sys::environ::hide_own();
     if let Some(path) = &opts.log_path {
         let host = opts.host.clone().or_else(sys::identity::node_name).unwrap_or_else(|| "unknown".into());
         log::set_log_path(path, &host);
     }
     if !secure {
         warn_if_preloaded_without_interposers();
+    }
+    // Read: they were the loader's and the options', not the program's. Only where the `exec`
+    // interposers hand them on to children.
+    if cfg!(feature = "preload") {
+        sys::environ::hide_own();
     }
     // Before any system call of racewatch's that a filter the process inherited might kill.
     match sys::seccomp_probe::probe() {

@@ -522,9 +522,40 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
         libc::SYS_prlimit64 => limiting(a as libc::pid_t, b as c_int, a_ptr(c)),
         libc::SYS_unshare | libc::SYS_setns => detector::before_single_threaded_call(),
         libc::SYS_sigaltstack => return sigaltstack(a_ptr(a), a_ptr::<libc::stack_t>(b) as *mut libc::stack_t).into(),
+        libc::SYS_getdents64 => {
+            return listing_read(a as c_int, b as *mut u8, || real::syscall(number, [a, b, c, d, e, f]))
+        }
         _ => {}
     }
     real::syscall(number, [a, b, c, d, e, f])
+}
+
+/// Interposed `getdents64` (glibc 2.30): a listing of the process's `fd` or `task` directory read
+/// without `opendir` leaves racewatch's entries out, as `readdir` does.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn getdents64(fd: c_int, buf: *mut c_void, count: libc::size_t) -> libc::ssize_t {
+    let read = || real::syscall(libc::SYS_getdents64, [fd as c_long, buf as c_long, count as c_long, 0, 0, 0]);
+    listing_read(fd, buf.cast(), read) as libc::ssize_t
+}
+
+/// A raw directory read into `buf` by `read`, with racewatch's entries taken out of the process's own
+/// `fd` and `task` listings; a read that held only those reads on (0 would say the end).
+fn listing_read(fd: c_int, buf: *mut u8, read: impl Fn() -> c_long) -> c_long {
+    loop {
+        let n = read();
+        if n <= 0 {
+            return n;
+        }
+        if buf.is_null() {
+            return n;
+        }
+        // SAFETY: the kernel just wrote `n` bytes of records into the caller's buffer there.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(buf, n as usize) };
+        let kept = proc_view::filter_dirents(fd, bytes);
+        if kept > 0 {
+            return kept as c_long;
+        }
+    }
 }
 
 /// `perf_event_attr.type` of a hardware breakpoint.

@@ -298,6 +298,45 @@ pub fn hidden_entry(dir: Target, name: &[u8]) -> bool {
     }
 }
 
+/// After the program read `bytes`, `linux_dirent64` records, from descriptor `fd` (a raw
+/// `getdents64`, which `opendir` listings do not go through): when `fd` lists the process's `fd` or
+/// `task` directory, racewatch's entries are taken out (the rest move up, in order). The bytes left;
+/// 0 when every record read was racewatch's (the caller reads again: 0 means the end).
+pub fn filter_dirents(fd: libc::c_int, bytes: &mut [u8]) -> usize {
+    let len = bytes.len();
+    if len == 0 || !anything_to_hide() {
+        return len;
+    }
+    let mut link = [0u8; 64];
+    let mut name = crate::fixed::FixedBuf::<32>::new();
+    let _ = std::fmt::Write::write_fmt(&mut name, format_args!("/proc/self/fd/{fd}\0"));
+    let n = raw::syscall6(
+        libc::SYS_readlink,
+        [name.as_bytes().as_ptr() as u64, link.as_mut_ptr() as u64, link.len() as u64, 0, 0, 0],
+    );
+    let Ok(n) = usize::try_from(n) else { return len };
+    let caller = raw::gettid();
+    let Some(dir) = classify(&link[..n], raw::getpid(), caller, raw::thread_alive) else { return len };
+    if !matches!(dir, Target::TaskDir | Target::FdDir) {
+        return len;
+    }
+    let (mut read, mut kept) = (0, 0);
+    while read + 19 < len {
+        let reclen = u16::from_ne_bytes([bytes[read + 16], bytes[read + 17]]) as usize;
+        if reclen == 0 || read + reclen > len {
+            return len;
+        }
+        let entry_name = &bytes[read + 19..read + reclen];
+        let entry_name = &entry_name[..entry_name.iter().position(|&b| b == 0).unwrap_or(entry_name.len())];
+        if !hidden_entry(dir, entry_name) {
+            bytes.copy_within(read..read + reclen, kept);
+            kept += reclen;
+        }
+        read += reclen;
+    }
+    kept
+}
+
 /// For an `opendir` of `path` by the program: the listing whose entries [`hidden_entry`] filters.
 pub fn listing(path: &std::ffi::CStr) -> Option<Target> {
     let bytes = path.to_bytes();

@@ -77,7 +77,8 @@ fn exec_in_order(program: &OsStr, args: &[OsString], changes: &[(OsString, Optio
         }
     }
     let built = (|| -> Result<(CString, Vec<CString>, Vec<CString>), std::io::Error> {
-        let argv = std::iter::once(program).chain(args.iter().map(OsString::as_os_str)).map(c).collect::<Result<_, _>>()?;
+        let argv =
+            std::iter::once(program).chain(args.iter().map(OsString::as_os_str)).map(c).collect::<Result<_, _>>()?;
         let envp = env
             .iter()
             .map(|(k, v)| {
@@ -93,8 +94,10 @@ fn exec_in_order(program: &OsStr, args: &[OsString], changes: &[(OsString, Optio
         Ok(built) => built,
         Err(err) => return err,
     };
-    let argv: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-    let envp: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let argv: Vec<*const libc::c_char> =
+        argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let envp: Vec<*const libc::c_char> =
+        envp.iter().map(|e| e.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
     // SAFETY: NUL-terminated strings and NULL-terminated arrays that live across the call. SIGPIPE goes
     // back to its default first, as `Command` does: Rust's runtime ignores it in racewatch itself.
     unsafe {

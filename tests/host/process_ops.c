@@ -1,7 +1,9 @@
 /* Whole-process operations while threads race.
  * argv[1] = "setxid":       setuid/setgid to the current ids: glibc signals every thread (the runtime's
  *                           included) and waits for each; it must return.
- * argv[1] = "vfork":        50 vfork + exec of /bin/true.
+ * argv[1] = "vfork":        50 vfork + exec of /bin/true, then 2000 more: whether the resident memory
+ *                           grew by less than 1 MiB (racewatch's environment for a child, made in memory
+ *                           the vfork child borrows, grew it by 1.5 MiB when each exec left it behind).
  * argv[1] = "exec-thread":  a thread other than main execs /bin/echo (the new image's output is stdout). */
 #include <sys/wait.h>
 
@@ -31,6 +33,17 @@ int main(int argc, char **argv) {
       bad += status != 0;
     }
     printf("vfork children failed: %d\n", bad);
+    long before = rw_status_field("/proc/self/status", "VmRSS");
+    for (int i = 0; i < 2000; i++) {
+      pid_t pid = vfork();
+      if (pid == 0) {
+        execl("/bin/true", "true", (char *)NULL);
+        _exit(127);
+      }
+      waitpid(pid, NULL, 0);
+    }
+    printf("2000 more grew the resident memory by under 1 MiB: %d\n",
+           rw_status_field("/proc/self/status", "VmRSS") - before < 1024);
   } else {
     pthread_t t;
     pthread_create(&t, NULL, exec_from_thread, NULL);

@@ -155,16 +155,41 @@ fn without_own(value: &[u8], own: &impl Fn(&[u8]) -> bool) -> Option<Option<Vec<
     Some((!rest.iter().all(|&b| is_separator(b))).then_some(rest))
 }
 
-/// An environment for a child: owned strings and the NULL-terminated array that points at them.
+/// An environment for a child: the NULL-terminated array, and the strings it points at that racewatch
+/// made (`None` when a `vfork` child's [`BORROWED`] slot holds them).
 pub struct ChildEnv {
-    array: Vec<*const c_char>,
-    _owned: Vec<CString>,
+    array: *const *const c_char,
+    _owned: Option<Owned>,
+}
+
+/// The array and the strings of a [`ChildEnv`].
+struct Owned {
+    _array: Vec<*const c_char>,
+    _strings: Vec<CString>,
 }
 
 impl ChildEnv {
     pub fn as_ptr(&self) -> *const *const c_char {
-        self.array.as_ptr()
+        self.array
     }
+
+    /// Takes `array` and `strings` over. In a `vfork` child, whose `exec` leaves them to the parent (a
+    /// leak per spawn of a Python server's `subprocess`), they go to this thread's slot instead, where the
+    /// next such child's replace them: the thread is the parent's, suspended until the exec is over.
+    fn new(array: Vec<*const c_char>, strings: Vec<CString>) -> ChildEnv {
+        let owned = Owned { _array: array, _strings: strings };
+        let ptr = owned._array.as_ptr();
+        if !crate::sys::signal::in_borrowed_memory() {
+            return ChildEnv { array: ptr, _owned: Some(owned) };
+        }
+        drop(BORROWED.with(|slot| slot.replace(Some(owned))));
+        ChildEnv { array: ptr, _owned: None }
+    }
+}
+
+thread_local! {
+    /// The environment of this thread's last `vfork` child's `exec` (see [`ChildEnv::new`]).
+    static BORROWED: std::cell::RefCell<Option<Owned>> = const { std::cell::RefCell::new(None) };
 }
 
 /// The environment a child started with `envp` (null: the program's `environ`; for a spawn, pass a null
@@ -220,7 +245,7 @@ pub fn for_child(envp: *const *const c_char) -> Option<ChildEnv> {
         array.push(options);
     }
     array.push(std::ptr::null());
-    Some(ChildEnv { array, _owned: owned })
+    Some(ChildEnv::new(array, owned))
 }
 
 /// [`for_child`] of an environment the caller passed (`execve`, `posix_spawn`): a null one is passed on.

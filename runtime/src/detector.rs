@@ -245,9 +245,7 @@ fn covered_signal(regs: &signal::Regs, now: u64) {
         let status = tracer::read();
         spawn_point::set_filtered(status.seccomp);
         if status.tracer.is_some() {
-            // Paused at once: each signal until then is a stop the tracer sees. The reporter logs it
-            // and resumes sampling when the tracer is gone.
-            sampler::set_paused(true);
+            TRACER_NOTED.store(true, Ordering::Release);
         }
         let loaded = code::loaded_fingerprint();
         if status.tracer.is_some() || LOADED.swap(loaded, Ordering::AcqRel) != loaded {
@@ -255,7 +253,16 @@ fn covered_signal(regs: &signal::Regs, now: u64) {
         }
     }
     reporter::start_from_signal(regs, now);
+    // Paused at once once the reporter runs (each signal until then is a stop the tracer sees); it logs
+    // the tracer and resumes sampling when the tracer is gone. Without it, signals go on until one can
+    // start it: paused, nothing would resume them.
+    if TRACER_NOTED.load(Ordering::Acquire) && reporter::has_thread() {
+        sampler::set_paused(true);
+    }
 }
+
+/// A sampling signal saw a tracer that the reporter has not seen gone since.
+static TRACER_NOTED: AtomicBool = AtomicBool::new(false);
 
 /// When the reporter's check last read `/proc/self/status` (monotonic ns; 0: never).
 static STATUS_READ_NS: AtomicU64 = AtomicU64::new(0);
@@ -275,6 +282,7 @@ static TRACER_SEEN: AtomicBool = AtomicBool::new(false);
 fn check_tracer(status: tracer::Status) {
     let tracer = status.tracer;
     sampler::set_paused(tracer.is_some());
+    TRACER_NOTED.store(tracer.is_some(), Ordering::Release);
     if TRACER_SEEN.swap(tracer.is_some(), Ordering::AcqRel) != tracer.is_some() && options::get().verbosity >= 1 {
         match tracer {
             Some(pid) => log::line(format_args!("a tracer is attached (pid {pid}): sampling paused")),
@@ -442,6 +450,7 @@ extern "C" fn after_fork_in_child() {
         stacks::forget_after_fork();
         tracer::forget_after_fork();
         TRACER_SEEN.store(false, Ordering::Release);
+        TRACER_NOTED.store(false, Ordering::Release);
         thread::forget_known_threads();
         stats::reset();
         STATS_PRINTED.store(false, Ordering::Release);

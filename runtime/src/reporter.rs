@@ -893,7 +893,8 @@ pub fn start(options: &Options, on_demand: bool) {
 }
 
 /// Starts and joins a runtime thread that does nothing, now (the detector starts from the program's
-/// `pthread_create`): glibc keeps its stack, with the thread-local storage vector it allocated with the
+/// `pthread_create`): glibc keeps its stack (16 KiB, as the reporter's: no program thread asks for less,
+/// so none is handed it), with the thread-local storage vector it allocated with the
 /// program's `malloc`, for the next thread of that size, so the reporter thread a sampling signal
 /// starts later takes it and allocates nothing of the program's (a first `calloc` in a worker that
 /// never allocated would give it a malloc arena: `mallinfo2` showed 132 KiB more after a report). Not
@@ -907,7 +908,7 @@ fn warm_thread_cache() {
     if sys::tracer::read_now().nested_pid_namespace {
         return;
     }
-    if let Some(thread) = sys::thread::spawn_runtime_thread(nothing) {
+    if let Some(thread) = sys::thread::spawn_small_runtime_thread(nothing) {
         while !sys::thread::join_for(thread, 100) {}
     }
 }

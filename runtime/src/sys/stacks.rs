@@ -161,6 +161,46 @@ pub fn run_at(top: usize, f: &mut dyn FnMut()) {
     switch_and_call(top, f, false);
 }
 
+/// The size of the stack a runtime thread (the reporter) works on.
+const WORK_STACK: usize = 256 << 10;
+/// Work stacks: mapping base (a guard page, then the stack; kept for the next runtime thread once
+/// mapped) and whether a runtime thread has it.
+static WORK_BASE: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
+static WORK_BUSY: [AtomicBool; 2] = [const { AtomicBool::new(false) }; 2];
+
+/// Takes a work stack for a runtime thread about to be created (mapped now the first time): its slot,
+/// `None` when both are taken or the mapping failed. Call in the creating thread.
+pub fn claim_work_stack() -> Option<usize> {
+    let slot = WORK_BUSY.iter().position(|b| b.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok())?;
+    if WORK_BASE[slot].load(Ordering::Acquire) == 0 {
+        let Some(base) = map(WORK_STACK + PAGE) else {
+            WORK_BUSY[slot].store(false, Ordering::Release);
+            return None;
+        };
+        protect_guard(base);
+        WORK_BASE[slot].store(base, Ordering::Release);
+    }
+    Some(slot)
+}
+
+/// Gives back a work stack [`claim_work_stack`] took, for a thread that was not created.
+pub fn release_work_stack(slot: usize) {
+    WORK_BUSY[slot].store(false, Ordering::Release);
+}
+
+/// Runs `f` on work stack `slot` (claimed for this thread by its creator), then gives it back.
+///
+/// A runtime thread's own stack is the smallest glibc allows (16 KiB, no guard): glibc keeps the
+/// stacks of ended threads for later ones and hands a new thread any kept stack up to 4 times the size
+/// it asked for, so a 256 KiB stack of racewatch's, kept after its warm-up thread ended, went to a
+/// program thread that asked for 128 KiB with a 64 KiB guard (`pthread_getattr_np` read back 196 KiB).
+/// No program thread asks for less than 16 KiB.
+pub fn run_on_work_stack(slot: usize, f: &mut dyn FnMut()) {
+    let top = WORK_BASE[slot].load(Ordering::Acquire) + PAGE + WORK_STACK;
+    switch_and_call(top, f, true);
+    WORK_BUSY[slot].store(false, Ordering::Release);
+}
+
 /// The most bytes the handler used below the kernel's signal frame before switching stacks.
 static HOST_HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
 
@@ -641,6 +681,10 @@ fn unmap(addr: usize, len: usize) {
 /// threads that do not exist here and are free for reuse (or [`reclaim_some`]).
 pub fn forget_after_fork() {
     LOCKING_FUTURE.store(false, Ordering::Relaxed);
+    // The child has no runtime thread: the work stacks are free (still mapped).
+    for busy in &WORK_BUSY {
+        busy.store(false, Ordering::Release);
+    }
     let (lo, _) = ALT.with(Cell::get);
     if lo == 0 {
         return;

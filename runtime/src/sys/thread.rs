@@ -81,34 +81,72 @@ extern "C" fn runtime_thread_main(body: *mut libc::c_void) -> *mut libc::c_void 
     // SAFETY: `spawn_runtime_thread` passes exactly such a function pointer.
     let body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void = unsafe { std::mem::transmute(body) };
     let result = body(std::ptr::null_mut());
-    if let Some(count) = libc_thread_count() {
-        count.fetch_add(1, Ordering::AcqRel);
-    }
+    counted_again();
     result
 }
 
+/// The same on a work stack of racewatch's (see [`crate::sys::stacks::run_on_work_stack`]): `slot` is
+/// the work stack's, whose body [`WORK_BODY`] holds.
+extern "C" fn runtime_thread_on_work_stack(slot: *mut libc::c_void) -> *mut libc::c_void {
+    let slot = slot as usize;
+    let body = WORK_BODY[slot].load(Ordering::Acquire);
+    // SAFETY: `spawn_runtime_thread` stored exactly such a function pointer for this slot.
+    let body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void = unsafe { std::mem::transmute(body) };
+    let mut result = std::ptr::null_mut();
+    crate::sys::stacks::run_on_work_stack(slot, &mut || result = body(std::ptr::null_mut()));
+    counted_again();
+    result
+}
+
+/// The body of the runtime thread that has work stack `slot`.
+static WORK_BODY: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
+
+/// A runtime thread about to end is counted by glibc again (its exit takes it off the count).
+fn counted_again() {
+    if let Some(count) = libc_thread_count() {
+        count.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
 /// Starts a runtime thread running `body` with every signal blocked for its whole life (it inherits the
-/// full mask), a small stack, and no racewatch start-up of its own (the real `pthread_create`).
-/// Returns its handle.
+/// full mask), and no racewatch start-up of its own (the real `pthread_create`). Returns its handle.
+/// Its stack is the smallest glibc allows, and it runs `body` on a work stack of racewatch's (see
+/// [`crate::sys::stacks::run_on_work_stack`]); a process whose static TLS leaves no room in that gets
+/// a 256 KiB stack of glibc's instead, as before.
 ///
 /// The thread is taken off glibc's count of threads while it runs: when the program's last thread
 /// returns or calls `pthread_exit` (a `main` that ended with `pthread_exit` first), glibc ends the process
 /// with `exit(0)` in that thread, its `atexit` handlers and stdio flushing with the program's own
 /// descriptors, exactly as without racewatch; a runtime thread never keeps a finished program alive.
 pub fn spawn_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void) -> Option<libc::pthread_t> {
+    spawn_runtime_thread_with(body, true)
+}
+
+/// [`spawn_runtime_thread`] for a body that needs no more than the smallest stack (`work`: false): the
+/// warm-up thread, which leaves glibc a kept stack of the size the reporter thread asks for.
+pub fn spawn_small_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void) -> Option<libc::pthread_t> {
+    spawn_runtime_thread_with(body, false)
+}
+
+fn spawn_runtime_thread_with(
+    body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
+    work: bool,
+) -> Option<libc::pthread_t> {
     const STACK: usize = 256 << 10;
     let old = raw::sigprocmask(libc::SIG_SETMASK, Some(u64::MAX));
-    // SAFETY: attr is initialised before use and destroyed after; the thread handle is written by
-    // pthread_create on success.
-    let thread = unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        libc::pthread_attr_init(&mut attr);
-        libc::pthread_attr_setstacksize(&mut attr, STACK);
-        let mut thread: libc::pthread_t = 0;
-        let rc = real::own_pthread_create(&mut thread, &attr, runtime_thread_main, body as *mut libc::c_void);
-        libc::pthread_attr_destroy(&mut attr);
-        (rc == 0).then_some(thread)
-    };
+    let mut thread = None;
+    if !work {
+        thread = create_runtime_thread(libc::PTHREAD_STACK_MIN, 0, runtime_thread_main, body as *mut libc::c_void);
+    } else if let Some(slot) = crate::sys::stacks::claim_work_stack() {
+        WORK_BODY[slot].store(body as usize, Ordering::Release);
+        thread = create_runtime_thread(libc::PTHREAD_STACK_MIN, 0, runtime_thread_on_work_stack, slot as *mut libc::c_void);
+        if thread.is_none() {
+            crate::sys::stacks::release_work_stack(slot);
+        }
+    }
+    if thread.is_none() {
+        thread = create_runtime_thread(STACK, PAGE, runtime_thread_main, body as *mut libc::c_void);
+    }
     if thread.is_some() {
         if let Some(count) = libc_thread_count() {
             count.fetch_sub(1, Ordering::AcqRel);
@@ -118,6 +156,29 @@ pub fn spawn_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc:
         raw::sigprocmask(libc::SIG_SETMASK, Some(old));
     }
     thread
+}
+
+const PAGE: usize = 4096;
+
+/// The real `pthread_create` of `entry(arg)` on a glibc stack of `size` bytes with a guard of `guard`.
+fn create_runtime_thread(
+    size: usize,
+    guard: usize,
+    entry: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
+    arg: *mut libc::c_void,
+) -> Option<libc::pthread_t> {
+    // SAFETY: attr is initialised before use and destroyed after; the thread handle is written by
+    // pthread_create on success.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setstacksize(&mut attr, size);
+        libc::pthread_attr_setguardsize(&mut attr, guard);
+        let mut thread: libc::pthread_t = 0;
+        let rc = real::own_pthread_create(&mut thread, &attr, entry, arg);
+        libc::pthread_attr_destroy(&mut attr);
+        (rc == 0).then_some(thread)
+    }
 }
 
 /// What a thread created through [`create_hooked`] carries to its start.

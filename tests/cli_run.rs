@@ -27,11 +27,21 @@ fn main() {
 }
 "#;
 
-/// Prints the two variables racewatch sets.
+/// Prints the variables racewatch sets as the program sees them, then as the kernel holds them (read
+/// by a child, `cat`, from the program's `/proc/PID/environ`, which is not the child's own).
 const PRINT_ENV: &str = r#"
+const KEYS: [&str; 3] = ["LD_PRELOAD", "RACEWATCH_OPTIONS", "RACEWATCH_RUN_OPTIONS"];
 fn main() {
-    for key in ["LD_PRELOAD", "RACEWATCH_OPTIONS"] {
-        println!("{key}={}", std::env::var(key).unwrap_or_default());
+    for key in KEYS {
+        println!("{key}={}", std::env::var(key).unwrap_or_else(|_| "<unset>".into()));
+    }
+    let path = format!("/proc/{}/environ", std::process::id());
+    let kernel = std::process::Command::new("cat").arg(path).output().unwrap().stdout;
+    for entry in kernel.split(|&b| b == 0) {
+        let entry = String::from_utf8_lossy(entry);
+        if KEYS.iter().any(|key| entry.starts_with(&format!("{key}="))) {
+            println!("kernel {entry}");
+        }
     }
 }
 "#;
@@ -72,7 +82,7 @@ fn arguments_stdout_and_exit_codes_pass_through_exactly() {
 }
 
 #[test]
-fn runtime_is_preloaded_first_and_options_are_merged() {
+fn runtime_is_preloaded_first_options_are_merged_and_both_are_hidden_from_the_program() {
     let dir = scratch("run_env");
     let prog = build_rust(&dir, "print_env", PRINT_ENV, &[]);
     let out = check(
@@ -86,10 +96,20 @@ fn runtime_is_preloaded_first_and_options_are_merged() {
         "racewatch run",
     );
     let stdout = String::from_utf8(out.stdout).unwrap();
-    let expected_preload = format!("LD_PRELOAD={}:/nonexistent/other.so", runtime_path().display());
+    // What the program sees is what it would see without racewatch: the user's variables as they were.
+    let seen: Vec<&str> = stdout.lines().filter(|l| !l.starts_with("kernel ")).collect();
+    assert_eq!(
+        seen,
+        ["LD_PRELOAD=/nonexistent/other.so", "RACEWATCH_OPTIONS=seed=5:stats=1", "RACEWATCH_RUN_OPTIONS=<unset>"],
+        "{stdout}"
+    );
+    // What racewatch run passed: the runtime first in LD_PRELOAD, and the options merged into a
+    // variable of its own (`fail_on_race=1`, racewatch run's default, before the user's `-o` options).
+    let expected_preload = format!("kernel LD_PRELOAD={}:/nonexistent/other.so", runtime_path().display());
     assert!(stdout.lines().any(|l| l == expected_preload), "{stdout}");
-    // `fail_on_race=1` (racewatch run's default) comes before the user's `-o` options.
-    assert!(stdout.lines().any(|l| l == "RACEWATCH_OPTIONS=seed=5:stats=0:fail_on_race=1:verbosity=0"), "{stdout}");
+    assert!(stdout.lines().any(|l| l == "kernel RACEWATCH_OPTIONS=seed=5:stats=1"), "{stdout}");
+    let merged = "kernel RACEWATCH_RUN_OPTIONS=seed=5:stats=0:fail_on_race=1:verbosity=0";
+    assert!(stdout.lines().any(|l| l == merged), "{stdout}");
 }
 
 #[test]

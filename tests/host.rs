@@ -469,11 +469,10 @@ fn cases() -> Vec<Case> {
         ]),
         // 10. PTHREAD_STACK_MIN threads recursing to ~3 KiB from the end of their stacks; then threads get the
         // stack sizes they ask for (none of racewatch's kept by glibc).
-        case("min_stacks_deep_recursion", "small_stacks", &[])
-            .expect(&[
-                "threads that recursed to about 3072 bytes from the end of their stack: 2",
-                "asked for 128 KiB (guard 64 KiB): got 128 KiB",
-            ]),
+        case("min_stacks_deep_recursion", "small_stacks", &[]).expect(&[
+            "threads that recursed to about 3072 bytes from the end of their stack: 2",
+            "asked for 128 KiB (guard 64 KiB): got 128 KiB",
+        ]),
         // 11. SIGUSR1 handler on an 8 KiB alternate stack doing racy work.
         case("sigaltstack_sigusr1_handler", "altstack", &[]).expect(&[
             "sent at least 200: 1",

@@ -192,7 +192,9 @@ fn a_program_that_drops_root_keeps_the_runtime_in_the_programs_it_starts() {
         vars.extend(home.map(|h| ("HOME", h)));
         let out = racewatch_env(&vars)
             .args(["run", "--", "setpriv", &format!("--reuid={ATTACKER}"), &format!("--regid={ATTACKER}")])
-            .args(["--clear-groups", "--", "sh", "-c", "echo \"$LD_PRELOAD\"; id -u"])
+            // The runtime hides its LD_PRELOAD item from the shell: where it was loaded from, `grep` reads
+            // in the shell's maps.
+            .args(["--clear-groups", "--", "sh", "-c", "grep -m1 -o '/[^ ]*libracewatch.so' /proc/$$/maps; id -u"])
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

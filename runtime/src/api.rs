@@ -166,7 +166,9 @@ fn init() {
 
 /// The options `RACEWATCH_OPTIONS` sets (bad ones warned about).
 fn environment_options() -> options::Options {
-    let text = std::env::var("RACEWATCH_OPTIONS").unwrap_or_default();
+    // `racewatch run` passes its merged options in a variable of its own, leaving the user's.
+    let text =
+        std::env::var("RACEWATCH_RUN_OPTIONS").or_else(|_| std::env::var("RACEWATCH_OPTIONS")).unwrap_or_default();
     let (parsed, warnings) = options::parse(&text);
     for w in &warnings {
         log::warn(format_args!("{w}"));
@@ -180,7 +182,8 @@ fn environment_options() -> options::Options {
 /// nothing but reports on stderr. One line says so when the variable is set. The variable is removed
 /// from the environment, so that a process the program execs once fully privileged does not get it.
 fn secure_options() -> options::Options {
-    if std::env::var_os("RACEWATCH_OPTIONS").is_some_and(|text| !text.is_empty()) {
+    let set = |var: &str| std::env::var_os(var).is_some_and(|text| !text.is_empty());
+    if set("RACEWATCH_OPTIONS") || set("RACEWATCH_RUN_OPTIONS") {
         log::warn(format_args!(
             "secure execution (setuid, setgid or file capabilities): RACEWATCH_OPTIONS ignored, defaults used"
         ));

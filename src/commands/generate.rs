@@ -57,6 +57,11 @@ Runtime options, \fIkey\fR=\fIvalue\fR separated by colons (\fBsample_period_us\
 \fBreport_format\fR, \fBsymbolize\fR, \fBsuppressions\fR, ...). \fBracewatch run \-o\fR and
 \fBracewatch cargo \-o\fR add to them. Not read by setuid, setgid or file-capability programs.
 .TP
+\fBRACEWATCH_RUN_OPTIONS\fR
+Set by \fBracewatch run\fR: \fBRACEWATCH_OPTIONS\fR with its \fB\-o\fR options merged in, read by the
+runtime instead. The runtime takes it and its own \fBLD_PRELOAD\fR item out of the program's
+environment (and puts them back into its children's).
+.TP
 \fBRACEWATCH_RUNTIME\fR
 The preload runtime to use instead of the one embedded in \fBracewatch\fR.
 .TP

@@ -17,6 +17,9 @@ use std::process::{Command, ExitCode};
 
 /// Environment variable carrying the runtime's options (DESIGN.md contract).
 pub const OPTIONS_VAR: &str = "RACEWATCH_OPTIONS";
+/// The variable `racewatch run` passes the merged options in (the runtime reads it first, and takes it
+/// out of the program's environment).
+pub const RUN_OPTIONS_VAR: &str = "RACEWATCH_RUN_OPTIONS";
 
 /// Set by `racewatch run` unless the user chose: a program that reported a race and would exit 0
 /// exits with `exitcode` (66).
@@ -157,14 +160,16 @@ pub fn preloaded(program: &OsStr, options: &[String]) -> Result<Command, String>
 }
 
 /// The environment changes that preload the runtime: `LD_PRELOAD` with the runtime first, and
-/// `RACEWATCH_OPTIONS` with `options` merged in (removed when that leaves it empty).
+/// [`RUN_OPTIONS_VAR`] = `RACEWATCH_OPTIONS` with `options` merged in (none when that is empty). The
+/// user's `RACEWATCH_OPTIONS` stays as it is: the program lists it as it would without racewatch, and
+/// the runtime takes its own variables out.
 fn preload_env(options: &[String]) -> Result<Vec<(OsString, Option<OsString>)>, String> {
     let runtime = embedded::runtime_path().map_err(|e| e.to_string())?;
     let preload = ld_preload(&runtime, std::env::var_os("LD_PRELOAD"))?;
     let inherited = std::env::var(OPTIONS_VAR).unwrap_or_default();
     let merged = merge_options(&inherited, options)?;
     let options = (!merged.is_empty()).then(|| merged.into());
-    Ok(vec![("LD_PRELOAD".into(), Some(preload)), (OPTIONS_VAR.into(), options)])
+    Ok(vec![("LD_PRELOAD".into(), Some(preload)), (RUN_OPTIONS_VAR.into(), options)])
 }
 
 fn ld_preload(runtime: &std::path::Path, existing: Option<OsString>) -> Result<OsString, String> {

@@ -1,9 +1,11 @@
 //! racewatch's variables are not in the program's environment, and are in its children's.
 //!
-//! `racewatch run` (or an operator) puts the runtime in `LD_PRELOAD` and its options in
-//! `RACEWATCH_OPTIONS`. The loader and the constructor have read them by the time `main` runs, so
-//! [`hide`] takes them out of `environ`: the runtime's item out of `LD_PRELOAD` (the variable goes
-//! when nothing else is left in it), `RACEWATCH_OPTIONS` altogether. `getenv`, `environ` and Rust's
+//! `racewatch run` puts the runtime in `LD_PRELOAD` and its options in `RACEWATCH_RUN_OPTIONS` (a
+//! `RACEWATCH_OPTIONS` the user exported is theirs, and stays); an operator preloading by hand puts
+//! them in `LD_PRELOAD` and `RACEWATCH_OPTIONS`. The loader and the constructor have read them by the
+//! time `main` runs, so [`hide`] takes them out of `environ`: the runtime's item out of `LD_PRELOAD`
+//! (the variable goes when nothing else is left in it), `RACEWATCH_RUN_OPTIONS` altogether, and
+//! `RACEWATCH_OPTIONS` where no `RACEWATCH_RUN_OPTIONS` says that `racewatch run` started the process. `getenv`, `environ` and Rust's
 //! `std::env::vars` then list what the program was started with, in its order; `/proc/self/environ`
 //! read by the program gets the same through [`rewrite_proc_environ`].
 //!
@@ -20,13 +22,23 @@ extern "C" {
 }
 
 const PRELOAD: &[u8] = b"LD_PRELOAD=";
-const OPTIONS: &[u8] = b"RACEWATCH_OPTIONS=";
+/// The option variables: `racewatch run`'s, then the user's.
+const OPTIONS: [&[u8]; 2] = [b"RACEWATCH_RUN_OPTIONS=", b"RACEWATCH_OPTIONS="];
 
 /// The runtime's own `LD_PRELOAD` item, as the loader was given it (NUL-terminated, never freed);
 /// null when `LD_PRELOAD` did not name it (`/etc/ld.so.preload`, or nothing hidden).
 static OWN_PRELOAD: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
-/// The whole `RACEWATCH_OPTIONS=…` entry the process started with (never freed); null when none.
-static OPTIONS_ENTRY: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+/// Per variable of [`OPTIONS`], the whole entry the process started with when it was hidden (never
+/// freed); null when none was.
+static OPTIONS_ENTRY: [AtomicPtr<c_char>; 2] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 2];
+
+/// Whether `entry` is one of the option variables racewatch hides in this process.
+fn hidden_options(entry: &[u8]) -> bool {
+    OPTIONS
+        .iter()
+        .zip(&OPTIONS_ENTRY)
+        .any(|(name, kept)| entry.starts_with(name) && !kept.load(Ordering::Acquire).is_null())
+}
 
 /// Takes racewatch's variables out of `environ` (see the module): an `LD_PRELOAD` item names this
 /// runtime when it is the path the loader loaded it by, or the same file. Call once from the
@@ -65,11 +77,16 @@ fn hide(own: impl Fn(&[u8]) -> bool) {
     if env.is_null() {
         return;
     }
+    // SAFETY (both closures): environment entries are NUL-terminated strings that live as long as the
+    // process.
+    let launched = entries(env).any(|entry| unsafe { CStr::from_ptr(entry) }.to_bytes().starts_with(OPTIONS[0]));
     for entry in entries(env) {
-        // SAFETY: environment entries are NUL-terminated strings that live as long as the process.
         let text = unsafe { CStr::from_ptr(entry) }.to_bytes();
-        if text.starts_with(OPTIONS) && OPTIONS_ENTRY.load(Ordering::Relaxed).is_null() {
-            OPTIONS_ENTRY.store(entry as *mut c_char, Ordering::Relaxed);
+        // `racewatch run`'s variable always; the user's only where `racewatch run` did not start the
+        // process (an operator's `LD_PRELOAD`), where it is racewatch's too.
+        let which = OPTIONS.iter().position(|name| text.starts_with(name)).filter(|&i| i == 0 || !launched);
+        if let Some(i) = which.filter(|&i| OPTIONS_ENTRY[i].load(Ordering::Relaxed).is_null()) {
+            OPTIONS_ENTRY[i].store(entry as *mut c_char, Ordering::Relaxed);
         }
         if let Some(value) = text.strip_prefix(PRELOAD) {
             if let Some((item, _)) = own_item(value, &own) {
@@ -97,7 +114,7 @@ fn clean(env: *mut *mut c_char, own: &impl Fn(&[u8]) -> bool) {
         at += 1;
         // SAFETY: as in `hide`.
         let text = unsafe { CStr::from_ptr(entry) }.to_bytes();
-        let replacement = if text.starts_with(OPTIONS) {
+        let replacement = if hidden_options(text) {
             None
         } else if let Some(rest) = text.strip_prefix(PRELOAD).and_then(|value| without_own(value, own)) {
             rest.map(|rest| {
@@ -199,8 +216,8 @@ thread_local! {
 /// passed on as it is).
 pub fn for_child(envp: *const *const c_char) -> Option<ChildEnv> {
     let own = OWN_PRELOAD.load(Ordering::Acquire);
-    let options = OPTIONS_ENTRY.load(Ordering::Acquire);
-    if own.is_null() && options.is_null() {
+    let options = OPTIONS_ENTRY.each_ref().map(|entry| entry.load(Ordering::Acquire));
+    if own.is_null() && options.iter().all(|entry| entry.is_null()) {
         return None;
     }
     // SAFETY: `environ` is the process's environment array (read once).
@@ -212,11 +229,13 @@ pub fn for_child(envp: *const *const c_char) -> Option<ChildEnv> {
     let own = (!own.is_null()).then(|| unsafe { CStr::from_ptr(own) }.to_bytes());
     let mut array = Vec::new();
     let mut owned = Vec::new();
-    let (mut had_preload, mut had_options) = (false, false);
+    let (mut had_preload, mut had_options) = (false, [false; 2]);
     for entry in entries(envp as *mut *mut c_char) {
         // SAFETY: the caller's environment entries are NUL-terminated strings.
         let text = unsafe { CStr::from_ptr(entry) }.to_bytes();
-        had_options |= text.starts_with(OPTIONS);
+        for (had, name) in had_options.iter_mut().zip(OPTIONS) {
+            *had |= text.starts_with(name);
+        }
         match (text.strip_prefix(PRELOAD), own) {
             (Some(value), Some(own)) if !had_preload => {
                 had_preload = true;
@@ -241,8 +260,10 @@ pub fn for_child(envp: *const *const c_char) -> Option<ChildEnv> {
         array.push(entry.as_ptr());
         owned.push(entry);
     }
-    if !options.is_null() && !had_options {
-        array.push(options);
+    for (entry, had) in options.into_iter().zip(had_options) {
+        if !entry.is_null() && !had {
+            array.push(entry);
+        }
     }
     array.push(std::ptr::null());
     Some(ChildEnv::new(array, owned))
@@ -299,7 +320,7 @@ pub fn rewrite_proc_environ(text: &[u8], out: &mut [u8]) -> Option<usize> {
     };
     for entry in text.split_inclusive(|&b| b == 0) {
         let body = entry.strip_suffix(&[0]).unwrap_or(entry);
-        if body.starts_with(OPTIONS) && !OPTIONS_ENTRY.load(Ordering::Acquire).is_null() {
+        if hidden_options(body) {
             continue;
         }
         match body.strip_prefix(PRELOAD).and_then(|value| without_own(value, &own)) {
@@ -317,7 +338,7 @@ pub fn rewrite_proc_environ(text: &[u8], out: &mut [u8]) -> Option<usize> {
 
 /// Whether [`hide`] took anything out.
 pub fn hid_anything() -> bool {
-    !OWN_PRELOAD.load(Ordering::Acquire).is_null() || !OPTIONS_ENTRY.load(Ordering::Acquire).is_null()
+    !OWN_PRELOAD.load(Ordering::Acquire).is_null() || OPTIONS_ENTRY.iter().any(|e| !e.load(Ordering::Acquire).is_null())
 }
 
 #[cfg(test)]

@@ -80,13 +80,17 @@ pub fn secure_execution() -> bool {
     unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
 
-/// Removes `RACEWATCH_OPTIONS` from the environment of a process in secure-execution mode, as the loader
+/// Removes `RACEWATCH_OPTIONS` (and `racewatch run`'s `RACEWATCH_RUN_OPTIONS`) from the environment of a
+/// process in secure-execution mode, as the loader
 /// removes `LD_PRELOAD`: a program that becomes fully privileged and execs (`setuid(0)`, then a shell) must
 /// not hand its caller's options to a process that would honour them. Call from the constructor.
 pub fn forget_caller_options() {
     // SAFETY: a NUL-terminated literal. unsetenv is not thread-safe: the runtime's constructor calls this
     // while the process starts, before `main`, as the loader edits the environment in the same case.
-    unsafe { libc::unsetenv(c"RACEWATCH_OPTIONS".as_ptr()) };
+    unsafe {
+        libc::unsetenv(c"RACEWATCH_OPTIONS".as_ptr());
+        libc::unsetenv(c"RACEWATCH_RUN_OPTIONS".as_ptr());
+    }
 }
 
 /// Creates the file `path` (mode 0600, write-only, appending, close-on-exec) following the rules of the

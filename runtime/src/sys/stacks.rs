@@ -171,7 +171,8 @@ static WORK_BUSY: [AtomicBool; 2] = [const { AtomicBool::new(false) }; 2];
 /// Takes a work stack for a runtime thread about to be created (mapped now the first time): its slot,
 /// `None` when both are taken or the mapping failed. Call in the creating thread.
 pub fn claim_work_stack() -> Option<usize> {
-    let slot = WORK_BUSY.iter().position(|b| b.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok())?;
+    let slot =
+        WORK_BUSY.iter().position(|b| b.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok())?;
     if WORK_BASE[slot].load(Ordering::Acquire) == 0 {
         let Some(base) = map(WORK_STACK + PAGE) else {
             WORK_BUSY[slot].store(false, Ordering::Release);

@@ -124,7 +124,9 @@ pub fn spawn_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc:
 
 /// [`spawn_runtime_thread`] for a body that needs no more than the smallest stack (`work`: false): the
 /// warm-up thread, which leaves glibc a kept stack of the size the reporter thread asks for.
-pub fn spawn_small_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void) -> Option<libc::pthread_t> {
+pub fn spawn_small_runtime_thread(
+    body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
+) -> Option<libc::pthread_t> {
     spawn_runtime_thread_with(body, false)
 }
 
@@ -139,7 +141,8 @@ fn spawn_runtime_thread_with(
         thread = create_runtime_thread(libc::PTHREAD_STACK_MIN, 0, runtime_thread_main, body as *mut libc::c_void);
     } else if let Some(slot) = crate::sys::stacks::claim_work_stack() {
         WORK_BODY[slot].store(body as usize, Ordering::Release);
-        thread = create_runtime_thread(libc::PTHREAD_STACK_MIN, 0, runtime_thread_on_work_stack, slot as *mut libc::c_void);
+        thread =
+            create_runtime_thread(libc::PTHREAD_STACK_MIN, 0, runtime_thread_on_work_stack, slot as *mut libc::c_void);
         if thread.is_none() {
             crate::sys::stacks::release_work_stack(slot);
         }

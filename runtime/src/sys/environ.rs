@@ -222,9 +222,9 @@ pub fn for_child(envp: *const *const c_char) -> Option<ChildEnv> {
     }
     // SAFETY: `environ` is the process's environment array (read once).
     let envp = if envp.is_null() { (unsafe { environ }) as *const *const c_char } else { envp };
-    if envp.is_null() {
-        return None;
-    }
+    // After `clearenv` glibc's `environ` is null: an empty environment.
+    let empty = [std::ptr::null::<c_char>()];
+    let envp = if envp.is_null() { empty.as_ptr() } else { envp };
     // SAFETY: non-null, NUL-terminated (stored by `hide`).
     let own = (!own.is_null()).then(|| unsafe { CStr::from_ptr(own) }.to_bytes());
     let mut array = Vec::new();

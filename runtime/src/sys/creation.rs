@@ -113,8 +113,14 @@ fn slot_to_write(slot: usize) -> Option<&'static spin::Mutex<Record>> {
 }
 
 /// Allocates and publishes the chunk of slot `slot` (unless another thread did first); returns the slot.
+/// None under a memory budget, where every byte racewatch takes is one the program cannot have (a
+/// program starting threads up to its `RLIMIT_AS` got one fewer as new tids reached new chunks): the
+/// thread's creation is not recorded (its report shows no creation stack).
 #[cold]
 fn allocate_chunk(slot: usize) -> Option<&'static spin::Mutex<Record>> {
+    if crate::sys::mem::memory_budgeted() {
+        return None;
+    }
     let layout = std::alloc::Layout::new::<Chunk>();
     // SAFETY: `layout` has a non-zero size.
     let fresh = unsafe { std::alloc::alloc(layout) }.cast::<spin::Mutex<Record>>();

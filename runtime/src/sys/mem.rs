@@ -136,6 +136,12 @@ pub fn memory_headroom() -> Option<u64> {
     [room(address_space, pages.first()), room(data, pages.get(5))].into_iter().flatten().min()
 }
 
+/// Whether what racewatch maps comes out of a budget of the program's: an `RLIMIT_AS` or `RLIMIT_DATA`,
+/// or `mlockall(MCL_FUTURE)` under a finite `RLIMIT_MEMLOCK` (two or three `getrlimit` calls).
+pub fn memory_budgeted() -> bool {
+    soft_limit(libc::RLIMIT_AS).is_some() || soft_limit(libc::RLIMIT_DATA).is_some() || lock_limited()
+}
+
 /// Whether the program limits its data (`RLIMIT_DATA`): every byte racewatch allocates or maps
 /// writable is then one the program cannot have.
 pub fn data_limited() -> bool {

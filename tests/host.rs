@@ -770,6 +770,11 @@ fn cases() -> Vec<Case> {
         case("rlimit_nofile_set_and_read_back", "resources", &["rlimit"])
             .repeat(5)
             .expect(&["RLIMIT_NOFILE mismatches: 0"]),
+        // Signals queued up to RLIMIT_SIGPENDING: as many as without racewatch, but in a round while the
+        // reporter works (see "Not yet promised").
+        case("sigqueue_up_to_rlimit_sigpending", "resources", &["sigpending"])
+            .repeat(3)
+            .expect(&["rounds that queued 40 signals, then EAGAIN: at least 25 of 30: yes"]),
         // 32. What racewatch takes from each thread (issue 22, items 12 and 13): no stack below the start
         // routine (the recursion depth to the guard page on a 128 KiB stack is printed and compared), a
         // watch window that does not sleep (a busy thread's voluntary context switches), and nothing per
@@ -1513,6 +1518,7 @@ host_cases!(
     program_hw_breakpoints,
     program_hw_breakpoints_in_threads_at_once,
     rlimit_nofile_set_and_read_back,
+    sigqueue_up_to_rlimit_sigpending,
     nofile_1024_before_threads,
     nofile_1024_after_threads,
     nofile_1024_before_threads_without_cap_sys_resource,

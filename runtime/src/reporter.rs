@@ -762,6 +762,7 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
         if retire_if_idle(busy_at) {
             return true;
         }
+        sys::signal::drop_own_pending_trap();
         sys::wake::wait(token, wait_ms);
     });
     if !retired.unwrap_or(false) {

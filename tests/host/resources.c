@@ -7,7 +7,14 @@
  *                  (each thread's debug registers are its own): how many each opened;
  *   "rlimit":      a thread sets the soft RLIMIT_NOFILE to a new value and reads it back, over and over from
  *                  before the racing threads start until after they varied their races (new reports): the
- *                  value read is the value set. */
+ *                  value read is the value set;
+ *   "sigpending":  in a user namespace of its own (its own count of queued signals), RLIMIT_SIGPENDING 40,
+ *                  a blocked realtime signal queued with sigqueue until EAGAIN, then taken back, 30 rounds
+ *                  beside the racing threads: whether at least 25 rounds queued exactly 40 (a sampling
+ *                  signal on its way to a thread holds a slot for a few microseconds; one pending for the
+ *                  reporter thread, which blocks every signal, held one for its whole life: 0 of 30 at the
+ *                  debug rate, now taken back after each round of its work). */
+#include <sched.h>
 #include <linux/hw_breakpoint.h>
 #include <linux/perf_event.h>
 
@@ -120,9 +127,38 @@ static int rlimit(void) {
   return 0;
 }
 
+static int queue_to_the_limit(void) {
+  if (unshare(CLONE_NEWUSER) != 0) {
+    printf("unshare: %s\n", rw_errname(errno));
+    return 1;
+  }
+  struct rlimit limit = {40, 40};
+  if (setrlimit(RLIMIT_SIGPENDING, &limit) != 0) printf("setrlimit: %s\n", rw_errname(errno));
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGRTMIN + 3);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  /* Single-threaded until here: unshare(CLONE_NEWUSER) refuses a multithreaded process. */
+  rw_start(2, 1.0, 0);
+  rw_race_until(rw_now() + 0.1);
+  int exact = 0;
+  for (int round = 0; round < 30; round++) {
+    int queued = 0;
+    while (queued < 100 && sigqueue(getpid(), SIGRTMIN + 3, (union sigval){.sival_int = queued}) == 0) queued++;
+    exact += queued == 40 && errno == EAGAIN;
+    if (getenv("RW_SIGPENDING_VERBOSE")) fprintf(stderr, "round %d: %d (errno %d)\n", round, queued, errno);
+    struct timespec none = {0, 0};
+    while (sigtimedwait(&set, NULL, &none) > 0) {
+    }
+    rw_race_until(rw_now() + 0.01);
+  }
+  printf("rounds that queued 40 signals, then EAGAIN: at least 25 of 30: %s\n", exact >= 25 ? "yes" : "no");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
-  if (strcmp(mode, "rlimit") != 0) {
+  if (strcmp(mode, "rlimit") != 0 && strcmp(mode, "sigpending") != 0) {
     rw_start(2, 1.0, 0);
     rw_race_until(rw_now() + 0.1);
   }
@@ -135,6 +171,8 @@ int main(int argc, char **argv) {
     rc = breakpoints_threads();
   else if (strcmp(mode, "rlimit") == 0)
     rc = rlimit();
+  else if (strcmp(mode, "sigpending") == 0)
+    rc = queue_to_the_limit();
   else {
     printf("unknown mode %s\n", mode);
     return 2;

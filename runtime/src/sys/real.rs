@@ -115,10 +115,14 @@ static SCANDIR64: Real = Real::new(c"scandir64");
 static SCANDIRAT: Real = Real::new(c"scandirat");
 static SCANDIRAT64: Real = Real::new(c"scandirat64");
 static MUNMAP: Real = Real::new(c"munmap");
+static SIGQUEUE: Real = Real::new(c"sigqueue");
+static PTHREAD_SIGQUEUE: Real = Real::new(c"pthread_sigqueue");
 static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
 static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
 
 const ALL: &[&Real] = &[
+    &SIGQUEUE,
+    &PTHREAD_SIGQUEUE,
     &PTHREAD_CREATE,
     &SIGACTION,
     &SIGNAL,
@@ -291,6 +295,16 @@ pub fn closefrom(low: c_int) {
 }
 
 /// The real `dup`.
+/// The real `sigqueue`.
+pub fn sigqueue(pid: libc::pid_t, sig: c_int, value: libc::sigval) -> c_int {
+    call!(SIGQUEUE, -1, fn(libc::pid_t, c_int, libc::sigval) -> c_int, pid, sig, value)
+}
+
+/// The real `pthread_sigqueue`.
+pub fn pthread_sigqueue(thread: libc::pthread_t, sig: c_int, value: libc::sigval) -> c_int {
+    call!(PTHREAD_SIGQUEUE, libc::ENOSYS, fn(libc::pthread_t, c_int, libc::sigval) -> c_int, thread, sig, value)
+}
+
 pub fn dup(fd: c_int) -> c_int {
     call!(DUP, -1, fn(c_int) -> c_int, fd)
 }

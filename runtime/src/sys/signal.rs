@@ -126,6 +126,30 @@ pub fn note_process() {
     PROCESS.store(raw::getpid(), Ordering::Release);
 }
 
+/// In a runtime thread, which blocks every signal: lets go of a `SIGTRAP` pending for it alone (the
+/// sampling timer or a watchpoint it inherited from the thread that created it fired while it ran).
+/// Pending, it holds one of the program's `RLIMIT_SIGPENDING` slots for as long as the thread lives: a
+/// program queueing signals up to a limit of 40 while the reporter printed its races queued 39, every
+/// round, at the debug rate. The thread's own `SigPnd` is read first, so a `SIGTRAP` sent to the
+/// process (`ShdPnd`, the program's) is never taken.
+pub fn drop_own_pending_trap() {
+    let mut buf = [0u8; 4096];
+    let Some(len) = raw::read_whole(c"/proc/thread-self/status", &mut buf) else { return };
+    let text = &buf[..len];
+    let pending = text
+        .split(|&b| b == b'\n')
+        .find_map(|line| line.strip_prefix(b"SigPnd:"))
+        .and_then(|hex| u64::from_str_radix(std::str::from_utf8(hex).ok()?.trim(), 16).ok());
+    if pending.is_some_and(|bits| bits & (1 << (libc::SIGTRAP - 1)) != 0) {
+        let set: u64 = 1 << (libc::SIGTRAP - 1);
+        let none = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        raw::syscall6(
+            libc::SYS_rt_sigtimedwait,
+            [&set as *const u64 as u64, 0, &none as *const libc::timespec as u64, 8, 0, 0],
+        );
+    }
+}
+
 /// Whether the caller is a child that shares its parent's memory (`vfork`, `clone(CLONE_VM)` without
 /// `CLONE_THREAD`): the records here are the parent's. One `getpid` system call.
 pub fn in_borrowed_memory() -> bool {

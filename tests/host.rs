@@ -799,6 +799,15 @@ fn cases() -> Vec<Case> {
         case("loaded_modules_beside_racewatch", "footprint", &["modules"])
             .repeat(2)
             .expect(&["libgcc_s.so.1 loaded: no"]),
+        // The program's own threads change its address space as without racewatch: what the detector's
+        // start and a thread's alternate stack need was mapped before `main` (set 13 p19: VmSize grew by
+        // 1,064 KiB more across the first pthread_create under an RLIMIT_AS).
+        case("address_space_across_first_threads", "footprint", &["address"])
+            .repeat(2)
+            .expect(&["round 2: 4 threads; VmSize +4112 KiB alive, +4112 KiB joined; maps lines +8 alive, +8 joined"]),
+        case("address_space_across_first_threads_under_rlimit_as", "footprint", &["address", "budget"])
+            .repeat(2)
+            .expect(&["setrlimit(RLIMIT_AS): ok"]),
         case("thread_churn_maps_and_vmsize", "footprint", &["churn"]).repeat(2).expect(&[
             "threads that failed to start: 0",
             "maps lines grew by less than 20: 1",
@@ -1485,6 +1494,8 @@ host_cases!(
     stdout_read_before_stderr,
     rlimit_as_40_mib,
     rlimit_as_thread_capacity,
+    address_space_across_first_threads,
+    address_space_across_first_threads_under_rlimit_as,
     cancel_deferred_while_racing,
     cancel_async_while_racing,
     cancel_pending_at_thread_return,

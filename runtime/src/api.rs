@@ -162,6 +162,7 @@ fn init() {
         crate::profile::init(registry::with_index(|i| i.functions()));
     }
     detector::watch_fatal_signals();
+    detector::prepare();
 }
 
 /// The options `RACEWATCH_OPTIONS` sets (bad ones warned about).

@@ -90,6 +90,38 @@ pub fn before_thread_create() {
     STATE.store(if started { RUNNING } else { OFF }, Ordering::Release);
 }
 
+/// Before `main`, in a process with covered code: maps now what the detector's start would otherwise
+/// map while the program runs (racewatch's heap for the decoder's tables and the start's records, the
+/// runtime stacks, the alternate stacks of the main thread and the first threads, the place of the
+/// warm-up thread's stack), so that the program's `pthread_create`s change its address space
+/// (`VmSize`, `/proc/self/maps`) as without racewatch. Address space only: none of it is touched
+/// until used, and nothing is computed (the decoder's tables take 0.8 ms to build, done at the start).
+pub fn prepare() {
+    if is_sandboxed() || !registry::with_index(|i| i.functions() > 0) {
+        return;
+    }
+    crate::sys::region::reserve(HEAP_AT_START, crate::sys::region::Use::Heap);
+    stacks::init_pool();
+    stacks::prepare_alt_stacks();
+    thread::reserve_small_stack();
+    crate::sys::creation::prepare();
+}
+
+/// The program is about to lock all its current memory (`mlockall(MCL_CURRENT)`): what [`prepare`] mapped
+/// ahead and nothing uses yet is unmapped first, so that it is neither locked nor counted against the
+/// program's `RLIMIT_MEMLOCK` (the kernel refuses an `mlockall` whose address space exceeds it).
+pub fn before_locking_all() {
+    if STATE.load(Ordering::Acquire) != IDLE {
+        return;
+    }
+    crate::sys::region::release_reserve(crate::sys::region::Use::Heap);
+    stacks::shrink_for_locking();
+}
+
+/// racewatch's heap that the detector's start uses: about 580 KiB for the decoder's tables, 64 KiB for
+/// the C library's function table, and the reporter's and the samplers' records, with room to spare.
+const HEAP_AT_START: usize = 1 << 20;
+
 /// Starts the detector now if covered code arrived after threads already run (a `dlopen`ed library):
 /// the threads that exist are not sampled, the ones created later are.
 pub fn covered_code_arrived() {

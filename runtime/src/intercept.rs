@@ -901,9 +901,13 @@ pub extern "C" fn setrlimit64(resource: c_int, limit: *const libc::rlimit) -> c_
 }
 
 /// Interposed `mlockall`: with `MCL_FUTURE`, every page racewatch maps from now on is locked memory of the
-/// program's budget, so its alternate stacks for new threads are the smallest.
+/// program's budget, so its alternate stacks for new threads are the smallest; with `MCL_CURRENT`, what
+/// racewatch mapped ahead before `main` and does not use yet is unmapped first.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn mlockall(flags: c_int) -> c_int {
+    if flags & libc::MCL_CURRENT != 0 {
+        detector::before_locking_all();
+    }
     let rc = real::mlockall(flags);
     if rc == 0 {
         stacks::set_locking_future(flags & libc::MCL_FUTURE != 0);

@@ -10,7 +10,11 @@
  *          threads race: /proc/self/maps lines and VmSize may grow only a little.
  *   modules: while two threads race, the modules the loader lists (racewatch's own left out, as a program
  *          that knows it is preloaded would) and whether libgcc_s.so.1 is loaded: a C program that never
- *          loads it must not find it loaded (racewatch's unwinder is linked into it). */
+ *          loads it must not find it loaded (racewatch's unwinder is linked into it).
+ *   address: VmSize and /proc/self/maps lines before the first pthread_create, with four threads (1 MiB
+ *          stacks) alive, and after they are joined, twice, printed exactly: the harness compares them with
+ *          the run without racewatch (what racewatch maps, it maps before main). With "budget", under an
+ *          RLIMIT_AS of the size at start + 96 MiB first, as a program that caps its memory does. */
 #include <dlfcn.h>
 #include <link.h>
 #include <setjmp.h>
@@ -208,12 +212,46 @@ static int modules_mode(void) {
   return 0;
 }
 
+static void *address_worker(void *barrier) {
+  pthread_barrier_wait(barrier);
+  return NULL;
+}
+
+static int address_mode(int budget) {
+  if (budget) {
+    long size = rw_status_field("/proc/self/status", "VmSize");
+    struct rlimit limit = {(rlim_t)(size + 96 * 1024) * 1024, (rlim_t)(size + 96 * 1024) * 1024};
+    printf("setrlimit(RLIMIT_AS): %s\n", setrlimit(RLIMIT_AS, &limit) ? "failed" : "ok");
+  }
+  long vm0 = rw_status_field("/proc/self/status", "VmSize"), lines0 = maps_lines();
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 1 << 20);
+  for (int round = 1; round <= 2; round++) {
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, 5);
+    pthread_t t[4];
+    int started = 0;
+    for (int k = 0; k < 4; k++) started += pthread_create(&t[k], &attr, address_worker, &barrier) == 0;
+    long vm_alive = rw_status_field("/proc/self/status", "VmSize"), lines_alive = maps_lines();
+    if (started == 4) pthread_barrier_wait(&barrier);
+    for (int k = 0; k < started; k++) pthread_join(t[k], NULL);
+    long vm_joined = rw_status_field("/proc/self/status", "VmSize"), lines_joined = maps_lines();
+    pthread_barrier_destroy(&barrier);
+    printf("round %d: %d threads; VmSize +%ld KiB alive, +%ld KiB joined; maps lines +%ld alive, +%ld joined\n",
+           round, started, vm_alive - vm0, vm_joined - vm0, lines_alive - lines0, lines_joined - lines0);
+  }
+  pthread_attr_destroy(&attr);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (!strcmp(mode, "depth")) return depth_mode();
   if (!strcmp(mode, "busy")) return busy_mode();
   if (!strcmp(mode, "churn")) return churn_mode();
   if (!strcmp(mode, "modules")) return modules_mode();
-  fprintf(stderr, "usage: footprint depth|busy|churn|modules\n");
+  if (!strcmp(mode, "address")) return address_mode(argc > 2 && !strcmp(argv[2], "budget"));
+  fprintf(stderr, "usage: footprint depth|busy|churn|modules|address [budget]\n");
   return 2;
 }

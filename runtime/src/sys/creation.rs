@@ -142,6 +142,16 @@ fn allocate_chunk(slot: usize) -> Option<&'static spin::Mutex<Record>> {
     }
     existing_slot(slot)
 }
+/// Before `main`: allocates the chunks of the tids the program's first threads will most likely get
+/// (those after the process's own), so that those threads' records allocate nothing: racewatch's heap
+/// does not grow when the program starts them.
+pub fn prepare() {
+    let next = crate::sys::raw::gettid() as u32 as usize + 1;
+    for tid in [next, next + CHUNK] {
+        let _ = slot_to_write(tid % SLOTS);
+    }
+}
+
 /// The thread that started the detector (usually the main thread, which lives longest): kept apart,
 /// so that no later thread's record takes its slot.
 static FIRST: spin::Mutex<Record> = spin::Mutex::new(Record::EMPTY);

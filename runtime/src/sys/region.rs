@@ -36,11 +36,23 @@ struct Region {
     cursor: usize,
     free: [(usize, usize); FREE_RANGES],
     count: usize,
+    /// Mapped ahead ([`reserve`]) and not handed out yet: `[reserved, reserved_end)`.
+    reserved: usize,
+    reserved_end: usize,
 }
 
 impl Region {
     const fn new() -> Region {
-        Region { base: 0, cursor: 0, free: [(0, 0); FREE_RANGES], count: 0 }
+        Region { base: 0, cursor: 0, free: [(0, 0); FREE_RANGES], count: 0, reserved: 0, reserved_end: 0 }
+    }
+
+    /// `len` bytes of the part mapped ahead, when that much is left.
+    fn take_reserved(&mut self, len: usize) -> Option<usize> {
+        let start = self.reserved;
+        (start != 0 && self.reserved_end - start >= len).then(|| {
+            self.reserved += len;
+            start
+        })
     }
 
     /// The address for `len` bytes: the first freed range that fits, else the cursor.
@@ -136,6 +148,39 @@ pub fn release_after_fork() {
 /// `use_`'s region. `None` when the kernel refuses.
 pub fn map(len: usize, use_: Use) -> Option<usize> {
     let len = len.next_multiple_of(PAGE);
+    if let Some(Some(start)) = with_region(use_, |region| region.take_reserved(len)) {
+        return Some(start);
+    }
+    map_new(len, use_)
+}
+
+/// Before `main`: maps `len` bytes of `use_`'s region now, for [`map`] to hand out later without a
+/// system call, so that what racewatch maps while the program runs (the detector's start, in the
+/// program's first `pthread_create`) does not change the program's `VmSize`. Once.
+pub fn reserve(len: usize, use_: Use) {
+    let len = len.next_multiple_of(PAGE);
+    if with_region(use_, |region| region.reserved_end != 0) != Some(false) {
+        return;
+    }
+    if let Some(start) = map_new(len, use_) {
+        with_region(use_, |region| (region.reserved, region.reserved_end) = (start, start + len));
+    }
+}
+
+/// Unmaps what is left of `use_`'s part mapped ahead ([`reserve`]): before an `mlockall(MCL_CURRENT)`,
+/// which would lock it and count it against the program's budget.
+pub fn release_reserve(use_: Use) {
+    let left = with_region(use_, |region| {
+        let left = (region.reserved, region.reserved_end);
+        region.reserved = region.reserved_end;
+        left
+    });
+    if let Some((start, end)) = left.filter(|&(start, end)| start < end) {
+        unmap(start, end - start, use_);
+    }
+}
+
+fn map_new(len: usize, use_: Use) -> Option<usize> {
     let hint = with_region(use_, |region| {
         if region.base == 0 {
             let base = heap_base()? + if use_ == Use::Stacks { STACKS_OFFSET } else { 0 };

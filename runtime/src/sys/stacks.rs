@@ -91,6 +91,31 @@ pub fn init_pool() -> bool {
     true
 }
 
+/// Before an `mlockall(MCL_CURRENT)` by the program while no handler can use the runtime stacks (the
+/// detector has not started): unmaps what `mlockall` would lock for nothing, the spare alternate stacks
+/// and the runtime stacks beyond the [`BUDGET_POOL`] a memory budget gets, as if they had been mapped
+/// under that budget.
+pub fn shrink_for_locking() {
+    for spare in &SPARE {
+        let entry = spare.swap(0, Ordering::AcqRel);
+        if entry != 0 {
+            let pages = entry % PAGE;
+            unmap_alt(entry - pages, pages * PAGE);
+        }
+    }
+    let (base, size) = (POOL_BASE.load(Ordering::Acquire), POOL_SIZE.load(Ordering::Relaxed));
+    let all = ((1u64 << size) - 1) as u32;
+    if base == 0 || size <= BUDGET_POOL || POOL_FREE.load(Ordering::Acquire) != all {
+        return;
+    }
+    let kept = ((1u64 << BUDGET_POOL) - 1) as u32;
+    if POOL_FREE.compare_exchange(all, kept, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        POOL_SIZE.store(BUDGET_POOL, Ordering::Relaxed);
+        let slot = RUNTIME_STACK + PAGE;
+        unmap(base + BUDGET_POOL * slot, (size - BUDGET_POOL) * slot);
+    }
+}
+
 fn map(len: usize) -> Option<usize> {
     region::map(len, Use::Stacks)
 }
@@ -285,6 +310,27 @@ pub fn record_current_thread(slot: Option<usize>) {
     give_alt_stack(slot, alt_stack_size(bounds.1 - bounds.0));
 }
 
+/// Before `main`: maps the alternate stacks of the main thread and of the program's first threads
+/// ([`SPARES`] in all, side by side in one mapping) and keeps them as spares ([`park_spare`]), so that
+/// neither the detector's start nor a thread's maps one: `VmSize` and `/proc/self/maps` change with the
+/// program's threads as without racewatch while it has at most that many. Nothing under a memory budget
+/// already in force (no thread on a stack of glibc's then gets one).
+pub fn prepare_alt_stacks() {
+    // The main thread's stack grows to its `RLIMIT_STACK`: never a small one.
+    let size = alt_stack_size(usize::MAX);
+    if size == 0 || ALT_MAPPED.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    let Some(base) = map(size * SPARES) else { return };
+    ALT_MAPPED.fetch_add(SPARES, Ordering::AcqRel);
+    for i in 0..SPARES {
+        let stack = base + i * size;
+        if !park_spare(stack, size) {
+            unmap_alt(stack, size);
+        }
+    }
+}
+
 /// The calling thread's stack `[lo, hi)`, exact: for the main thread as glibc's `pthread_getattr_np`
 /// computes it, from `/proc/self/maps` read with raw calls ([`main_thread_stack`]); for another thread
 /// `pthread_getattr_np` itself (not for signal handlers or new threads).
@@ -469,7 +515,11 @@ static SLOT_ALT_LEN: [AtomicUsize; KNOWN_SLOTS] = [const { AtomicUsize::new(0) }
 /// Alternate stacks of ended threads kept for the next threads: at most this many, so what racewatch
 /// maps stays bounded (a few MiB of address space at most, of which only the pages signal frames
 /// touched are resident).
-const SPARES: usize = 8;
+const SPARES: usize = 16;
+/// Alternate stacks of racewatch's mapped now: in use and spare. A stack given back while more than
+/// [`SPARES`] are mapped is unmapped, so that once the threads that needed more ended, racewatch's
+/// mappings are what they were before `main` ([`prepare_alt_stacks`]).
+static ALT_MAPPED: AtomicUsize = AtomicUsize::new(0);
 /// The spare stacks: mapping base with its length in pages in the low 12 bits (a base is page-aligned,
 /// a length at most 257 pages); 0 when empty.
 static SPARE: [AtomicUsize; SPARES] = [const { AtomicUsize::new(0) }; SPARES];
@@ -543,6 +593,7 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
                 Some(base) => base,
                 None => {
                     let Some(base) = map(len) else { return };
+                    ALT_MAPPED.fetch_add(1, Ordering::AcqRel);
                     base
                 }
             }
@@ -666,9 +717,14 @@ pub fn thread_ending(slot: Option<usize>) {
 /// A runtime alternate stack (mapped at `base`, `len` bytes) that no thread uses any
 /// more: kept for a later thread ([`park_spare`]), else unmapped.
 fn release(base: usize, len: usize) {
-    if !park_spare(base, len) {
-        unmap(base, len);
+    if ALT_MAPPED.load(Ordering::Acquire) > SPARES || !park_spare(base, len) {
+        unmap_alt(base, len);
     }
+}
+
+fn unmap_alt(base: usize, len: usize) {
+    unmap(base, len);
+    ALT_MAPPED.fetch_sub(1, Ordering::AcqRel);
 }
 
 /// Unmaps a stack of ours that nothing uses any more (its thread ended, or is ending and switched it

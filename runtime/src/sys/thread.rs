@@ -122,6 +122,45 @@ pub fn spawn_runtime_thread(body: extern "C" fn(*mut libc::c_void) -> *mut libc:
     spawn_runtime_thread_with(body, true)
 }
 
+/// Address space the size of the glibc stack of the warm-up thread ([`spawn_small_runtime_thread`]),
+/// mapped before `main` as glibc maps a stack without a guard page, and unmapped right before that
+/// thread is created: glibc's mapping, which it keeps for the reporter thread, takes its place, so
+/// the program's first `pthread_create` changes `VmSize` as without racewatch. 0 when none.
+static SMALL_STACK_PLACE: AtomicUsize = AtomicUsize::new(0);
+
+fn small_stack_len() -> usize {
+    libc::PTHREAD_STACK_MIN.next_multiple_of(PAGE)
+}
+
+/// Before `main`: maps the place of the warm-up thread's stack ([`SMALL_STACK_PLACE`]).
+pub fn reserve_small_stack() {
+    if SMALL_STACK_PLACE.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    // SAFETY: a fresh private anonymous mapping without an address hint: no existing memory is touched.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            small_stack_len(),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if addr != libc::MAP_FAILED {
+        SMALL_STACK_PLACE.store(addr as usize, Ordering::Release);
+    }
+}
+
+fn hand_back_small_stack() {
+    let addr = SMALL_STACK_PLACE.swap(0, Ordering::AcqRel);
+    if addr != 0 {
+        // SAFETY: the mapping `reserve_small_stack` made, which nothing uses.
+        unsafe { libc::munmap(addr as *mut libc::c_void, small_stack_len()) };
+    }
+}
+
 /// [`spawn_runtime_thread`] for a body that needs no more than the smallest stack (`work`: false): the
 /// warm-up thread, which leaves glibc a kept stack of the size the reporter thread asks for.
 pub fn spawn_small_runtime_thread(
@@ -138,6 +177,7 @@ fn spawn_runtime_thread_with(
     let old = raw::sigprocmask(libc::SIG_SETMASK, Some(u64::MAX));
     let mut thread = None;
     if !work {
+        hand_back_small_stack();
         thread = create_runtime_thread(libc::PTHREAD_STACK_MIN, 0, runtime_thread_main, body as *mut libc::c_void);
     } else if let Some(slot) = crate::sys::stacks::claim_work_stack() {
         WORK_BODY[slot].store(body as usize, Ordering::Release);

@@ -740,6 +740,9 @@ fn cases() -> Vec<Case> {
             .expect(&["SIGTRAP found where blocked: 0"]),
         // 28. Stacks: makecontext coroutines on 16 KiB stacks using 10 KiB; an SA_ONSTACK handler using
         // 48 KiB in threads (256 KiB, 64 KiB) without an alternate stack; what sigaltstack reports there.
+        case("fiber_stacks_high_water_mark", "coroutines", &["highwater"])
+            .repeat(2)
+            .expect(&["most bytes a fiber's stack used, at most 1 KiB: yes"]),
         case("makecontext_coroutines_16k_stacks", "coroutines", &[]).repeat(5).expect(&[
             "coroutines that used about 10 KiB of their 16 KiB stack: 8",
             "coroutines that yielded at least 20 times: 8",
@@ -756,6 +759,13 @@ fn cases() -> Vec<Case> {
         case("raw_clone_thread_shared_tls", "clone_raw", &[])
             .repeat(5)
             .expect(&["errno checks: at least 1000, mismatches: 0"]),
+        // Raw clone threads with a thread block of their own (no glibc TLS) that take the program's SIGUSR1
+        // (set 17 p27: SIGSEGV in racewatch's trampoline, 4 runs in 20).
+        case("raw_clone_threads_own_tls_take_signals", "clone_raw", &["own_tls"]).repeat(5).expect(&[
+            "raw thread 0: signals handled 200 of 200",
+            "raw thread 1: signals handled 200 of 200",
+            "raw thread 2: signals handled 200 of 200",
+        ]),
         // 30. Resources the program counts: thread-specific keys, hardware breakpoints, RLIMIT_NOFILE as set.
         case("pthread_keys_until_failure", "resources", &["keys"])
             .repeat(3)
@@ -1523,8 +1533,10 @@ host_cases!(
     swapcontext_masks_sigtrap_blocked,
     raw_rt_sigprocmask_sigtrap_blocked,
     makecontext_coroutines_16k_stacks,
+    fiber_stacks_high_water_mark,
     onstack_handler_48k_without_altstack,
     raw_clone_thread_shared_tls,
+    raw_clone_threads_own_tls_take_signals,
     pthread_keys_until_failure,
     program_hw_breakpoints,
     program_hw_breakpoints_in_threads_at_once,

@@ -159,7 +159,12 @@ extern "C-unwind" fn trampoline(sig: libc::c_int, info: *mut libc::siginfo_t, ct
                 // One handed over may have merged with this one (a standard signal pending once): its
                 // slot must not stay taken.
                 SAVED_BUSY[sig as usize].store(false, Ordering::Release);
-            } else if may_hand_over && hand_over(sig, delivered, flags, pid) {
+            } else if may_hand_over
+                && crate::sys::thread::known_slot(tid).is_some()
+                && hand_over(sig, delivered, flags, pid)
+            {
+                // (Only from a thread racewatch knows: one of the program's own making may have no glibc
+                // thread-local storage, which `hand_over`'s `errno` lives in.)
                 return;
             }
         }

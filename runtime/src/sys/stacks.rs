@@ -172,7 +172,11 @@ pub fn program_handler_top(interrupted_sp: usize, onstack: bool) -> Option<usize
 /// signal interrupted ran there itself. `None` elsewhere (not on racewatch's alternate stack). A
 /// program's handler with `SA_ONSTACK` in a thread without an alternate stack of the program's is put
 /// on racewatch's by the kernel; without racewatch it would have run on the interrupted stack.
+/// Touches thread-local storage only in a thread racewatch knows: a thread of the program's own making
+/// (a raw `clone` with a thread pointer of its own, no glibc TLS vector) has no alternate stack of
+/// racewatch's, and looking its TLS up would fault.
 pub fn off_own_alt_stack(interrupted_sp: usize) -> Option<Option<usize>> {
+    thread::known_slot(raw::gettid())?;
     let (lo, hi) = ALT.with(Cell::get);
     if !(lo < hi && (lo..hi).contains(&current_sp())) {
         return None;

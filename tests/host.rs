@@ -367,6 +367,9 @@ fn cases() -> Vec<Case> {
         case("sigwait_sigterm_after_threads", "sigwait", &["after"]).expect(&["sigwait: ok, signal 15"]),
         // 2. SIGCHLD through a signalfd, five children in turn.
         case("signalfd_sigchld", "signalfd", &[]).expect(&["child 4: exit 14", "SIGCHLD read: 5"]),
+        case("signalfd_sigtrap_blocked_everywhere", "signalfd", &["trap"])
+            .repeat(10)
+            .expect(&["read: SIGTRAP 1, SIGUSR1 1, other 0; still pending: 0"]),
         // 3. A dedicated sigwait thread for SIGHUP.
         case("sigwait_thread_sighup", "sighup_thread", &[]).expect(&["SIGHUP count: 3"]),
         // 4. setitimer + a SIGALRM handler that siglongjmps out of racy code, 20 times.
@@ -1444,6 +1447,7 @@ host_cases!(
     sigwait_sigterm_single_threaded,
     sigwait_sigterm_after_threads,
     signalfd_sigchld,
+    signalfd_sigtrap_blocked_everywhere,
     sigwait_thread_sighup,
     itimer_siglongjmp,
     unshare_newuser_single_threaded,

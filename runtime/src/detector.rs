@@ -185,11 +185,17 @@ fn start(opts: &Options) -> bool {
 /// Runs in every thread created through the interposer, before the program's start routine.
 pub fn thread_hook(start: &thread::ThreadStart) {
     signal::set_trap_blocked_at_start(start.trap_blocked);
+    if !is_running() {
+        // Detection is off: the thread's mask stays real (a `SIGTRAP` sent to the process must find the
+        // threads that take it), as its creator handed it on.
+        return;
+    }
+    // Known before `SIGTRAP` leaves the kernel's mask: a `SIGTRAP` the thread then takes is judged by its
+    // recorded mask, not passed to the program's default action.
+    let slot = thread::register_current();
     // A mask given with `pthread_attr_setsigmask_np` is in the kernel already: keep SIGTRAP out of it.
     signal::virtualise_thread_mask();
-    if is_running() {
-        stacks::thread_started(thread::register_current(), start.stack, start.alt_stack);
-    }
+    stacks::thread_started(slot, start.stack, start.alt_stack);
 }
 
 /// The program joined a thread: when it is the only one left, the reporter rests now. Threads that

@@ -60,6 +60,7 @@ pub extern "C" fn pthread_create(
         stack,
         alt_stack: if detector::is_running() { stacks::alt_stack_size(stacks::glibc_stack_size(attr)) } else { 0 },
     };
+    let blocked = signal::before_thread_create();
     let mut rc = thread::create_hooked(thread, attr, start, arg, detector::thread_hook, info);
     // A stack that cannot be mapped (a size beyond the address space, a memory limit) fails the same
     // way without the reporter: it is kept, and the program gets its EAGAIN at once.
@@ -76,6 +77,9 @@ pub extern "C" fn pthread_create(
             }
             thread::sleep_us(1000);
         }
+    }
+    if blocked {
+        signal::after_thread_create();
     }
     rc
 }

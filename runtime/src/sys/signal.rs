@@ -454,6 +454,38 @@ pub fn virtualise_thread_mask() {
     }
 }
 
+/// Before the program's `pthread_create` in a thread that has `SIGTRAP` blocked for the program: blocks it
+/// in the kernel as well, so that the new thread, which inherits the kernel's mask, starts with it blocked
+/// for real until its start hook has recorded the program's bit and taken it out
+/// ([`virtualise_thread_mask`]). Without this a `SIGTRAP` sent to the process just then could reach the
+/// new thread before its bit was recorded and take the program's default action (set 17 p14: the process
+/// died of it). True when it blocked: call [`after_thread_create`] then.
+pub fn before_thread_create() -> bool {
+    is_installed() && trap_blocked() && raw::sigprocmask(libc::SIG_BLOCK, Some(1 << (libc::SIGTRAP - 1))).is_some()
+}
+
+/// After [`before_thread_create`] blocked `SIGTRAP`: a signal of racewatch's that fired meanwhile is taken
+/// back, and `SIGTRAP` leaves the kernel's mask again unless one of the program's waits there, or
+/// detection is off (the mask stays real).
+pub fn after_thread_create() {
+    let mut pending: u64 = 0;
+    let rc = raw::syscall6(libc::SYS_rt_sigpending, [&mut pending as *mut u64 as u64, 8, 0, 0, 0, 0]);
+    if rc == 0 && pending & 1 << (libc::SIGTRAP - 1) != 0 {
+        discard_own_pending_trap();
+    }
+    if detecting() {
+        virtualise_thread_mask();
+    }
+}
+
+/// Puts `SIGTRAP` into the calling thread's kernel mask when the program has it blocked there (a thread
+/// about to end, which racewatch stops knowing).
+pub fn make_trap_mask_real() {
+    if is_installed() && trap_blocked() {
+        raw::sigprocmask(libc::SIG_BLOCK, Some(1 << (libc::SIGTRAP - 1)));
+    }
+}
+
 /// A `vfork` child's own choice for `SIGTRAP` in its mask (`pid << 1 | blocked`; 0: none): its mask
 /// calls go to its own kernel state, while the thread-local record it shares is its parent's. Keyed
 /// by the child's pid, so the parent (and a later child) never reads it.

@@ -436,6 +436,12 @@ pub fn thread_ending() {
     ENDED[ended].store(tid, Ordering::Release);
     let slot = known_slot(tid);
     super::stacks::thread_ending(slot);
+    if slot.is_some() {
+        // Unknown from here on, the thread must not take a `SIGTRAP` sent to the process that the program
+        // has blocked in it: racewatch's handler could no longer tell (set 17 p14: one passed on to the
+        // process reached an ending thread and took the default action).
+        super::signal::make_trap_mask_real();
+    }
     if let Some(slot) = slot {
         let _ = KNOWN[slot].compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed);
     }

@@ -515,8 +515,21 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
         libc::SYS_dup2 | libc::SYS_dup3 if fd::is_own(a as c_int) => return errno_result(-libc::EBADF).into(),
         libc::SYS_dup2 | libc::SYS_dup3 if a != b => replacing(b as c_int),
         // The signal calls the runtime virtualises, made raw: the same doors as their libc wrappers.
-        libc::SYS_rt_sigaction if signal::is_installed() && d == 8 => {
+        // glibc's internal signals (32, 33) are the kernel's to answer: its `sigaction` refuses them.
+        libc::SYS_rt_sigaction if signal::is_installed() && d == 8 && !(32..=33).contains(&a) => {
             return raw_sigaction(a as c_int, a_ptr(b), a_ptr::<KernelSigaction>(c) as *mut KernelSigaction).into()
+        }
+        // The process's own status files, as through `open` (set 17 p51: read raw, they showed racewatch's
+        // `SIGTRAP` handler and mask).
+        libc::SYS_open => {
+            return proc_open(a_ptr(a), b as c_int)
+                .unwrap_or_else(|| identified(real::syscall(number, [a, b, c, d, e, f]) as c_int, a_ptr(a), b as c_int))
+                .into()
+        }
+        libc::SYS_openat => {
+            return proc_open(a_ptr(b), c as c_int)
+                .unwrap_or_else(|| identified(real::syscall(number, [a, b, c, d, e, f]) as c_int, a_ptr(b), c as c_int))
+                .into()
         }
         libc::SYS_rt_sigprocmask if signal::is_installed() && d == 8 => {
             return raw_sigprocmask(a as c_int, a_ptr(b), a_ptr::<u64>(c) as *mut u64).into()

@@ -112,8 +112,7 @@ pub fn rewrite_status(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usiz
                 w.put(line)?;
                 continue;
             };
-            let bits = if key == b"SigBlk:" { facts.blocked_in_handler.unwrap_or(bits) } else { bits };
-            let bits = if set { bits | TRAP_BIT } else { bits & !TRAP_BIT };
+            let bits = program_bits(key == b"SigBlk:", bits, set, facts);
             w.put(key)?;
             w.put_fmt(format_args!("\t{bits:016x}\n"))?;
         } else if let (true, Some(n)) = (line.starts_with(b"Threads:"), decimal_field(&line[b"Threads:".len()..])) {
@@ -123,6 +122,21 @@ pub fn rewrite_status(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usiz
         }
     }
     Some(w.len)
+}
+
+/// A signal set the kernel shows (`bits`) with the program's `SIGTRAP` bit (`set`). A mask (`blocked`) is the
+/// interrupted code's while racewatch's handler runs in the thread, and keeps a `SIGTRAP` the kernel
+/// blocks: racewatch never blocks it for real where the program does not, but a program's handler whose
+/// `sa_mask` has it runs with it blocked for real (set 17 p42).
+fn program_bits(blocked: bool, bits: u64, set: bool, facts: &Facts) -> u64 {
+    let bits = if blocked { facts.blocked_in_handler.unwrap_or(bits) } else { bits };
+    if set {
+        bits | TRAP_BIT
+    } else if blocked {
+        bits
+    } else {
+        bits & !TRAP_BIT
+    }
 }
 
 /// glibc's internal signals (`SIGCANCEL`, 32, and `SIGSETXID`, 33) as `SigBlk` bits: no libc call of
@@ -137,7 +151,8 @@ pub fn shows_handler_mask(text: &[u8]) -> bool {
         .is_some_and(|bits| bits & GLIBC_INTERNAL == GLIBC_INTERNAL)
 }
 
-/// `stat` text with the program's thread count (field 20, `num_threads`).
+/// `stat` text with the program's thread count (field 20, `num_threads`) and signal sets (fields 31 to 34:
+/// pending, blocked, ignored, caught; decimal, the first 31 signals).
 pub fn rewrite_stat(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usize> {
     // The command name (field 2) may hold spaces and parentheses: fields are counted after its last ')'.
     let close = text.iter().rposition(|&b| b == b')')?;
@@ -148,8 +163,18 @@ pub fn rewrite_stat(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usize>
         if i > 0 {
             w.put(b" ")?;
         }
-        match (i, decimal_field(field)) {
-            (18, Some(n)) => w.put_fmt(format_args!("{}", less(n, facts.hidden_threads)))?,
+        let signals = match i {
+            29 => Some((false, facts.trap_pending)),
+            30 => Some((true, facts.trap_blocked)),
+            31 => Some((false, facts.trap_ignored)),
+            32 => Some((false, facts.trap_caught)),
+            _ => None,
+        };
+        match (i, decimal_field(field), signals) {
+            (18, Some(n), _) => w.put_fmt(format_args!("{}", less(n, facts.hidden_threads)))?,
+            (_, Some(bits), Some((blocked, Some(set)))) => {
+                w.put_fmt(format_args!("{}", program_bits(blocked, bits, set, facts) & 0x7fff_ffff))?
+            }
             _ => w.put(field)?,
         }
     }
@@ -469,6 +494,37 @@ mod tests {
         let facts = Facts { trap_pending: Some(false), ..Facts::default() };
         let len = rewrite_status(pending.as_bytes(), &facts, &mut out).unwrap();
         assert!(std::str::from_utf8(&out[..len]).unwrap().contains("\nSigPnd:\t0000000000000200\n"));
+    }
+
+    #[test]
+    fn a_sigtrap_the_kernel_blocks_stays_in_the_mask() {
+        // A program handler whose sa_mask has SIGTRAP runs with it blocked for real.
+        let blocked = STATUS.replace("SigBlk:\t0000000000000000", "SigBlk:\t0000000000000a10");
+        let mut out = [0u8; 1024];
+        let facts = Facts { trap_blocked: Some(false), ..Facts::default() };
+        let len = rewrite_status(blocked.as_bytes(), &facts, &mut out).unwrap();
+        assert!(std::str::from_utf8(&out[..len]).unwrap().contains("\nSigBlk:\t0000000000000a10\n"));
+    }
+
+    #[test]
+    fn stat_shows_the_programs_signal_sets_and_threads() {
+        // Fields 31-34 (pending, blocked, ignored, caught): racewatch's handler is caught, the program
+        // blocks SIGTRAP (bit 4, 16) for itself.
+        let stat = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 3 0 12345 1000000 200 \
+                    18446744073709551615 1 1 0 0 0 0 0 4096 2576 0 0 0 17 1 0 0 0 0 0\n";
+        let facts = Facts {
+            trap_caught: Some(false),
+            trap_ignored: Some(false),
+            trap_blocked: Some(true),
+            blocked_in_handler: None,
+            trap_pending: Some(false),
+            hidden_threads: 1,
+        };
+        let mut out = [0u8; 1024];
+        let len = rewrite_stat(stat.as_bytes(), &facts, &mut out).unwrap();
+        let want = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 2 0 12345 1000000 200 \
+                    18446744073709551615 1 1 0 0 0 0 16 4096 2560 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(std::str::from_utf8(&out[..len]).unwrap(), want);
     }
 
     #[test]

@@ -4,7 +4,9 @@
  * for the process, the main thread by id and the calling thread, and by other names of the same files
  * (openat and fdopendir in /proc/self, "..", a relative path), and its memory as status's VmSize and
  * statm give it (the same pages). With "blocked" it blocks SIGTRAP and
- * SIGUSR1 before its threads start (they inherit the mask). */
+ * SIGUSR1 before its threads start (they inherit the mask). Also stat's signal sets (fields 31-34) and
+ * the SigBlk a handler whose sa_mask has SIGTRAP reads of its thread (set 17 p28 and p42: racewatch's
+ * SIGTRAP showed in stat's caught set, and the handler's SIGTRAP was missing from SigBlk). */
 #include <dirent.h>
 
 static void print_memory(void) {
@@ -51,6 +53,61 @@ static int count_entries(const char *path) {
     if (e->d_name[0] != '.') n++;
   closedir(dir);
   return n;
+}
+
+static void print_stat_signals(void) {
+  char text[2048];
+  int fd = open("/proc/self/stat", O_RDONLY);
+  ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof text - 1);
+  if (fd >= 0) close(fd);
+  if (n <= 0) return;
+  text[n] = 0;
+  char *p = strrchr(text, ')');
+  for (int field = 2; p && field < 31; field++) p = strchr(p + 1, ' ');
+  unsigned long blocked = 0, ignored = 0, caught = 0;
+  if (p && sscanf(p + 1, "%*u %lu %lu %lu", &blocked, &ignored, &caught) == 3)
+    printf("stat signal sets: blocked %lu, ignored %lu, caught %lu\n", blocked, ignored, caught);
+}
+
+static char handler_sigblk[64];
+
+static void on_urg(int sig) {
+  (void)sig;
+  FILE *f = fopen("/proc/thread-self/status", "r");
+  char line[256];
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "SigBlk:", 7)) snprintf(handler_sigblk, sizeof handler_sigblk, "%s", line + 7);
+  if (f) fclose(f);
+}
+
+static void print_handler_mask(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_urg;
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGTRAP);
+  sigaction(SIGURG, &sa, NULL);
+  raise(SIGURG);
+  printf("SigBlk in a handler whose sa_mask has SIGTRAP:%s", handler_sigblk);
+}
+
+/* The same through libc's syscall() (set 17 p51): the status file opened and read raw, and glibc's internal
+ * signals' dispositions read raw (glibc's sigaction refuses 32 and 33; the kernel answers). */
+static void print_raw_views(void) {
+  char text[8192];
+  long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
+  long n = fd < 0 ? -1 : syscall(SYS_read, fd, text, sizeof text - 1);
+  if (fd >= 0) close((int)fd);
+  text[n > 0 ? n : 0] = 0;
+  for (const char *key = "SigBlk:"; key; key = strcmp(key, "SigBlk:") ? NULL : "SigCgt:") {
+    char *line = strstr(text, key);
+    if (line) printf("raw %.*s\n", (int)strcspn(line, "\n"), line);
+  }
+  for (int sig = 32; sig <= 33; sig++) {
+    unsigned long old[4] = {0};
+    long rc = syscall(SYS_rt_sigaction, sig, NULL, old, 8);
+    printf("raw rt_sigaction(%d): %s\n", sig, rc == 0 ? "ok" : rw_errname(errno));
+  }
 }
 
 static long stat_threads(void) {
@@ -113,6 +170,9 @@ int main(int argc, char **argv) {
   print_blocked_by_open("main by id", path);
   print_blocked_by_open("calling thread", "/proc/thread-self/status");
   printf("stat threads: %ld\n", stat_threads());
+  print_stat_signals();
+  print_handler_mask();
+  print_raw_views();
   snprintf(path, sizeof path, "/proc/%d/task", (int)getpid());
   printf("task entries: %d\n", count_entries(path));
   printf("fd entries: %d\n", count_entries("/proc/self/fd"));

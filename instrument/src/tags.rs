@@ -34,9 +34,27 @@ pub fn is_asm_atomic_file(file: &str) -> bool {
 /// (`/rustc/<commit>/library/core/src/sync/atomic.rs`, or a local `rust-src` checkout's path).
 const CORE_ATOMIC_FILE: &str = "core/src/sync/atomic.rs";
 
-/// Whether `file` (a source path from debug info) is `core::sync::atomic`'s source.
+/// The C++ standard libraries' files whose inline functions make `std::atomic`'s accesses with the
+/// compiler's atomic builtins, and no other access of the atomic object: libstdc++'s `bits/atomic_base.h`
+/// and `<atomic>`, libc++'s `__atomic/` implementation. clang drops the pass's tag of some of them while
+/// optimising (the relaxed loads of libstdc++'s `atomic<shared_ptr>` spin lock, inlined into the
+/// caller, lost theirs in clang 19: a race was reported between that load and the lock's `fetch_sub`).
+const CXX_ATOMIC_FILES: &[&str] = &[
+    "/bits/atomic_base.h",
+    "/__atomic/cxx_atomic_impl.h",
+    "/__atomic/atomic_base.h",
+    "/__atomic/atomic.h",
+    "/__atomic/support/gcc.h",
+    "/__atomic/support/c11.h",
+];
+
+/// Whether `file` (a source path from debug info) is the source of the standard library's atomic types:
+/// Rust's `core::sync::atomic`, or C++'s `std::atomic` ([`CXX_ATOMIC_FILES`], and `<atomic>` itself in a
+/// C++ include directory).
 pub fn is_core_atomic_file(file: &str) -> bool {
     file.ends_with(CORE_ATOMIC_FILE)
+        || CXX_ATOMIC_FILES.iter().any(|name| file.ends_with(name))
+        || (file.ends_with("/atomic") && file.contains("/c++/"))
 }
 
 /// What the debug info says about the innermost frames of an instruction, for
@@ -102,6 +120,26 @@ mod tests {
     use super::*;
 
     const ATOMIC: &str = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src/sync/atomic.rs";
+
+    #[test]
+    fn cxx_atomic_accesses_by_their_own_line() {
+        let load = Innermost {
+            file: Some("/usr/lib/gcc/x86_64-linux-gnu/12/../../../../include/c++/12/bits/atomic_base.h"),
+            line: 488,
+            function: Some("load"),
+            ..Default::default()
+        };
+        assert!(is_core_atomic_access(&load));
+        let generic = Innermost { file: Some("/usr/include/c++/12/atomic"), line: 293, ..load };
+        assert!(is_core_atomic_access(&generic));
+        let libcxx = Innermost { file: Some("/usr/lib/llvm-19/include/c++/v1/__atomic/cxx_atomic_impl.h"), ..load };
+        assert!(is_core_atomic_access(&libcxx));
+        // The plain accesses `atomic<shared_ptr>` makes under its lock are not atomic.
+        let under_lock = Innermost { file: Some("/usr/include/c++/12/bits/shared_ptr_atomic.h"), line: 589, ..load };
+        assert!(!is_core_atomic_access(&under_lock));
+        let user = Innermost { file: Some("/home/me/src/atomic"), ..load };
+        assert!(!is_core_atomic_access(&user));
+    }
 
     #[test]
     fn core_atomic_accesses_by_their_own_line_or_their_inlining() {

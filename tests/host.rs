@@ -406,6 +406,14 @@ fn cases() -> Vec<Case> {
             "SIGTRAPs with another si_code: 0",
             "sigaction returns our handler: 1",
         ]),
+        case("own_sigtrap_to_the_process_reaches_the_thread_letting_it_through", "trap_handler", &["routed"])
+            .repeat(3)
+            .expect(&[
+                "worker 0: kill 100, sigqueue 100 (payload right 100)",
+                "worker 1: kill 100, sigqueue 100 (payload right 100)",
+                "worker 2: kill 100, sigqueue 100 (payload right 100)",
+                "taken by another thread: 0",
+            ]),
         case("own_sigtrap_handler_before_threads", "trap_handler", &["before"]).expect(&[
             "handler ran: 3",
             "SIGTRAPs with another si_code: 0",
@@ -1458,6 +1466,7 @@ host_cases!(
     all_signals_default,
     own_sigtrap_handler_after_threads,
     own_sigtrap_handler_before_threads,
+    own_sigtrap_to_the_process_reaches_the_thread_letting_it_through,
     own_sigtrap_handler_with_signal,
     sigtimedwait_everything_blocked,
     exec_self_with_sigtrap_blocked,

@@ -556,7 +556,24 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
 /// Interposed `sigqueue`: see [`retried_if_full`].
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn sigqueue(pid: libc::pid_t, sig: c_int, value: libc::sigval) -> c_int {
+    if sig == libc::SIGTRAP && signal::is_own_process(pid) {
+        if let Some(rc) = signal::route_own_process_trap(libc::SI_QUEUE, value.sival_ptr as u64) {
+            return rc;
+        }
+    }
     retried_if_full(|| real::sigqueue(pid, sig, value), |rc| rc == -1 && errno() == libc::EAGAIN)
+}
+
+/// Interposed `kill`: a `SIGTRAP` the program sends its own process goes to the thread the kernel would
+/// pick by the program's masks ([`signal::route_own_process_trap`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
+    if sig == libc::SIGTRAP && signal::is_own_process(pid) {
+        if let Some(rc) = signal::route_own_process_trap(libc::SI_USER, 0) {
+            return rc;
+        }
+    }
+    errno_result(crate::sys::raw::syscall6(libc::SYS_kill, [pid as u64, sig as u64, 0, 0, 0, 0]) as i32)
 }
 
 /// Interposed `pthread_sigqueue`: see [`retried_if_full`].

@@ -250,6 +250,81 @@ fn take_saved(sig: i32, info: &mut libc::siginfo_t) {
     SAVED_BUSY[i].store(false, Ordering::Release);
 }
 
+/// `SIGTRAP`s handed over to a thread ([`hand_trap_to`]) and not yet run there: their `siginfo` as 16 words,
+/// and the thread each waits for (0: free; -1: being written or read).
+const TRAP_SLOTS: usize = 8;
+static TRAP_SAVED: [[AtomicU64; 16]; TRAP_SLOTS] = [const { [const { AtomicU64::new(0) }; 16] }; TRAP_SLOTS];
+static TRAP_FOR: [AtomicI32; TRAP_SLOTS] = [const { AtomicI32::new(0) }; TRAP_SLOTS];
+
+/// How handing a `SIGTRAP` over went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandedTrap {
+    /// Sent to the thread, marked; its `siginfo` waits in a slot.
+    Sent,
+    /// Every slot holds one on its way: this one merges with them, as a standard signal pending once does.
+    Merged,
+    /// Not sent (the thread is gone).
+    Failed,
+}
+
+/// Hands a `SIGTRAP` sent to the process (`info`), which reached a thread that has it blocked for the
+/// program, over to thread `tid`, which lets it through: its `siginfo` is saved and `tid` is sent a
+/// `SIGTRAP` with the mark (`rt_tgsigqueueinfo` may send `SI_QUEUE` to any thread of the process; the
+/// kernel refuses a `kill`'s `SI_USER` to any thread but the sender's own). Racewatch's handler there
+/// runs the program's disposition with each saved `siginfo` ([`take_trap_for`]): marks that merged (a
+/// standard signal is pending once per thread) lose none. A slot left for a thread that ended is freed.
+/// Async-signal-safe.
+pub fn hand_trap_to(tid: i32, info: &libc::siginfo_t) -> HandedTrap {
+    for waiting in &TRAP_FOR {
+        let target = waiting.load(Ordering::Acquire);
+        if target > 0 && !raw::thread_alive(target) {
+            let _ = waiting.compare_exchange(target, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+    let Some(i) = TRAP_FOR.iter().position(|w| w.compare_exchange(0, -1, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+    else {
+        return HandedTrap::Merged;
+    };
+    // SAFETY: siginfo_t is 128 plain bytes (the size is checked by the transmute).
+    let words: [u64; 16] = unsafe { std::mem::transmute(*info) };
+    for (slot, word) in TRAP_SAVED[i].iter().zip(words) {
+        slot.store(word, Ordering::Relaxed);
+    }
+    TRAP_FOR[i].store(tid, Ordering::Release);
+    let pid = raw::getpid();
+    if raw::queue_to_thread(pid, tid, &marked(libc::SIGTRAP, pid)) {
+        return HandedTrap::Sent;
+    }
+    if TRAP_FOR[i].compare_exchange(tid, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        return HandedTrap::Failed;
+    }
+    HandedTrap::Sent // Taken meanwhile by the thread itself (a sample's delivery there).
+}
+
+/// One `SIGTRAP` handed over to thread `tid` and not yet run: its `siginfo`, taken from its slot.
+/// Async-signal-safe.
+pub fn take_trap_for(tid: i32) -> Option<libc::siginfo_t> {
+    let i = TRAP_FOR.iter().position(|w| w.compare_exchange(tid, -1, Ordering::AcqRel, Ordering::Relaxed).is_ok())?;
+    let words: [u64; 16] = std::array::from_fn(|k| TRAP_SAVED[i][k].load(Ordering::Relaxed));
+    TRAP_FOR[i].store(0, Ordering::Release);
+    // SAFETY: as in `hand_trap_to`: the words are a siginfo_t's bytes.
+    Some(unsafe { std::mem::transmute::<[u64; 16], libc::siginfo_t>(words) })
+}
+
+/// Queues the mark to thread `tid` again when `SIGTRAP`s handed over to it wait (the mark was taken back
+/// with its pending signals). Async-signal-safe.
+pub fn mark_again(tid: i32) {
+    if TRAP_FOR.iter().any(|waiting| waiting.load(Ordering::Acquire) == tid) {
+        let pid = raw::getpid();
+        raw::queue_to_thread(pid, tid, &marked(libc::SIGTRAP, pid));
+    }
+}
+
+/// Whether this delivery is the mark of a `SIGTRAP` handed over ([`hand_trap_to`]).
+pub fn is_trap_mark(delivered: &libc::siginfo_t) -> bool {
+    is_handed_over(delivered, raw::getpid())
+}
+
 /// Whether this delivery is a signal a worker handed over ([`hand_over`]): a `sigqueue` from this process
 /// with the mark.
 fn is_handed_over(info: &libc::siginfo_t, pid: i32) -> bool {

@@ -555,6 +555,10 @@ pub fn discard_own_pending_trap() {
     // SAFETY: zeroed siginfo is a valid out-parameter for the kernel to fill.
     let mut taken: libc::siginfo_t = unsafe { std::mem::zeroed() };
     while take_pending_trap(&mut taken) {
+        if hand_on::is_trap_mark(&taken) {
+            mark_again();
+            continue;
+        }
         if claimed(&taken).is_none() {
             if process_directed(taken.si_code) {
                 send_to_process(&taken);
@@ -605,7 +609,8 @@ fn perf_fields(info: &libc::siginfo_t) -> (u64, u32, u32, u64) {
 extern "C-unwind" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // A thread the runtime does not know (a raw `clone`, maybe sharing another thread's TLS): nothing
     // thread-local is touched, the runtime's signals are dropped, others go to the program.
-    let slot = thread::known_slot(raw::gettid());
+    let tid = raw::gettid();
+    let slot = thread::known_slot(tid);
     let known = slot.is_some();
     if info.is_null() || ctx.is_null() {
         chain(sig, info, ctx, known);
@@ -614,7 +619,12 @@ extern "C-unwind" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ct
     // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
     let claimed = claimed(unsafe { &*info });
     if claimed.is_none() {
-        chain(sig, info, ctx, known);
+        // SAFETY: as above.
+        if known && hand_on::is_trap_mark(unsafe { &*info }) {
+            run_handed_traps(sig, tid, ctx);
+        } else {
+            chain(sig, info, ctx, known);
+        }
         return;
     }
     let Some(slot) = slot else { return };
@@ -629,8 +639,79 @@ extern "C-unwind" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ct
     let saved_errno = unsafe { *errno_slot };
     dispatch(claimed, ctx);
     IN_HANDLER[slot].store(false, Ordering::Release);
+    // A `SIGTRAP` handed over here whose mark merged with this signal of racewatch's.
+    run_handed_traps(sig, tid, ctx);
     // SAFETY: as above.
     unsafe { *errno_slot = saved_errno };
+}
+
+/// Runs the program's disposition for every `SIGTRAP` handed over to this thread (`tid`, known) and not
+/// yet run ([`hand_on::hand_trap_to`]), each with the `siginfo` the process was sent.
+fn run_handed_traps(sig: libc::c_int, tid: i32, ctx: *mut libc::c_void) {
+    while let Some(mut handed) = hand_on::take_trap_for(tid) {
+        chain(sig, &mut handed, ctx, true);
+    }
+}
+
+/// Whether `pid` names this process (a `kill` or `sigqueue` of the program's to itself).
+pub fn is_own_process(pid: libc::pid_t) -> bool {
+    pid > 0 && pid == raw::getpid()
+}
+
+/// The program sends `SIGTRAP` to its own process (`kill`'s `SI_USER`, or `sigqueue`'s `SI_QUEUE` with
+/// `value`). Without racewatch the kernel gives it to the main thread when that lets it through, else to
+/// a thread that does, the sender first when it does (delivered before the call returns). Here the
+/// kernel's masks lack `SIGTRAP`, so while the main thread has it blocked for the program racewatch does
+/// the choosing: the sender gets it queued to itself (the kernel takes any `siginfo` a thread queues to
+/// itself), or another thread that lets it through gets it handed over. `Some(0)` when sent so; `None`
+/// to send it for real (the main thread lets it through, no thread does, or detection is off).
+pub fn route_own_process_trap(code: libc::c_int, value: u64) -> Option<libc::c_int> {
+    if !is_installed() || !detecting() || in_borrowed_memory() {
+        return None;
+    }
+    let (pid, tid) = (raw::getpid(), raw::gettid());
+    thread::known_slot(tid)?;
+    if trap_blocked_in(pid) != Some(true) {
+        return None;
+    }
+    let mut words = [0u64; 16];
+    words[0] = libc::SIGTRAP as u32 as u64; // si_signo, si_errno 0
+    words[1] = code as u32 as u64; // si_code
+    words[2] = pid as u32 as u64 | u64::from(raw::getuid()) << 32; // si_pid, si_uid
+    words[3] = value; // si_value
+                      // SAFETY: the words are a siginfo_t's bytes in the x86-64 layout.
+    let info = unsafe { std::mem::transmute::<[u64; 16], libc::siginfo_t>(words) };
+    if !trap_blocked() {
+        queue_trap_to_self(&info);
+        return Some(0);
+    }
+    hand_to_a_thread_letting_it_through(&info).then_some(0)
+}
+
+/// A mark of `SIGTRAP`s handed over to this thread ([`hand_on::hand_trap_to`]) was taken back with the
+/// pending signals: the mark is queued to the thread again, so that its signals run when it next lets
+/// `SIGTRAP` through (or are handed on from there).
+fn mark_again() {
+    hand_on::mark_again(raw::gettid());
+}
+
+/// A `SIGTRAP` sent to the process (`info`) reached this thread, which has it blocked for the program:
+/// hands it over to a thread racewatch knows that lets it through for the program, as the kernel would
+/// have chosen one (its masks lack `SIGTRAP`, so it could not). False when there is none.
+fn hand_to_a_thread_letting_it_through(info: *const libc::siginfo_t) -> bool {
+    // SAFETY: the caller's `info` is the kernel's siginfo for this delivery.
+    let Some(info) = (unsafe { info.as_ref() }) else { return false };
+    let me = raw::gettid();
+    for tid in thread::known_tids() {
+        if tid == me || trap_blocked_in(tid) != Some(false) {
+            continue;
+        }
+        match hand_on::hand_trap_to(tid, info) {
+            hand_on::HandedTrap::Sent | hand_on::HandedTrap::Merged => return true,
+            hand_on::HandedTrap::Failed => {}
+        }
+    }
+    false
 }
 
 /// The `TRAP_PERF` fields of a signal one of the runtime's events sent; `None` for any other.
@@ -704,7 +785,9 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
     if known && trap_blocked() && !info.is_null() && !ctx.is_null() {
         // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
         if process_directed(unsafe { (*info).si_code }) {
-            pass_on_to_process(info, ctx);
+            if !hand_to_a_thread_letting_it_through(info) {
+                pass_on_to_process(info, ctx);
+            }
         } else {
             make_pending(sig, info, ctx);
         }
@@ -851,10 +934,16 @@ fn make_pending(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_
     // SAFETY: zeroed siginfo is a valid out-parameter for the kernel to fill.
     let mut taken: libc::siginfo_t = unsafe { std::mem::zeroed() };
     let mut shared = None;
+    let mut marked = false;
     while take_pending_trap(&mut taken) {
-        if claimed(&taken).is_none() && process_directed(taken.si_code) {
+        if hand_on::is_trap_mark(&taken) {
+            marked = true;
+        } else if claimed(&taken).is_none() && process_directed(taken.si_code) {
             shared = Some(taken);
         }
+    }
+    if marked {
+        mark_again();
     }
     queue_trap_to_self(info);
     hold_sampling(false);

@@ -539,6 +539,11 @@ pub fn claim_ended(slot: usize) -> bool {
     KNOWN[slot].compare_exchange(old, CLAIMED, Ordering::AcqRel, Ordering::Relaxed).is_ok()
 }
 
+/// The ids of the threads racewatch knows now (its own threads are never registered). Async-signal-safe.
+pub fn known_tids() -> impl Iterator<Item = i32> {
+    KNOWN.iter().map(|slot| slot.load(Ordering::Acquire)).filter(|&tid| tid > 0)
+}
+
 /// Frees a slot [`claim_ended`] claimed.
 pub fn release_claim(slot: usize) {
     KNOWN[slot].store(0, Ordering::Release);

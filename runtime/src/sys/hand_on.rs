@@ -366,13 +366,7 @@ fn hand_over(sig: i32, info: &libc::siginfo_t, flags: i32, pid: i32) -> bool {
 
 /// The `siginfo` that marks `sig` as handed over.
 fn marked(sig: i32, pid: i32) -> libc::siginfo_t {
-    let mut words = [0u64; 16];
-    words[0] = sig as u32 as u64; // si_signo, si_errno 0
-    words[1] = libc::SI_QUEUE as u32 as u64; // si_code
-    words[2] = pid as u32 as u64 | u64::from(raw::getuid()) << 32; // si_pid, si_uid
-    words[3] = HANDED_OVER; // si_value
-                            // SAFETY: the words are a siginfo_t's bytes in the x86-64 layout.
-    unsafe { std::mem::transmute::<[u64; 16], libc::siginfo_t>(words) }
+    raw::siginfo_from(sig, libc::SI_QUEUE, pid, HANDED_OVER)
 }
 
 /// Puts the trampoline back in the kernel for a one-shot handler the kernel just reset to `SIG_DFL`

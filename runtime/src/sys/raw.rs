@@ -52,6 +52,18 @@ pub fn queue_to_thread(pid: i32, tid: i32, info: &libc::siginfo_t) -> bool {
     syscall6(libc::SYS_rt_tgsigqueueinfo, args) == 0
 }
 
+/// The `siginfo` the kernel makes for a signal `sig` that process `pid` (as the caller's real user) sends
+/// with `code` (`SI_USER`, `SI_QUEUE`, …) and the `sigqueue` value `value`.
+pub fn siginfo_from(sig: i32, code: i32, pid: i32, value: u64) -> libc::siginfo_t {
+    let mut words = [0u64; 16];
+    words[0] = sig as u32 as u64; // si_signo, si_errno 0
+    words[1] = code as u32 as u64; // si_code
+    words[2] = pid as u32 as u64 | u64::from(getuid()) << 32; // si_pid, si_uid
+    words[3] = value; // si_value
+                      // SAFETY: the words are a siginfo_t's bytes in the x86-64 layout (128 bytes, checked by the transmute).
+    unsafe { std::mem::transmute::<[u64; 16], libc::siginfo_t>(words) }
+}
+
 /// The caller's real user id.
 pub fn getuid() -> u32 {
     syscall6(libc::SYS_getuid, [0; 6]) as u32

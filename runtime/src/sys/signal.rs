@@ -674,13 +674,7 @@ pub fn route_own_process_trap(code: libc::c_int, value: u64) -> Option<libc::c_i
     if trap_blocked_in(pid) != Some(true) {
         return None;
     }
-    let mut words = [0u64; 16];
-    words[0] = libc::SIGTRAP as u32 as u64; // si_signo, si_errno 0
-    words[1] = code as u32 as u64; // si_code
-    words[2] = pid as u32 as u64 | u64::from(raw::getuid()) << 32; // si_pid, si_uid
-    words[3] = value; // si_value
-                      // SAFETY: the words are a siginfo_t's bytes in the x86-64 layout.
-    let info = unsafe { std::mem::transmute::<[u64; 16], libc::siginfo_t>(words) };
+    let info = raw::siginfo_from(libc::SIGTRAP, code, pid, value);
     if !trap_blocked() {
         queue_trap_to_self(&info);
         return Some(0);

@@ -112,6 +112,7 @@ const PROGRAMS: &[Program] = &[
         flags: &[],
     },
     Program { name: "trap_doors", source: include_str!("host/trap_doors.c"), metadata: true, flags: &[] },
+    Program { name: "wait_masks", source: include_str!("host/wait_masks.c"), metadata: true, flags: &[] },
     // Strict C11 with X/Open: no _GNU_SOURCE (tests/host/common.c), so `signal` is `__sysv_signal`.
     Program {
         name: "trap_doors_c11",
@@ -759,6 +760,22 @@ fn cases() -> Vec<Case> {
         case("fiber_stacks_high_water_mark", "coroutines", &["highwater"])
             .repeat(2)
             .expect(&["most bytes a fiber's stack used, at most 1 KiB: yes"]),
+        // 28b. Waits with a mask of their own let blocked signals through, SIGTRAP among them (set 20 p10).
+        case("waits_with_their_own_mask_run_the_blocked_handlers", "wait_masks", &[]).repeat(2).expect(&[
+            "sigsuspend: EINTR 40 of 40, handlers ran as ' 36 10 5' 40 of 40, left pending 0, still blocked 3",
+            "ppoll: EINTR 40 of 40, handlers ran as ' 36 10 5' 40 of 40, left pending 0, still blocked 3",
+            "pselect: EINTR 40 of 40, handlers ran as ' 36 10 5' 40 of 40, left pending 0, still blocked 3",
+            "epoll_pwait: EINTR 40 of 40, handlers ran as ' 36 10 5' 40 of 40, left pending 0, still blocked 3",
+            "syscall(rt_sigsuspend): EINTR 40 of 40, handlers ran as ' 36 10 5' 40 of 40, left pending 0, still blocked 3",
+            "inline rt_sigsuspend (SIGTRAP alone): EINTR 40 of 40, handlers ran as ' 5' 40 of 40, left pending 0, \
+             still blocked 3",
+        ]),
+        case("fiber_stack_after_a_jump_out_of_a_handler", "coroutines", &["after_jump"])
+            .repeat(2)
+            .expect(&["after a jump out of a handler, most bytes a fiber's stack used, at most 1 KiB: yes"]),
+        case("fiber_stack_with_a_handler_running_on_it", "coroutines", &["handler_on_fiber"]).repeat(2).expect(&[
+            "with a handler running on it, most bytes a fiber's stack used, at most a signal frame and 1 KiB: yes",
+        ]),
         case("makecontext_coroutines_16k_stacks", "coroutines", &[]).repeat(5).expect(&[
             "coroutines that used about 10 KiB of their 16 KiB stack: 8",
             "coroutines that yielded at least 20 times: 8",
@@ -1556,6 +1573,9 @@ host_cases!(
     raw_rt_sigprocmask_sigtrap_blocked,
     makecontext_coroutines_16k_stacks,
     fiber_stacks_high_water_mark,
+    fiber_stack_after_a_jump_out_of_a_handler,
+    waits_with_their_own_mask_run_the_blocked_handlers,
+    fiber_stack_with_a_handler_running_on_it,
     onstack_handler_48k_without_altstack,
     crash_handler_backtrace_through_the_signal_frame,
     raw_clone_thread_shared_tls,

@@ -302,6 +302,49 @@ pub extern "C" fn sigpending(set: *mut libc::sigset_t) -> c_int {
     unsafe { libc::syscall(libc::SYS_rt_sigpending, set as usize, 8usize) as c_int }
 }
 
+/// Interposed `sigsuspend`: the program's mask for the wait is also its view of `SIGTRAP` meanwhile
+/// ([`signal::during_program_wait`]), as for `ppoll`, `pselect` and `epoll_pwait`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn sigsuspend(set: *const libc::sigset_t) -> c_int {
+    signal::during_program_wait(opt_ref(set).map(signal::to_bits), || real::sigsuspend(set))
+}
+
+/// Interposed `ppoll` (see [`sigsuspend`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn ppoll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    signal::during_program_wait(opt_ref(mask).map(signal::to_bits), || real::ppoll(fds, n, timeout, mask))
+}
+
+/// Interposed `pselect` (see [`sigsuspend`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn pselect(
+    n: c_int,
+    read: *mut libc::fd_set,
+    write: *mut libc::fd_set,
+    except: *mut libc::fd_set,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    signal::during_program_wait(opt_ref(mask).map(signal::to_bits), || real::pselect(n, read, write, except, timeout, mask))
+}
+
+/// Interposed `epoll_pwait` (see [`sigsuspend`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn epoll_pwait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    signal::during_program_wait(opt_ref(mask).map(signal::to_bits), || real::epoll_pwait(epfd, events, max, timeout, mask))
+}
+
 /// Interposed `sigprocmask`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn sigprocmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
@@ -534,6 +577,16 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
         libc::SYS_rt_sigprocmask if signal::is_installed() && d == 8 => {
             return raw_sigprocmask(a as c_int, a_ptr(b), a_ptr::<u64>(c) as *mut u64).into()
         }
+        // Waits with a mask of their own (the kernel's 8-byte sets): see `sigsuspend`.
+        libc::SYS_rt_sigsuspend if b == 8 => {
+            return signal::during_program_wait(raw_mask(a), || real::syscall(number, [a, b, c, d, e, f]))
+        }
+        libc::SYS_ppoll if e == 8 => {
+            return signal::during_program_wait(raw_mask(d), || real::syscall(number, [a, b, c, d, e, f]))
+        }
+        libc::SYS_epoll_pwait if f == 8 => {
+            return signal::during_program_wait(raw_mask(e), || real::syscall(number, [a, b, c, d, e, f]))
+        }
         libc::SYS_perf_event_open => return perf_event_open([a, b, c, d, e, f]),
         libc::SYS_setrlimit => limiting(0, a as c_int, a_ptr(b)),
         libc::SYS_prlimit64 => limiting(a as libc::pid_t, b as c_int, a_ptr(c)),
@@ -727,6 +780,11 @@ fn raw_sigaction(sig: c_int, act: *const KernelSigaction, old: *mut KernelSigact
 }
 
 /// Raw `rt_sigprocmask`, through the mask interposer.
+/// The kernel's 8-byte signal set at `word` (a raw system call's argument), if any.
+fn raw_mask(word: c_long) -> Option<u64> {
+    opt_ref(a_ptr::<u64>(word)).copied()
+}
+
 fn raw_sigprocmask(how: c_int, set: *const u64, old: *mut u64) -> c_int {
     let set = opt_ref(set).map(|bits| signal::from_bits(*bits));
     // SAFETY: zeroed sigset is a valid out-parameter.

@@ -7,15 +7,15 @@
 //! racewatch's that waited meanwhile was delivered right there, below the frames of the handlers it
 //! leaves (a SIGSEGV probe's, a SIGALRM timeout's nested in it): an 8 KiB alternate stack
 //! overflowed and the process died of `SIGSEGV`. A jump that does not restore the mask left `SIGTRAP`
-//! blocked for good (visible in the mask the program reads back; racewatch's samples pending). On
-//! racewatch's own alternate stack (`SS_AUTODISARM`, placed anywhere), glibc's `__longjmp_chk` saw a
-//! jump "down" the stack off any armed alternate stack and aborted ("longjmp causes uninitialized
-//! stack frame"), and the stack stayed disarmed for the rest of the thread's life.
+//! blocked for good (visible in the mask the program reads back; racewatch's samples pending). On an
+//! alternate stack placed anywhere, glibc's `__longjmp_chk` may see a jump "down" the stack and abort
+//! ("longjmp causes uninitialized stack frame").
 //!
 //! So, once racewatch owns `SIGTRAP`, a jump made on an alternate stack to a target off it first moves
 //! to the target's stack (just below the target's stack pointer: frames the jump discards), takes
 //! `SIGTRAP` out of the kernel mask unless the program has it blocked (and out of the mask the jump
-//! will restore), arms racewatch's alternate stack again, and then makes the C library's jump.
+//! will restore), switches racewatch's alternate stack back on when the jump leaves a handler that ran
+//! with it off ([`stacks::run_program_handler_at`]), and then makes the C library's jump.
 
 use crate::detector;
 use crate::sys::real::{self, Jump};
@@ -49,7 +49,7 @@ fn finish(which: Jump, env: *mut c_void, val: c_int, held: Option<u64>) -> ! {
     if unblock {
         jump::clear_saved_trap(env);
     }
-    stacks::rearm_alt_stack();
+    stacks::rearm_alt_stack(jump::target_sp(env));
     match held {
         Some(mask) => raw::sigprocmask(libc::SIG_SETMASK, Some(if unblock { mask & !trap } else { mask })),
         None if unblock => raw::sigprocmask(libc::SIG_UNBLOCK, Some(trap)),

@@ -6,7 +6,19 @@
  * With "highwater": 24 coroutines per thread on filled 16 KiB stacks that only count and switch back (no
  * recursion), 300 switches each, then the most bytes any of them used, as a fiber library sizing its
  * stacks measures it: at most 1 KiB (glibc's swapcontext uses 72 bytes; racewatch's took 2 KiB of each
- * fiber's stack for a copy of the context, set 17 p44). */
+ * fiber's stack for a copy of the context, set 17 p44).
+ *
+ * With "after_jump": each of 2 threads first leaves a SIGUSR1 handler by siglongjmp (a timeout's way
+ * out), then runs a fiber on a filled 16 KiB stack that does racy work for 0.6 s: the fiber's stack must
+ * stay at most 1 KiB deep (racewatch's alternate stack stayed switched off after such a jump, and its
+ * signal frames went onto the program's stacks from then on).
+ *
+ * With "handler_on_fiber": the same fibers take a SIGUSR1 every millisecond from a third thread; the
+ * handler (no SA_ONSTACK) runs on the fiber's stack and works for about 50 us. The deepest use must stay
+ * within one signal frame (AT_MINSIGSTKSZ) and 1 KiB: racewatch's samples that came while the handler ran
+ * put a second signal frame on the fiber (3.5 KB instead of 2 KB, set 17 p44). */
+#include <setjmp.h>
+#include <sys/auxv.h>
 #include <ucontext.h>
 
 #define STACK (16 * 1024)
@@ -165,8 +177,84 @@ static int highwater(void) {
   return 0;
 }
 
+/* ---- "after_jump" and "handler_on_fiber" ---- */
+
+static __thread sigjmp_buf jump_out;
+static __thread ucontext_t busy_sched;
+static _Atomic int busy_running;
+static atomic_long busy_highest;
+
+static void jump_out_of_handler(int sig) {
+  (void)sig;
+  siglongjmp(jump_out, 1);
+}
+
+static void busy_handler(int sig) {
+  (void)sig;
+  double until = rw_now() + 50e-6;
+  while (rw_now() < until) rw_race_iterations(50);
+}
+
+static void busy_body(void) {
+  double until = rw_now() + 0.6;
+  while (rw_now() < until) rw_race_iterations(1000);
+}
+
+static void *busy_fiber_worker(void *arg) {
+  int jump_first = arg != NULL;
+  if (jump_first && !sigsetjmp(jump_out, 1)) raise(SIGUSR1);
+  char *stack = malloc(STACK);
+  memset(stack, 0xa5, STACK);
+  ucontext_t fiber;
+  getcontext(&fiber);
+  fiber.uc_stack.ss_sp = stack;
+  fiber.uc_stack.ss_size = STACK;
+  fiber.uc_link = &busy_sched;
+  makecontext(&fiber, busy_body, 0);
+  atomic_fetch_add(&busy_running, 1);
+  swapcontext(&busy_sched, &fiber);
+  atomic_fetch_sub(&busy_running, 1);
+  long used = STACK;
+  while (used > 0 && (unsigned char)stack[STACK - used] == 0xa5) used--;
+  long seen = atomic_load(&busy_highest);
+  while (used > seen && !atomic_compare_exchange_weak(&busy_highest, &seen, used)) {}
+  free(stack);
+  return NULL;
+}
+
+static int busy_fibers(int jump_first) {
+  struct sigaction sa = {0};
+  sa.sa_handler = jump_first ? jump_out_of_handler : busy_handler;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+  rw_start(1, 30.0, 0);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, busy_fiber_worker, jump_first ? "jump" : NULL);
+  if (!jump_first) {
+    while (atomic_load(&busy_running) < 2) rw_sleep(0.001);
+    while (atomic_load(&busy_running) == 2) {
+      for (int i = 0; i < 2; i++) pthread_kill(t[i], SIGUSR1);
+      rw_sleep(0.001);
+    }
+  }
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  rw_stop_racing();
+  rw_join();
+  long used = atomic_load(&busy_highest);
+  if (getenv("COROUTINES_VERBOSE")) fprintf(stderr, "most bytes used: %ld\n", used);
+  if (jump_first)
+    printf("after a jump out of a handler, most bytes a fiber's stack used, at most 1 KiB: %s\n",
+           used <= 1024 ? "yes" : "no");
+  else
+    printf("with a handler running on it, most bytes a fiber's stack used, at most a signal frame and 1 KiB: %s\n",
+           used <= (long)getauxval(AT_MINSIGSTKSZ) + 1024 ? "yes" : "no");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "highwater")) return highwater();
+  if (argc > 1 && !strcmp(argv[1], "after_jump")) return busy_fibers(1);
+  if (argc > 1 && !strcmp(argv[1], "handler_on_fiber")) return busy_fibers(0);
   end_time = rw_now() + 1.0;
   pthread_t t[2];
   for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, worker, NULL);

@@ -116,6 +116,10 @@ static SCANDIRAT: Real = Real::new(c"scandirat");
 static SCANDIRAT64: Real = Real::new(c"scandirat64");
 static MUNMAP: Real = Real::new(c"munmap");
 static SIGQUEUE: Real = Real::new(c"sigqueue");
+static SIGSUSPEND: Real = Real::new(c"sigsuspend");
+static PPOLL: Real = Real::new(c"ppoll");
+static PSELECT: Real = Real::new(c"pselect");
+static EPOLL_PWAIT: Real = Real::new(c"epoll_pwait");
 static PTHREAD_SIGQUEUE: Real = Real::new(c"pthread_sigqueue");
 static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
 static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
@@ -194,14 +198,18 @@ fn enosys<T>(failed: T) -> T {
 }
 
 macro_rules! call {
-    ($real:expr, $failed:expr, fn($($ty:ty),* $(,)?) -> $ret:ty, $($arg:expr),* $(,)?) => {{
+    ($real:expr, $failed:expr, fn($($ty:ty),* $(,)?) -> $ret:ty, $($arg:expr),* $(,)?) => {
+        call!($real, $failed, extern "C" fn($($ty),*) -> $ret, $($arg),*)
+    };
+    // `extern "C-unwind"`: a cancellation point, whose cancellation unwinds through the caller.
+    ($real:expr, $failed:expr, extern $abi:literal fn($($ty:ty),* $(,)?) -> $ret:ty, $($arg:expr),* $(,)?) => {{
         let addr = $real.get();
         if addr == 0 {
             enosys($failed)
         } else {
             // SAFETY: `addr` is the libc definition of this very symbol, whose C
             // signature is the one spelled here; the arguments are the caller's.
-            let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(addr) };
+            let f: unsafe extern $abi fn($($ty),*) -> $ret = unsafe { std::mem::transmute(addr) };
             unsafe { f($($arg),*) }
         }
     }};
@@ -295,6 +303,78 @@ pub fn closefrom(low: c_int) {
 }
 
 /// The real `dup`.
+/// The real `sigsuspend`.
+pub fn sigsuspend(set: *const libc::sigset_t) -> c_int {
+    call!(SIGSUSPEND, -1, extern "C-unwind" fn(*const libc::sigset_t) -> c_int, set)
+}
+
+/// The real `ppoll`.
+pub fn ppoll(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    call!(
+        PPOLL,
+        -1,
+        extern "C-unwind" fn(*mut libc::pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> c_int,
+        fds,
+        n,
+        timeout,
+        mask
+    )
+}
+
+/// The real `pselect`.
+pub fn pselect(
+    n: c_int,
+    read: *mut libc::fd_set,
+    write: *mut libc::fd_set,
+    except: *mut libc::fd_set,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    call!(
+        PSELECT,
+        -1,
+        extern "C-unwind" fn(
+            c_int,
+            *mut libc::fd_set,
+            *mut libc::fd_set,
+            *mut libc::fd_set,
+            *const libc::timespec,
+            *const libc::sigset_t,
+        ) -> c_int,
+        n,
+        read,
+        write,
+        except,
+        timeout,
+        mask
+    )
+}
+
+/// The real `epoll_pwait`.
+pub fn epoll_pwait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    call!(
+        EPOLL_PWAIT,
+        -1,
+        extern "C-unwind" fn(c_int, *mut libc::epoll_event, c_int, c_int, *const libc::sigset_t) -> c_int,
+        epfd,
+        events,
+        max,
+        timeout,
+        mask
+    )
+}
+
 /// The real `sigqueue`.
 pub fn sigqueue(pid: libc::pid_t, sig: c_int, value: libc::sigval) -> c_int {
     call!(SIGQUEUE, -1, fn(libc::pid_t, c_int, libc::sigval) -> c_int, pid, sig, value)

@@ -175,6 +175,9 @@ static PROGRAM_MASK: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     /// Whether the program blocked `SIGTRAP` in this thread (virtually: the kernel mask never has it).
     static TRAP_BLOCKED: Cell<bool> = const { Cell::new(false) };
+    /// The mask of the program's wait in progress in this thread that takes one for its duration
+    /// ([`during_program_wait`]).
+    static WAIT_MASK: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// Installs the `SIGTRAP` handler (once; later calls only replace the callbacks) and takes over the
@@ -387,6 +390,29 @@ pub fn set_trap_blocked(blocked: bool) {
     if TRAP_BLOCKED.with(|b| b.replace(blocked)) != blocked {
         note_blocked_tid(blocked);
     }
+}
+
+/// Runs one of the program's waits that take a signal mask (`mask`, signals 1..=64 as bits 0..=63) for
+/// their duration (`sigsuspend`, `ppoll`, `pselect`, `epoll_pwait`, libc's or raw): the
+/// kernel gets the program's mask as it is (a thread asleep takes no sample of racewatch's), and the
+/// program's view of `SIGTRAP` follows it meanwhile. A `SIGTRAP` of the program's that waited pending
+/// while blocked, and that the wait's mask lets through, then runs the program's handler with that mask,
+/// and the other signals the wait lets through come on top of it, as they would without racewatch
+/// (set 20 p10: `sigsuspend` returned with no handler run and every signal still pending).
+pub fn during_program_wait<R>(mask: Option<u64>, wait: impl FnOnce() -> R) -> R {
+    let Some(mask) = mask.filter(|_| is_installed() && thread::known_slot(raw::gettid()).is_some()) else {
+        return wait();
+    };
+    struct Restore(bool, Option<u64>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            WAIT_MASK.with(|w| w.set(self.1));
+            set_trap_blocked(self.0);
+        }
+    }
+    let _restore = Restore(trap_blocked(), WAIT_MASK.with(|w| w.replace(Some(mask))));
+    set_trap_blocked(mask & (1 << (libc::SIGTRAP - 1)) != 0);
+    wait()
 }
 
 /// Records the program's `SIGTRAP` mask bit of a thread that starts (its entry in [`BLOCKED_TIDS`] set
@@ -776,7 +802,13 @@ fn ignored_by_namespace_init(info: *const libc::siginfo_t) -> bool {
 /// stack the program's flags choose. `known`: the calling thread is one the runtime knows (its
 /// thread-local state may be read).
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, known: bool) {
-    if known && trap_blocked() && !info.is_null() && !ctx.is_null() {
+    // SAFETY: a non-null `ctx` is the kernel's ucontext for this delivery.
+    let uc = unsafe { (ctx as *const libc::ucontext_t).as_ref() };
+    // A `SIGTRAP` delivered although the mask the interrupted code gets back blocks it: a wait's mask let
+    // it through (`ppoll`, `pselect`, `epoll_pwait`, a raw `rt_sigsuspend`), which the program's handler
+    // then runs in, as without racewatch.
+    let through_a_wait = uc.is_some_and(|uc| has_trap(&uc.uc_sigmask));
+    if known && trap_blocked() && !through_a_wait && !info.is_null() && !ctx.is_null() {
         // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
         if process_directed(unsafe { (*info).si_code }) {
             if !hand_to_a_thread_letting_it_through(info) {
@@ -804,19 +836,21 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
             if action.sa_flags & libc::SA_RESETHAND != 0 {
                 PROGRAM_HANDLER.store(libc::SIG_DFL, Ordering::Release);
             }
-            // SAFETY: a non-null `ctx` is the kernel's ucontext for this delivery.
-            let uc = unsafe { (ctx as *const libc::ucontext_t).as_ref() };
-            // The mask the program's handler would run with: the interrupted one, its sa_mask and
+            // The mask the program's handler would run with: the interrupted one (a wait's own, else the
+            // one the interrupted code gets back, less a SIGTRAP a wait let through), its sa_mask and
             // (without SA_NODEFER) SIGTRAP itself.
-            let interrupted = uc.map_or(0, |uc| to_bits(&uc.uc_sigmask));
-            let trap = if action.sa_flags & libc::SA_NODEFER == 0 { 1 << (libc::SIGTRAP - 1) } else { 0 };
+            let trap_bit = 1u64 << (libc::SIGTRAP - 1);
+            let interrupted = WAIT_MASK
+                .with(Cell::get)
+                .unwrap_or_else(|| uc.map_or(0, |uc| to_bits(&uc.uc_sigmask)) & !trap_bit);
+            let trap = if action.sa_flags & libc::SA_NODEFER == 0 { trap_bit } else { 0 };
             let old = raw::sigprocmask(libc::SIG_SETMASK, Some(interrupted | to_bits(&action.sa_mask) | trap));
             let mut call = || hand_on::call_program_handler(handler, action.sa_flags, sig, info, ctx);
             let onstack = action.sa_flags & libc::SA_ONSTACK != 0;
             match uc.and_then(|uc| {
                 stacks::program_handler_top(uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize, onstack)
             }) {
-                Some(top) => stacks::run_at(top, &mut call),
+                Some(top) => stacks::run_program_handler_at(top, &mut call),
                 None => call(),
             }
             if let Some(old) = old {

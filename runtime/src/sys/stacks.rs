@@ -55,11 +55,15 @@ static POOL_SIZE: AtomicUsize = AtomicUsize::new(POOL);
 /// The size of a runtime alternate signal stack ([`alt_stack_size`]).
 const ALT_STACK: usize = 32 << 10;
 const PAGE: usize = 4096;
-/// `sigaltstack` flag (Linux >= 4.7): the alternate stack is disarmed while a handler runs on it and
-/// re-armed by `sigreturn`. A signal nested in racewatch's handler, or in a program handler it runs
-/// on another stack, then never puts its frame at the top of racewatch's alternate stack, over the
-/// frames still live there.
-const SS_AUTODISARM: libc::c_int = 1 << 31;
+/// racewatch's alternate stack, armed: plain flags, not `SS_AUTODISARM`. That flag disarms the stack
+/// at every signal delivery, whatever stack the handler runs on, until `sigreturn`: racewatch's signals
+/// that came while a program's handler ran, and all of them after a `siglongjmp` out of one, put their
+/// frames on the program's stack (a fiber's, 3.5 KB deep instead of 2 KB: set 17 p44). The one handler
+/// that leaves racewatch's stack while its frame is live there, a program's moved back to the
+/// interrupted stack, switches it off itself ([`run_program_handler_at`]).
+fn armed(lo: usize, hi: usize) -> libc::stack_t {
+    libc::stack_t { ss_sp: lo as *mut libc::c_void, ss_flags: 0, ss_size: hi - lo }
+}
 
 static POOL_BASE: AtomicUsize = AtomicUsize::new(0);
 static POOL_FREE: AtomicU32 = AtomicU32::new(0);
@@ -167,8 +171,7 @@ pub fn program_handler_top(interrupted_sp: usize, onstack: bool) -> Option<usize
     Some(interrupted_sp.saturating_sub(128) & !15)
 }
 
-/// When the caller runs on racewatch's alternate stack (disarmed while in use, so the kernel does not
-/// report it): `Some` of where a program handler must run instead, `None` inside it when the code the
+/// When the caller runs on racewatch's alternate stack: `Some` of where a program handler must run instead, `None` inside it when the code the
 /// signal interrupted ran there itself. `None` elsewhere (not on racewatch's alternate stack). A
 /// program's handler with `SA_ONSTACK` in a thread without an alternate stack of the program's is put
 /// on racewatch's by the kernel; without racewatch it would have run on the interrupted stack.
@@ -479,7 +482,7 @@ pub fn locking_future() -> bool {
 /// The size of the alternate stack a thread gets: 32 KiB, room for racewatch's own signal frames (the
 /// kernel's, up to about 11 KiB with AMX state, and the 1 KiB its handler may use before it moves to a
 /// runtime stack): no handler of the program's runs there (one with `SA_ONSTACK` is moved back to the
-/// interrupted stack, `hand_on::call_program_handler_in_place`).
+/// interrupted stack, [`run_program_handler_at`]).
 ///
 /// None under a memory budget (an `RLIMIT_AS` or `RLIMIT_DATA`, or `mlockall(MCL_FUTURE)`), where every
 /// byte racewatch maps is one the program cannot have (with 256 KiB thread stacks under a 96 MiB
@@ -621,8 +624,7 @@ fn give_alt_stack(slot: Option<usize>, size: usize) {
             }
         }
     };
-    let ss = libc::stack_t { ss_sp: base as *mut libc::c_void, ss_flags: SS_AUTODISARM, ss_size: size };
-    if raw::sigaltstack(Some(&ss)).is_none() {
+    if raw::sigaltstack(Some(&armed(base, base + size))).is_none() {
         release(base, len);
         return;
     }
@@ -781,8 +783,8 @@ pub fn alt_stacks_mapped() -> usize {
     SLOT_ALT_BASE.iter().filter(|b| b.load(Ordering::Relaxed) != 0).count()
 }
 
-/// What `sigaltstack` shows the program: a disabled stack where the runtime's is installed (while a
-/// handler runs on it, it is disarmed and the kernel itself shows it disabled).
+/// What `sigaltstack` shows the program: a disabled stack where the runtime's is installed (or switched
+/// off while a program's handler runs, [`run_program_handler_at`]).
 fn as_program_sees(real: libc::stack_t) -> libc::stack_t {
     let (lo, _) = ALT.with(Cell::get);
     if lo != 0 && real.ss_sp as usize == lo {
@@ -801,7 +803,7 @@ pub fn program_sigaltstack(new: Option<&libc::stack_t>, old: Option<&mut libc::s
     if let Some(new) = new {
         let ours_installed = lo != 0 && current.ss_sp as usize == lo;
         let wanted = if new.ss_flags & libc::SS_DISABLE != 0 && lo != 0 {
-            libc::stack_t { ss_sp: lo as *mut libc::c_void, ss_flags: SS_AUTODISARM, ss_size: hi - lo }
+            armed(lo, hi)
         } else {
             *new
         };
@@ -846,7 +848,6 @@ pub fn jump_off_alt_stack(target_sp: usize) -> Option<usize> {
     let sp = current_sp();
     let (lo, hi) = ALT.with(Cell::get);
     let (lo, hi) = if lo < hi && (lo..hi).contains(&sp) {
-        ALT_LEFT.with(|left| left.set(true));
         (lo, hi)
     } else {
         let (stack_lo, stack_hi) = STACK.with(Cell::get);
@@ -866,20 +867,46 @@ pub fn jump_off_alt_stack(target_sp: usize) -> Option<usize> {
 }
 
 thread_local! {
-    /// A jump left racewatch's alternate stack and it may not be armed again yet (a signal can
-    /// interrupt the jump, and its handler jump elsewhere).
-    static ALT_LEFT: Cell<bool> = const { Cell::new(false) };
+    /// Where [`run_program_handler_at`] runs a program's handler with racewatch's alternate stack
+    /// switched off (0: none).
+    static MOVED_AT: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Arms racewatch's alternate stack again after a jump left a handler that ran on it (`SS_AUTODISARM`
-/// disarmed it, and only `sigreturn` re-arms it). Call off that stack.
-pub fn rearm_alt_stack() {
+/// Arms racewatch's alternate stack again when a jump to `target_sp` leaves a program's handler that
+/// [`run_program_handler_at`] ran with it switched off (only `sigreturn` would have armed it again).
+/// Call off that stack.
+pub fn rearm_alt_stack(target_sp: usize) {
     let (lo, hi) = ALT.with(Cell::get);
-    if lo == 0 || (lo..hi).contains(&current_sp()) || !ALT_LEFT.with(|left| left.replace(false)) {
+    let moved_at = MOVED_AT.with(Cell::get);
+    if lo == 0 || (lo..hi).contains(&current_sp()) || moved_at == 0 || target_sp <= moved_at {
         return;
     }
+    MOVED_AT.with(|m| m.set(0));
     if raw::sigaltstack(None).is_some_and(|current| current.ss_flags & libc::SS_DISABLE != 0) {
-        let ss = libc::stack_t { ss_sp: lo as *mut libc::c_void, ss_flags: SS_AUTODISARM, ss_size: hi - lo };
-        raw::sigaltstack(Some(&ss));
+        raw::sigaltstack(Some(&armed(lo, hi)));
     }
+}
+
+/// Runs a program's handler (`f`) at `top`, on the interrupted stack, when the kernel delivered it on
+/// racewatch's alternate stack (see [`program_handler_top`]). The kernel's frame stays live at the top
+/// of racewatch's stack until `sigreturn`, so the stack is switched off while the handler runs: a signal
+/// then puts its frame on the stack the handler runs on, as without racewatch, and `sigreturn` switches
+/// racewatch's back on from the frame. Every signal waits while the thread moves (the switch is refused
+/// on the stack being switched off, and until then a frame would go to the top).
+pub fn run_program_handler_at(top: usize, f: &mut dyn FnMut()) {
+    let (lo, hi) = ALT.with(Cell::get);
+    if !(lo..hi).contains(&current_sp()) {
+        return run_at(top, f); // A program's alternate stack: the program's to manage.
+    }
+    let held = raw::sigprocmask(libc::SIG_BLOCK, Some(!0));
+    let outer = MOVED_AT.with(|m| m.replace(top));
+    run_at(top, &mut || {
+        let off = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
+        raw::sigaltstack(Some(&off));
+        if let Some(mask) = held {
+            raw::sigprocmask(libc::SIG_SETMASK, Some(mask));
+        }
+        f();
+    });
+    MOVED_AT.with(|m| m.set(outer));
 }

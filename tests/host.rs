@@ -840,6 +840,11 @@ fn cases() -> Vec<Case> {
             .options(&["symbolize=0"])
             .repeat(3)
             .expect(&["busy thread's voluntary context switches at most 3: 1"]),
+        // racewatch's memory that its signals write is faulted in ahead: a computing thread takes no page
+        // fault for racewatch during its loop (set 19 p22).
+        case("computing_thread_takes_no_page_faults", "footprint", &["faults"])
+            .repeat(3)
+            .expect(&["minor page faults in a computing thread's loop: 0"]),
         // The loader's list of modules, racewatch's own left out: nothing else of racewatch's (its unwinder
         // is linked in, not libgcc_s.so.1).
         case("loaded_modules_beside_racewatch", "footprint", &["modules"])
@@ -1593,6 +1598,7 @@ host_cases!(
     thread_stack_depth_to_guard_page,
     busy_thread_no_voluntary_switches,
     busy_thread_no_voluntary_switches_at_the_debug_rate,
+    computing_thread_takes_no_page_faults,
     loaded_modules_beside_racewatch,
     thread_churn_maps_and_vmsize,
     pthread_exit_main_workers_return,

@@ -101,6 +101,7 @@ pub fn prepare() {
         return;
     }
     crate::sys::region::reserve(HEAP_AT_START, crate::sys::region::Use::Heap);
+    crate::sys::prefault::own_module();
     stacks::init_pool();
     stacks::prepare_alt_stacks();
     thread::reserve_small_stack();

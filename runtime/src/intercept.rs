@@ -364,23 +364,26 @@ fn masked(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t, real
     if !signal::is_installed() {
         return real_fn(how, set, old);
     }
-    let was_blocked = signal::trap_blocked();
     let set_ptr = set;
     let set = opt_ref(set);
     let trap = set.is_some_and(signal::has_trap);
-    let blocked = match how {
+    let after = |was_blocked: bool| match how {
         libc::SIG_BLOCK => was_blocked || trap,
         libc::SIG_UNBLOCK => was_blocked && !trap,
         _ => trap,
     };
-    if set.is_some() && blocked != was_blocked && signal::in_borrowed_memory() {
-        // A vfork child changing SIGTRAP's state: its kernel mask is its own, the bit here its parent's.
+    if set.is_some() && signal::in_borrowed_memory() {
+        // A vfork child (or a `clone(CLONE_VM)` one): its kernel mask is its own, the bit here its
+        // parent's; its own state, once it changed it, is noted apart (set 19 p10: a child that blocked
+        // everything and then set a mask without SIGTRAP exec'd with SIGTRAP blocked).
         let rc = real_fn(how, set_ptr, old);
         if rc == 0 {
-            signal::note_borrowed_trap_state(blocked);
+            signal::note_borrowed_trap_state(after(signal::trap_blocked_for_exec()));
         }
         return rc;
     }
+    let was_blocked = signal::trap_blocked();
+    let blocked = after(was_blocked);
     // The program's view changes first: a SIGTRAP pending for real is delivered as soon as the kernel
     // mask lets it (on the way out of the call below), and the handler must then see it unblocked.
     if set.is_some() {

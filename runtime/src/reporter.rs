@@ -574,7 +574,7 @@ struct Control;
 impl Control {
     fn take() -> Control {
         while CONTROL.swap(true, Ordering::AcqRel) {
-            std::thread::yield_now();
+            crate::sys::raw::yield_cpu();
         }
         CONTROL_HOLDER.store(sys::thread::gettid(), Ordering::Release);
         Control
@@ -831,7 +831,7 @@ fn spawn() -> Option<libc::pthread_t> {
     stats::bump(stats::Counter::ReporterStarts);
     let deadline = sys::thread::monotonic_ns() + 100_000_000;
     while REPORTER_TID.load(Ordering::Acquire) == 0 && sys::thread::monotonic_ns() < deadline {
-        std::thread::yield_now();
+        crate::sys::raw::yield_cpu();
     }
     Some(thread)
 }

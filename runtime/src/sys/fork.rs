@@ -22,7 +22,7 @@ static WALKING: AtomicBool = AtomicBool::new(false);
 
 fn take_walk() {
     while WALKING.swap(true, Ordering::AcqRel) {
-        std::thread::yield_now();
+        crate::sys::raw::yield_cpu();
     }
 }
 

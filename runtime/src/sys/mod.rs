@@ -20,6 +20,7 @@ pub mod jump;
 pub mod mem;
 pub mod memfile;
 pub mod perf;
+pub mod prefault;
 pub mod process;
 pub mod ptr;
 pub mod raw;

@@ -781,7 +781,7 @@ pub fn skipped_for_stack() -> u64 {
 pub fn wait_until_quiet(timeout_ms: u64) {
     let deadline = crate::sys::thread::monotonic_ns() + timeout_ms * 1_000_000;
     while ACTIVE.load(Ordering::SeqCst) != 0 && crate::sys::thread::monotonic_ns() < deadline {
-        std::thread::yield_now();
+        crate::sys::raw::yield_cpu();
     }
 }
 

@@ -93,7 +93,7 @@ impl<T: Send + Sync + 'static> SnapshotCell<T> {
                 // forever or free it under the reader.
                 return Some(false);
             }
-            std::thread::yield_now();
+            crate::sys::raw::yield_cpu();
         }
         if !old.is_null() {
             // SAFETY: `old` came from `Box::into_raw` above (an earlier call), is no

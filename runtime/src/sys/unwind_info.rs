@@ -206,6 +206,9 @@ unsafe extern "C" fn collect(info: *mut libc::dl_phdr_info, _size: usize, data: 
         return 0;
     }
     modules.push(Module { fingerprint, lo, hi, segment: start, segment_len: segment.p_filesz, hdr });
+    // The unwind tables (`.eh_frame_hdr`, `.eh_frame` and what follows them in the segment), read by the
+    // handlers of every thread: faulted in here, in the thread that takes the table.
+    super::prefault::readable(hdr as usize, (start + segment.p_filesz) as usize);
     0
 }
 

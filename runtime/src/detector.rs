@@ -100,12 +100,14 @@ pub fn prepare() {
     if is_sandboxed() || !registry::with_index(|i| i.functions() > 0) {
         return;
     }
+    // First: the table is a mapping of its own, not part of the heap mapped ahead for the start.
+    crate::sys::creation::prepare();
     crate::sys::region::reserve(HEAP_AT_START, crate::sys::region::Use::Heap);
     crate::sys::prefault::own_module();
     stacks::init_pool();
     stacks::prepare_alt_stacks();
+    stacks::prepare_work_stack();
     thread::reserve_small_stack();
-    crate::sys::creation::prepare();
 }
 
 /// The program is about to lock all its current memory (`mlockall(MCL_CURRENT)`): what [`prepare`] mapped
@@ -117,6 +119,7 @@ pub fn before_locking_all() {
     }
     crate::sys::region::release_reserve(crate::sys::region::Use::Heap);
     stacks::shrink_for_locking();
+    crate::sys::creation::before_locking_all();
 }
 
 /// racewatch's heap that the detector's start uses: about 580 KiB for the decoder's tables, 64 KiB for

@@ -11,6 +11,10 @@
  *          its data, runtime stacks and alternate stack for the first time there: 1-6, set 19 p22).
  *   churn: 3000 short-lived threads (returning, pthread_exit, cancelled), a few at a time, while two
  *          threads race: /proc/self/maps lines and VmSize may grow only a little.
+ *   churn_exact: the same churn (returning and exiting threads) while two threads count under a lock (no
+ *          race, no report): the change of VmSize and of the /proc/self/maps line count, printed exactly
+ *          (0 without racewatch: glibc reuses the stacks; set 19 p23 saw VmSize grow 448 KiB, a chunk of
+ *          racewatch's thread table for each new range of tids).
  *   modules: while two threads race, the modules the loader lists (racewatch's own left out, as a program
  *          that knows it is preloaded would) and whether libgcc_s.so.1 is loaded: a C program that never
  *          loads it must not find it loaded (racewatch's unwinder is linked into it).
@@ -215,6 +219,44 @@ static int churn_mode(void) {
   return 0;
 }
 
+static pthread_mutex_t quiet_lock = PTHREAD_MUTEX_INITIALIZER;
+static long quiet_count;
+static atomic_int quiet_stop;
+
+static void *quiet_worker(void *arg) {
+  (void)arg;
+  while (!atomic_load(&quiet_stop))
+    for (int i = 0; i < 1000; i++) {
+      pthread_mutex_lock(&quiet_lock);
+      quiet_count++;
+      pthread_mutex_unlock(&quiet_lock);
+    }
+  return NULL;
+}
+
+static int churn_exact_mode(void) {
+  pthread_t workers[2];
+  for (int i = 0; i < 2; i++) pthread_create(&workers[i], NULL, quiet_worker, NULL);
+  for (int round = 0; round < 8; round++) {
+    pthread_t t[4];
+    for (int k = 0; k < 4; k++) pthread_create(&t[k], NULL, k == 1 ? churn_exit : churn_return, NULL);
+    for (int k = 0; k < 4; k++) pthread_join(t[k], NULL);
+  }
+  long lines0 = maps_lines(), vm0 = rw_status_field("/proc/self/status", "VmSize");
+  int failed = 0;
+  for (int i = 0; i < 3000; i += 4) {
+    pthread_t t[4];
+    for (int k = 0; k < 4; k++) failed += pthread_create(&t[k], NULL, k == 1 ? churn_exit : churn_return, NULL) != 0;
+    for (int k = 0; k < 4; k++) pthread_join(t[k], NULL);
+  }
+  long lines1 = maps_lines(), vm1 = rw_status_field("/proc/self/status", "VmSize");
+  atomic_store(&quiet_stop, 1);
+  for (int i = 0; i < 2; i++) pthread_join(workers[i], NULL);
+  printf("threads that failed to start: %d\n", failed);
+  printf("after 3000 short threads: VmSize changed by %ld kB, maps lines by %ld\n", vm1 - vm0, lines1 - lines0);
+  return 0;
+}
+
 static int list_module(struct dl_phdr_info *info, size_t size, void *data) {
   (void)size;
   (void)data;
@@ -275,6 +317,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "faults")) return faults_mode();
   if (!strcmp(mode, "busy")) return busy_mode();
   if (!strcmp(mode, "churn")) return churn_mode();
+  if (!strcmp(mode, "churn_exact")) return churn_exact_mode();
   if (!strcmp(mode, "modules")) return modules_mode();
   if (!strcmp(mode, "address")) return address_mode(argc > 2 && !strcmp(argv[2], "budget"));
   fprintf(stderr, "usage: footprint depth|busy|churn|modules|address [budget]\n");

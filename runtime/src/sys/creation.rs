@@ -7,8 +7,8 @@
 //! [`crate::sys::thread`] (a fixed pool), and the table is indexed by `tid % SLOTS`. A thread whose tid
 //! shares a slot with a later thread loses its record to it (with 4096 slots that takes 4096 thread
 //! creations while it lives). The table is allocated a chunk of [`CHUNK`] slots at a time, by the first
-//! thread that starts with a tid in it (racewatch's heap, not the program's `malloc`): a program with a
-//! few threads holds a few chunks, not the 0.9 MiB of the whole table (which `mlockall` would lock).
+//! thread that starts with a tid in it (racewatch's heap, not the program's `malloc`), or all at once
+//! before `main`, untouched until used ([`prepare`]).
 //! Lookups never allocate: a slot whose chunk does not exist holds nothing. The reporter reads the
 //! table.
 
@@ -142,13 +142,47 @@ fn allocate_chunk(slot: usize) -> Option<&'static spin::Mutex<Record>> {
     }
     existing_slot(slot)
 }
-/// Before `main`: allocates the chunks of the tids the program's first threads will most likely get
-/// (those after the process's own), so that those threads' records allocate nothing: racewatch's heap
-/// does not grow when the program starts them.
+/// Before `main`: maps the whole table (0.9 MiB of address space, zero: a zero record is an empty one),
+/// whose pages are touched only as tids use them, so that the program's threads, however many come and
+/// go, change nothing of its address space (set 19 p23: `VmSize` grew 448 KiB over a churn of 3000
+/// short threads, a chunk for each new range of tids). Under a memory budget nothing is allocated (see
+/// [`allocate_chunk`]). Call before any other mapping of racewatch's heap.
 pub fn prepare() {
-    let next = crate::sys::raw::gettid() as u32 as usize + 1;
-    for tid in [next, next + CHUNK] {
-        let _ = slot_to_write(tid % SLOTS);
+    if crate::sys::mem::memory_budgeted() || TABLE.iter().any(|chunk| !chunk.load(Ordering::Acquire).is_null()) {
+        return;
+    }
+    let Ok(layout) = std::alloc::Layout::array::<Chunk>(SLOTS / CHUNK) else { return };
+    // SAFETY: `layout` has a non-zero size; the block comes zeroed (a mapping of its own, untouched).
+    let whole = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Chunk>();
+    if whole.is_null() {
+        return;
+    }
+    WHOLE.store(whole, Ordering::Release);
+    for (i, chunk) in TABLE.iter().enumerate() {
+        // SAFETY: `whole` holds `SLOTS / CHUNK` chunks of zero (empty, unlocked) records.
+        chunk.store(unsafe { whole.add(i) }, Ordering::Release);
+    }
+}
+
+/// The table mapped whole before `main` ([`prepare`]), null otherwise.
+static WHOLE: AtomicPtr<Chunk> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Before an `mlockall(MCL_CURRENT)` of the program's while no thread was recorded: gives the table
+/// mapped whole back (it would be locked, and counted against the program's `RLIMIT_MEMLOCK`); chunks
+/// are then allocated as tids need them.
+pub fn before_locking_all() {
+    let whole = WHOLE.load(Ordering::Acquire);
+    if whole.is_null() || USED.iter().any(|used| used.load(Ordering::Acquire) != 0) {
+        return;
+    }
+    for chunk in &TABLE {
+        chunk.store(std::ptr::null_mut(), Ordering::Release);
+    }
+    WHOLE.store(std::ptr::null_mut(), Ordering::Release);
+    if let Ok(layout) = std::alloc::Layout::array::<Chunk>(SLOTS / CHUNK) {
+        // SAFETY: allocated in `prepare` with this layout; no thread was recorded in it, and it is no
+        // longer reachable through the table.
+        unsafe { std::alloc::dealloc(whole.cast(), layout) };
     }
 }
 

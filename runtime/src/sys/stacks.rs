@@ -100,10 +100,16 @@ pub fn init_pool() -> bool {
 }
 
 /// Before an `mlockall(MCL_CURRENT)` by the program while no handler can use the runtime stacks (the
-/// detector has not started): unmaps what `mlockall` would lock for nothing, the spare alternate stacks
-/// and the runtime stacks beyond the [`BUDGET_POOL`] a memory budget gets, as if they had been mapped
-/// under that budget.
+/// detector has not started): unmaps what `mlockall` would lock for nothing, the work stack mapped
+/// ahead, the spare alternate stacks and the runtime stacks beyond the [`BUDGET_POOL`] a memory budget
+/// gets, as if they had been mapped under that budget.
 pub fn shrink_for_locking() {
+    if !WORK_BUSY[0].load(Ordering::Acquire) {
+        let base = WORK_BASE[0].swap(0, Ordering::AcqRel);
+        if base != 0 {
+            unmap(base, WORK_STACK + PAGE);
+        }
+    }
     for spare in &SPARE {
         let entry = spare.swap(0, Ordering::AcqRel);
         if entry != 0 {
@@ -233,6 +239,22 @@ pub fn claim_work_stack() -> Option<usize> {
         WORK_BASE[slot].store(base, Ordering::Release);
     }
     Some(slot)
+}
+
+/// Before `main`, without a memory budget: maps the first work stack ahead (untouched: address space
+/// only), so that the reporter's first start, which a module loaded by the program can cause in a
+/// process that never reports a race, changes nothing of the program's address space (a thread churn
+/// whose first `pthread_exit` loaded `libgcc_s` saw `VmSize` grow 260 KiB and `maps` 2 lines).
+pub fn prepare_work_stack() {
+    if LOCKING_FUTURE.load(Ordering::Relaxed) || crate::sys::mem::memory_headroom().is_some() {
+        return;
+    }
+    if WORK_BASE[0].load(Ordering::Acquire) == 0 {
+        if let Some(base) = map(WORK_STACK + PAGE) {
+            protect_guard(base);
+            WORK_BASE[0].store(base, Ordering::Release);
+        }
+    }
 }
 
 /// Gives back a work stack [`claim_work_stack`] took, for a thread that was not created.

@@ -330,7 +330,9 @@ pub extern "C-unwind" fn pselect(
     timeout: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    signal::during_program_wait(opt_ref(mask).map(signal::to_bits), || real::pselect(n, read, write, except, timeout, mask))
+    signal::during_program_wait(opt_ref(mask).map(signal::to_bits), || {
+        real::pselect(n, read, write, except, timeout, mask)
+    })
 }
 
 /// Interposed `epoll_pwait` (see [`sigsuspend`]).
@@ -342,7 +344,9 @@ pub extern "C-unwind" fn epoll_pwait(
     timeout: c_int,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    signal::during_program_wait(opt_ref(mask).map(signal::to_bits), || real::epoll_pwait(epfd, events, max, timeout, mask))
+    signal::during_program_wait(opt_ref(mask).map(signal::to_bits), || {
+        real::epoll_pwait(epfd, events, max, timeout, mask)
+    })
 }
 
 /// Interposed `sigprocmask`.

@@ -20,10 +20,9 @@ pub fn pages(lo: usize, hi: usize) {
     }
 }
 
-/// Faults in racewatch's own module, once, before the program's threads run: its code and read-only
-/// data (file pages, shared with every process that maps the library: its handlers' paths run first in
-/// whatever thread a signal lands on) and its writable data (`.data`, `.bss`: about 680 KiB, which the
-/// handlers write).
+/// Faults in racewatch's own writable data (`.data`, `.bss`: about 680 KiB), which its handlers write,
+/// once, before the program's threads run. (Its code and read-only data are file pages that the
+/// detector's start runs and reads on its way.)
 pub fn own_module() {
     static ANCHOR: AtomicU8 = AtomicU8::new(0);
     extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, anchor: *mut libc::c_void) -> libc::c_int {
@@ -41,9 +40,8 @@ pub fn own_module() {
         if !segments().any(|(lo, hi, _)| (lo..hi).contains(&anchor)) {
             return 0;
         }
-        for (lo, hi, flags) in segments() {
-            let advice = if flags & libc::PF_W != 0 { MADV_POPULATE_WRITE } else { MADV_POPULATE_READ };
-            populate(lo, hi, advice);
+        for (lo, hi, _) in segments().filter(|&(_, _, flags)| flags & libc::PF_W != 0) {
+            populate(lo, hi, MADV_POPULATE_WRITE);
         }
         1
     }

@@ -840,9 +840,8 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
             // one the interrupted code gets back, less a SIGTRAP a wait let through), its sa_mask and
             // (without SA_NODEFER) SIGTRAP itself.
             let trap_bit = 1u64 << (libc::SIGTRAP - 1);
-            let interrupted = WAIT_MASK
-                .with(Cell::get)
-                .unwrap_or_else(|| uc.map_or(0, |uc| to_bits(&uc.uc_sigmask)) & !trap_bit);
+            let interrupted =
+                WAIT_MASK.with(Cell::get).unwrap_or_else(|| uc.map_or(0, |uc| to_bits(&uc.uc_sigmask)) & !trap_bit);
             let trap = if action.sa_flags & libc::SA_NODEFER == 0 { trap_bit } else { 0 };
             let old = raw::sigprocmask(libc::SIG_SETMASK, Some(interrupted | to_bits(&action.sa_mask) | trap));
             let mut call = || hand_on::call_program_handler(handler, action.sa_flags, sig, info, ctx);

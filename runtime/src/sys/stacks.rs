@@ -845,11 +845,7 @@ pub fn program_sigaltstack(new: Option<&libc::stack_t>, old: Option<&mut libc::s
     let seen = as_program_sees(current);
     if let Some(new) = new {
         let ours_installed = lo != 0 && current.ss_sp as usize == lo;
-        let wanted = if new.ss_flags & libc::SS_DISABLE != 0 && lo != 0 {
-            armed(lo, hi)
-        } else {
-            *new
-        };
+        let wanted = if new.ss_flags & libc::SS_DISABLE != 0 && lo != 0 { armed(lo, hi) } else { *new };
         let unchanged = ours_installed && new.ss_flags & libc::SS_DISABLE != 0;
         if !unchanged {
             let rc = raw::syscall6(libc::SYS_sigaltstack, [&wanted as *const libc::stack_t as u64, 0, 0, 0, 0, 0]);

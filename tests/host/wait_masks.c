@@ -99,6 +99,8 @@ int main(void) {
       left += sigismember(&pending, SIGTRAP) + sigismember(&pending, SIGUSR1) + sigismember(&pending, rt);
       if (round == 0) snprintf(first, sizeof first, "%s", order);
       same += !strcmp(order, first);
+      if (strcmp(order, first) && getenv("WAIT_MASKS_VERBOSE"))
+        fprintf(stderr, "%s round %d: '%s' r=%d err=%d\n", names[how], round, order, r, err);
     }
     sigset_t now;
     pthread_sigmask(SIG_SETMASK, NULL, &now);

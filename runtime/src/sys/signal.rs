@@ -410,9 +410,20 @@ pub fn during_program_wait<R>(mask: Option<u64>, wait: impl FnOnce() -> R) -> R 
             set_trap_blocked(self.0);
         }
     }
-    let _restore = Restore(trap_blocked(), WAIT_MASK.with(|w| w.replace(Some(mask))));
-    set_trap_blocked(mask & (1 << (libc::SIGTRAP - 1)) != 0);
-    wait()
+    let trap = 1u64 << (libc::SIGTRAP - 1);
+    // SIGTRAP blocked for real (a program's `SIGTRAP` was made pending) and let through by the wait: a
+    // signal of racewatch's pending beside it would end the wait instead (`EINTR`, no handler run).
+    let held_for_real = mask & trap == 0
+        && trap_blocked()
+        && raw::sigprocmask(libc::SIG_BLOCK, None).is_some_and(|kernel| kernel & trap != 0);
+    if held_for_real {
+        before_program_sigpending();
+    }
+    let restore = Restore(trap_blocked(), WAIT_MASK.with(|w| w.replace(Some(mask))));
+    set_trap_blocked(mask & trap != 0);
+    let result = wait();
+    drop(restore);
+    result
 }
 
 /// Records the program's `SIGTRAP` mask bit of a thread that starts (its entry in [`BLOCKED_TIDS`] set
@@ -855,7 +866,24 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
             if let Some(old) = old {
                 raw::sigprocmask(libc::SIG_SETMASK, Some(old));
             }
+            if through_a_wait {
+                release_after_wait(ctx);
+            }
         }
+    }
+}
+
+/// After the program's `SIGTRAP` that was held pending (blocked for real) ran in a wait that let it
+/// through: when no other is pending, the mask the wait gives back (the frame's) lacks `SIGTRAP` again,
+/// as racewatch keeps it: a sample of racewatch's would otherwise wait there and take the place of the
+/// program's next `SIGTRAP` (the kernel does not queue a standard signal twice).
+fn release_after_wait(ctx: *mut libc::c_void) {
+    let mut pending = 0u64;
+    let read = raw::syscall6(libc::SYS_rt_sigpending, [&mut pending as *mut u64 as u64, 8, 0, 0, 0, 0]) == 0;
+    if read && pending & 1 << (libc::SIGTRAP - 1) == 0 {
+        // SAFETY: `ctx` is the kernel's ucontext for this delivery (non-null: `through_a_wait` read it);
+        // the mask in it is what `sigreturn` restores.
+        unsafe { libc::sigdelset(&mut (*(ctx as *mut libc::ucontext_t)).uc_sigmask, libc::SIGTRAP) };
     }
 }
 

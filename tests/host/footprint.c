@@ -129,29 +129,29 @@ static void *compute_worker(void *arg) {
   return (void *)(after.ru_minflt - before.ru_minflt);
 }
 
-static int faults_mode(void) {
-  rw_start(1, 1.0, 0);
+/* Runs `worker` in a thread beside a racing one (for `seconds`); returns what the worker returned. */
+static long beside_a_racer(void *(*worker)(void *), double seconds) {
+  rw_start(1, seconds, 0);
   pthread_t t;
-  pthread_create(&t, NULL, compute_worker, NULL);
-  void *faults;
-  pthread_join(t, &faults);
+  pthread_create(&t, NULL, worker, NULL);
+  void *result;
+  pthread_join(t, &result);
   rw_join();
-  printf("minor page faults in a computing thread's loop: %ld\n", (long)faults);
+  return (long)result;
+}
+
+static int faults_mode(void) {
+  printf("minor page faults in a computing thread's loop: %ld\n", beside_a_racer(compute_worker, 1.0));
   return 0;
 }
 
 static int busy_mode(void) {
-  rw_start(1, 2.0, 0);
-  pthread_t t;
-  pthread_create(&t, NULL, busy_worker, NULL);
-  void *switches;
-  pthread_join(t, &switches);
-  rw_join();
+  long switches = beside_a_racer(busy_worker, 2.0);
   /* Without racewatch: 0. At a production rate (20 ms) windows spin; at the debug rate they yield in a
    * thread that never blocks. Windows that slept made 4-9 in these 2 s at 20 ms; what is left (0-1: a
    * kernel mutex on the arm/disarm path taken while contended) is allowed. */
-  printf("busy thread's voluntary context switches at most 3: %d\n", (long)switches <= 3);
-  if (getenv("FOOTPRINT_VERBOSE")) fprintf(stderr, "voluntary switches: %ld\n", (long)switches);
+  printf("busy thread's voluntary context switches at most 3: %d\n", switches <= 3);
+  if (getenv("FOOTPRINT_VERBOSE")) fprintf(stderr, "voluntary switches: %ld\n", switches);
   return 0;
 }
 

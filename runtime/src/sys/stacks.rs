@@ -196,10 +196,11 @@ pub fn program_handler_top(interrupted_sp: usize, onstack: bool) -> Option<usize
     Some(interrupted_sp.saturating_sub(128) & !15)
 }
 
-/// When the caller runs on racewatch's alternate stack: `Some` of where a program handler must run instead, `None` inside it when the code the
-/// signal interrupted ran there itself. `None` elsewhere (not on racewatch's alternate stack). A
-/// program's handler with `SA_ONSTACK` in a thread without an alternate stack of the program's is put
-/// on racewatch's by the kernel; without racewatch it would have run on the interrupted stack.
+/// When the caller runs on racewatch's alternate stack: `Some` of where a program handler must run
+/// instead, `None` inside it when the code the signal interrupted ran there itself. `None` elsewhere
+/// (not on racewatch's alternate stack). A program's handler with `SA_ONSTACK` in a thread without an
+/// alternate stack of the program's is put on racewatch's by the kernel; without racewatch it would
+/// have run on the interrupted stack.
 /// Touches thread-local storage only in a thread racewatch knows: a thread of the program's own making
 /// (a raw `clone` with a thread pointer of its own, no glibc TLS vector) has no alternate stack of
 /// racewatch's, and looking its TLS up would fault.

@@ -282,6 +282,14 @@ impl Case {
     }
 }
 
+/// racewatch did not step aside for the process (a thread's own seccomp sandbox leaves the rest sampled).
+fn detection_stays_on(outcome: &Outcome) -> Result<(), String> {
+    match outcome.stderr.lines().find(|line| line.contains("race detection is off")) {
+        Some(line) => Err(format!("racewatch stepped aside: {line}")),
+        None => Ok(()),
+    }
+}
+
 /// No warning that the reporter thread was given up for a thread limit the program did not reach.
 fn reporter_kept(outcome: &Outcome) -> Result<(), String> {
     match outcome.stderr.lines().find(|line| line.contains("limit of threads")) {
@@ -497,9 +505,25 @@ fn cases() -> Vec<Case> {
             "worker 1 handler ran: ok",
         ]),
         // 12. seccomp.
-        case("seccomp_strict_prctl", "seccomp", &["strict-prctl"]).expect(&["read 1 byte(s): S", "done"]),
-        case("seccomp_strict_syscall", "seccomp", &["strict-syscall"]).expect(&["read 1 byte(s): S", "done"]),
-        case("seccomp_filter_one_thread", "seccomp", &["filter"]).expect(&["read 1 byte(s): S", "done"]),
+        // A worker's own sandbox (no TSYNC): racewatch leaves that thread alone and samples the others.
+        case("seccomp_strict_prctl", "seccomp", &["strict-prctl"])
+            .expect(&["read 1 byte(s): S", "done"])
+            .check(detection_stays_on),
+        case("seccomp_strict_syscall", "seccomp", &["strict-syscall"])
+            .expect(&["read 1 byte(s): S", "done"])
+            .check(detection_stays_on),
+        case("seccomp_filter_one_thread", "seccomp", &["filter"])
+            .expect(&["read 1 byte(s): S", "done"])
+            .check(detection_stays_on),
+        // Inside it: signals, threads, a fork whose child makes a thread, a return through glibc.
+        case("seccomp_filter_threads", "seccomp", &["filter-threads"])
+            .repeat(3)
+            .expect(&[
+                "filter: ok, threads created 2 joined 2, child exit 7",
+                "SIGUSR1s taken in the sandbox: 20",
+                "done",
+            ])
+            .check(detection_stays_on),
         case("seccomp_filter_tsync_all_threads", "seccomp", &["tsync"]).expect(&["tsync filter: ok", "done"]),
         // A filter the program inherited (its launcher's) that forbids a call of racewatch's: the program
         // runs as without racewatch (a probe child finds the call first; racewatch steps aside).
@@ -1521,6 +1545,7 @@ host_cases!(
     seccomp_strict_prctl,
     seccomp_strict_syscall,
     seccomp_filter_one_thread,
+    seccomp_filter_threads,
     seccomp_filter_tsync_all_threads,
     seccomp_inherited_kill_process,
     seccomp_inherited_kill_thread,
@@ -1747,6 +1772,30 @@ fn a_program_with_its_own_malloc_is_reported_while_it_runs() {
     }
     let runs = run_until("own_malloc", "racing\n", &[], |run| run.stderr.contains(REPORT_HEADER));
     eprintln!("own malloc: reported in run {runs}");
+}
+
+/// A worker that enters a seccomp sandbox of its own (tests/host/seccomp.c "filter-threads": an allow-list
+/// filter that kills the process on any other call) is left unsampled, threads it creates included, while
+/// the rest of the process is sampled as before: the race between the other threads is reported, and no
+/// line says detection is off.
+#[test]
+fn races_beside_a_thread_in_its_own_sandbox_are_reported() {
+    if skip_detection() {
+        return;
+    }
+    let case = find_case("seccomp_filter_threads");
+    let Some(bin) = program(case.program) else { return };
+    let mut attempt = 0;
+    let (_, runs) = retry_for(Duration::from_secs(60), || {
+        attempt += 1;
+        let run = run_case(&case, Mode::Sampled, &bin, &format!("{attempt}-"), &[]);
+        if run.status != "exit 0" || run.stderr.contains("race detection is off") {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, tail(&run.stderr, 20)));
+        }
+        Ok(run.stderr.contains(REPORT_HEADER).then_some(()))
+    })
+    .unwrap_or_else(|why| panic!("seccomp_filter_threads: {why}"));
+    eprintln!("race beside a sandboxed thread: reported in run {runs}");
 }
 
 /// A tracer that attaches in the middle of a run and detaches 0.4 s later (tests/host/attach.c): sampling

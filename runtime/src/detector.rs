@@ -25,7 +25,7 @@
 
 use crate::fixed::FixedBuf;
 use crate::options::{self, Options};
-use crate::sys::{code, fatal, fd, handlers, perf, signal, stacks, thread, tracer, unwind_info};
+use crate::sys::{code, confined, fatal, fd, handlers, perf, signal, stacks, thread, tracer, unwind_info};
 use crate::{log, profile, queue, registry, reporter, sampler, sandbox_scan, spawn_point, stats, watch};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 
@@ -71,6 +71,9 @@ pub fn is_sandboxed() -> bool {
 /// Called by the interposed `pthread_create` before the real call: starts the detector when this is the
 /// process's second thread and covered code is indexed.
 pub fn before_thread_create() {
+    if confined::here() {
+        return; // No system call of racewatch's here; the new thread is confined too.
+    }
     if is_running() {
         reporter::program_creates_thread();
     }
@@ -457,8 +460,31 @@ pub fn inherited_filter_kills(call: &str, signal: i32) {
     ));
 }
 
-/// The program is about to install a seccomp filter or enter strict mode in some thread.
-pub fn entering_sandbox() {
+/// The program enters a seccomp sandbox with `call` (strict mode, or a filter): the calling thread's own
+/// (it and the threads it creates from then on), or every thread's (`whole_process`: a filter with
+/// `SECCOMP_FILTER_FLAG_TSYNC`). A thread's own sandbox leaves the rest of the process sampled: the
+/// thread is listed as confined first ([`confined`]), and racewatch makes no system call in it from then
+/// on. Every thread's, or a list with no room, switches detection off for the process, with one line.
+pub fn sandbox_call<R: Copy + Into<i64>>(whole_process: bool, call: impl FnOnce() -> R) -> R {
+    let was_confined = confined::here();
+    if whole_process || is_sandboxed() || !confined::list_current(thread::gettid()) {
+        entering_sandbox();
+        return call();
+    }
+    if !was_confined && options::get().verbosity >= 1 {
+        log::line(format_args!(
+            "a thread enters a seccomp sandbox of its own: racewatch leaves it (and the threads it creates) unsampled"
+        ));
+    }
+    let rc = call();
+    if rc.into() < 0 && !was_confined {
+        confined::unlist_current();
+    }
+    rc
+}
+
+/// The program is about to install a seccomp filter or enter strict mode for the whole process.
+fn entering_sandbox() {
     if SANDBOXED.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -474,6 +500,14 @@ pub fn descriptors_taken() {
 
 /// `pthread_atfork` child handler: leave the parent's detector behind.
 extern "C" fn after_fork_in_child() {
+    if confined::here() {
+        // Forked by a thread in a seccomp sandbox of its own: the child's one thread inherits it, and
+        // every thread the child makes will too. racewatch makes no system call in this process.
+        SANDBOXED.store(true, Ordering::Release);
+        thread::stop_syscalls_in_program_threads();
+        STATE.store(OFF, Ordering::Release);
+        return;
+    }
     signal::note_process();
     sandbox_scan::forget_after_fork();
     unwind_info::forget_readers_after_fork();

@@ -38,7 +38,7 @@
 
 use crate::sys::ptr::{self, opt_cstr, opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
-use crate::sys::{environ, fatal, fd, hand_on, handlers, signal, stacks, thread, unwind_info};
+use crate::sys::{confined, environ, fatal, fd, hand_on, handlers, signal, stacks, thread, unwind_info};
 use crate::{detector, log, proc_view};
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
@@ -54,11 +54,15 @@ pub extern "C" fn pthread_create(
     if !signal::is_installed() || detector::is_sandboxed() {
         return real::pthread_create(thread, attr, start, arg);
     }
+    if confined::here() {
+        return thread::create_confined(thread, attr, start, arg, signal::trap_blocked());
+    }
     let stack = stacks::stack_size_of(attr);
     let info = thread::ThreadStart {
         trap_blocked: signal::trap_blocked(),
         stack,
         alt_stack: if detector::is_running() { stacks::alt_stack_size(stacks::glibc_stack_size(attr)) } else { 0 },
+        confined: false,
     };
     let blocked = signal::before_thread_create();
     let mut rc = thread::create_hooked(thread, attr, start, arg, detector::thread_hook, info);
@@ -539,22 +543,28 @@ fn replacing(new: c_int) {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) -> c_int {
     if option == libc::PR_SET_SECCOMP {
-        detector::entering_sandbox();
+        // Strict mode and a filter set this way are the calling thread's (no `TSYNC` here).
+        return detector::sandbox_call(false, || real::prctl(option, a2, a3, a4, a5));
     }
     real::prctl(option, a2, a3, a4, a5)
 }
 
 const SECCOMP_SET_MODE_STRICT: c_long = 0;
 const SECCOMP_SET_MODE_FILTER: c_long = 1;
+/// `seccomp(2)`'s flag that puts the filter on every thread of the process.
+const SECCOMP_FILTER_FLAG_TSYNC: c_long = 1;
 
 /// Interposed `syscall` (variadic in C: six argument words in registers on x86-64).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long {
     match number {
         libc::SYS_seccomp if a == SECCOMP_SET_MODE_STRICT || a == SECCOMP_SET_MODE_FILTER => {
-            detector::entering_sandbox()
+            let whole_process = a == SECCOMP_SET_MODE_FILTER && b & SECCOMP_FILTER_FLAG_TSYNC != 0;
+            return detector::sandbox_call(whole_process, || real::syscall(number, [a, b, c, d, e, f]));
         }
-        libc::SYS_prctl if a == libc::PR_SET_SECCOMP as c_long => detector::entering_sandbox(),
+        libc::SYS_prctl if a == libc::PR_SET_SECCOMP as c_long => {
+            return detector::sandbox_call(false, || real::syscall(number, [a, b, c, d, e, f]));
+        }
         libc::SYS_close | libc::SYS_dup | libc::SYS_fcntl if fd::is_own(a as c_int) => {
             return errno_result(-libc::EBADF).into()
         }

@@ -19,11 +19,11 @@
 
 use crate::detector;
 use crate::sys::real::{self, Jump};
-use crate::sys::{jump, raw, signal, stacks};
+use crate::sys::{jump, raw, signal, stacks, thread};
 use std::ffi::{c_int, c_void};
 
 fn leave(which: Jump, env: *mut c_void, val: c_int) -> ! {
-    if signal::is_installed() && !detector::is_sandboxed() {
+    if signal::is_installed() && !detector::is_sandboxed() && thread::syscalls_allowed() {
         if let Some(top) = stacks::jump_off_alt_stack(jump::target_sp(env)) {
             // Every signal waits while the thread moves: a handler's frame put at the top of the
             // alternate stack (the thread is no longer on it) would overwrite this frame, which the

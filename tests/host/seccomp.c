@@ -6,6 +6,10 @@
  *                             calls), races ~0.5 s, writes one byte and leaves with SYS_exit.
  * argv[1] = "tsync":          main filters every thread with SECCOMP_FILTER_FLAG_TSYNC while they race,
  *                             races on, and exits with exit(0).
+ * argv[1] = "filter-threads": a worker installs an allow-list filter (kill the process on anything else)
+ *                             with just the calls glibc's threads, fork and signals need; then, inside
+ *                             it, takes SIGUSR1s main sends it, starts two racing threads and joins
+ *                             them, forks a child that starts a racing thread of its own, and returns.
  * argv[1] = "inherit-kill", "inherit-trap", "inherit-thread", "inherit-errno": a launcher (a container
  *                             runtime, systemd's SystemCallFilter=) installs a filter that allows every
  *                             call but one of racewatch's (perf_event_open: kill the process, kill the
@@ -86,11 +90,73 @@ static void *sandboxed(void *arg) {
   return NULL;
 }
 
+static atomic_int usr1_taken;
+static void on_usr1(int sig) {
+  (void)sig;
+  atomic_fetch_add(&usr1_taken, 1);
+}
+
+static char filtered_result[160];
+static atomic_int filter_in_place;
+
+/* What the worker of "filter-threads" does inside its filter (the calls it may make are listed). */
+static void *filtered(void *arg) {
+  (void)arg;
+  long iterations = rw_calibrate(0.3);
+  static const int allowed[] = {
+      SYS_read,        SYS_write,   SYS_exit,       SYS_exit_group,  SYS_futex,       SYS_rt_sigreturn,
+      SYS_nanosleep,   SYS_clock_nanosleep,         SYS_munmap,      SYS_madvise,     SYS_mmap,
+      SYS_mprotect,    SYS_clone,   SYS_clone3,     SYS_set_robust_list,              SYS_rseq,
+      SYS_rt_sigprocmask,           SYS_sched_yield, SYS_wait4,      SYS_brk};
+  int rc = install_filter(allowed, sizeof allowed / sizeof allowed[0], 0);
+  atomic_store(&filter_in_place, 1);
+  rw_race_iterations(iterations);
+  pthread_t inner[2];
+  int created = 0, joined = 0;
+  for (int i = 0; i < 2; i++) created += pthread_create(&inner[i], NULL, rw_racer, NULL) == 0;
+  rw_race_iterations(iterations);
+  for (int i = 0; i < created; i++) joined += pthread_join(inner[i], NULL) == 0;
+  pid_t child = fork();
+  if (child == 0) {
+    pthread_t t;
+    int ok = pthread_create(&t, NULL, rw_racer, NULL) == 0;
+    rw_race_iterations(iterations / 4);
+    if (ok) pthread_join(t, NULL);
+    _exit(ok ? 7 : 8);
+  }
+  int status = -1;
+  if (child > 0) waitpid(child, &status, 0);
+  snprintf(filtered_result, sizeof filtered_result,
+           "filter: %s, threads created %d joined %d, child exit %d", rc == 0 ? "ok" : "failed", created, joined,
+           child > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  return NULL;
+}
+
+static int filter_threads(void) {
+  signal(SIGUSR1, on_usr1);
+  rw_start(2, 1.5, 0);
+  pthread_t t;
+  pthread_create(&t, NULL, filtered, NULL);
+  while (!atomic_load(&filter_in_place)) rw_sleep(0.001);
+  /* Each signal taken before the next is sent (a standard signal pending twice is taken once). */
+  for (int i = 0; i < 20; i++) {
+    pthread_kill(t, SIGUSR1);
+    for (double end = rw_now() + 2; atomic_load(&usr1_taken) <= i && rw_now() < end;) rw_sleep(0.001);
+  }
+  pthread_join(t, NULL);
+  printf("%s\n", filtered_result);
+  printf("SIGUSR1s taken in the sandbox: %d\n", atomic_load(&usr1_taken));
+  rw_join();
+  printf("done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   mode = argc > 1 ? argv[1] : "strict-prctl";
   printf("mode %s\n", mode);
   fflush(stdout);
   if (strncmp(mode, "inherit-", 8) == 0) return inherit_mode(argv);
+  if (strcmp(mode, "filter-threads") == 0) return filter_threads();
   if (strcmp(mode, "inherited-run") == 0) {
     rw_start(2, 1.0, 0);
     rw_join();

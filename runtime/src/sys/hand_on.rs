@@ -190,6 +190,9 @@ extern "C-unwind" fn trampoline(sig: libc::c_int, info: *mut libc::siginfo_t, ct
     if matches!(handler, libc::SIG_DFL | libc::SIG_IGN) {
         return 0; // The program's record changed meanwhile (another thread's `sigaction`): nothing to run.
     }
+    if super::confined::here() {
+        return handler; // A seccomp sandbox of the thread's own: nothing decided that takes a system call.
+    }
     // SAFETY: a non-null `info` is the kernel's siginfo for this delivery, this handler's to change.
     if let Some(delivered) = unsafe { info.as_mut() }.filter(|_| wraps(sig)) {
         // The process and thread ids (two system calls) only when there is something to decide.

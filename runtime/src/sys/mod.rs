@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod code;
+pub mod confined;
 pub mod cputime;
 pub mod creation;
 pub mod dl;

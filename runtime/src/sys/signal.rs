@@ -21,7 +21,7 @@
 //! (one raised meanwhile is delivered, flagged async, on return), and no
 //! program handler nests on top of ours on a small alternate stack.
 
-use crate::sys::{hand_on, raw, real, stacks, thread};
+use crate::sys::{confined, hand_on, raw, real, stacks, thread};
 use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -644,6 +644,16 @@ fn perf_fields(info: &libc::siginfo_t) -> (u64, u32, u32, u64) {
 }
 
 extern "C-unwind" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // A thread in a seccomp sandbox of its own: no system call at all (the filter may kill any), so no
+    // lookup by tid. racewatch's signals are dropped; the program's go to its disposition.
+    if confined::here() {
+        // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
+        let ours = unsafe { info.as_ref() }.is_some_and(|i| claimed(i).is_some() || hand_on::is_trap_mark(i));
+        if !ours {
+            chain(sig, info, ctx, false);
+        }
+        return;
+    }
     // A thread the runtime does not know (a raw `clone`, maybe sharing another thread's TLS): nothing
     // thread-local is touched, the runtime's signals are dropped, others go to the program.
     let tid = raw::gettid();
@@ -734,7 +744,7 @@ fn hand_to_a_thread_letting_it_through(info: *const libc::siginfo_t) -> bool {
     let Some(info) = (unsafe { info.as_ref() }) else { return false };
     let me = raw::gettid();
     for tid in thread::known_tids() {
-        if tid == me || trap_blocked_in(tid) != Some(false) {
+        if tid == me || trap_blocked_in(tid) != Some(false) || confined::is_listed(tid) {
             continue;
         }
         match hand_on::hand_trap_to(tid, info) {

@@ -244,6 +244,9 @@ pub struct ThreadStart {
     pub stack: usize,
     /// The size of the alternate signal stack to give it (0: none).
     pub alt_stack: usize,
+    /// Whether the creating thread is confined ([`super::confined`]): the new thread inherits its seccomp
+    /// sandbox, and racewatch makes no system call in either (no hook runs).
+    pub confined: bool,
 }
 
 /// Start records in flight: a fixed pool, so that neither the creating nor the new thread calls
@@ -271,7 +274,7 @@ pub fn create_hooked(
     else {
         return real::pthread_create(thread, attr, start, arg);
     };
-    let creation = creation::capture();
+    let creation = if info.confined { creation::Creation::NONE } else { creation::capture() };
     *RECORD[index].lock() = Some(Start { start, arg, hook, info, creation });
     // SAFETY: `racewatch_thread_entry` (below) has the C signature of a start routine.
     let entry: real::StartRoutine = unsafe { std::mem::transmute(racewatch_thread_entry as *const ()) };
@@ -383,10 +386,16 @@ struct StartCall {
 extern "C" fn thread_enter(index: usize, return_slot: *mut usize) -> StartCall {
     let start = RECORD[index].lock().take().expect("a start record for every hooked thread");
     RECORD_BUSY[index].store(false, Ordering::Release);
-    // The program's start routine is entered with the stack as start_thread's call left it: its frames
-    // begin right below the return address.
-    creation::started(&start.creation, start.info.stack, return_slot as u64 + 8);
-    (start.hook)(&start.info);
+    if start.info.confined {
+        confined_start(start.info.trap_blocked);
+    } else {
+        // A thread pointer an ended confined thread left listed is this thread's now.
+        super::confined::unlist_current();
+        // The program's start routine is entered with the stack as start_thread's call left it: its
+        // frames begin right below the return address.
+        creation::started(&start.creation, start.info.stack, return_slot as u64 + 8);
+        (start.hook)(&start.info);
+    }
     // SAFETY: `return_slot` is the top of this thread's stack as start_thread's call left it: the
     // return address, which only this thread uses.
     let return_to = unsafe { *return_slot };
@@ -402,6 +411,35 @@ extern "C" fn thread_enter(index: usize, return_slot: *mut usize) -> StartCall {
     StartCall { start: start.start, arg: start.arg }
 }
 
+/// The real `pthread_create` in a confined thread ([`super::confined`]): the new thread, which inherits
+/// the sandbox, starts with `SIGTRAP` held in the kernel, so that no signal of racewatch's reaches it
+/// before it is listed as confined ([`confined_start`]). The only system calls are `rt_sigprocmask`s,
+/// which glibc's own thread creation makes too. `trap_blocked`: the program holds `SIGTRAP` here.
+pub fn create_confined(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: real::StartRoutine,
+    arg: *mut libc::c_void,
+    trap_blocked: bool,
+) -> libc::c_int {
+    let trap = 1u64 << (libc::SIGTRAP - 1);
+    let old = raw::sigprocmask(libc::SIG_BLOCK, Some(trap));
+    let info = ThreadStart { trap_blocked, stack: 0, alt_stack: 0, confined: true };
+    let rc = create_hooked(thread, attr, start, arg, |_| {}, info);
+    if old.is_some_and(|mask| mask & trap == 0) {
+        raw::sigprocmask(libc::SIG_UNBLOCK, Some(trap));
+    }
+    rc
+}
+
+/// A thread a confined thread created lists itself as confined, then lets `SIGTRAP` through as the
+/// program has it (held when the list has no room: racewatch's signals then wait there unseen).
+fn confined_start(trap_blocked: bool) {
+    if super::confined::list_current(0) && !trap_blocked {
+        raw::sigprocmask(libc::SIG_UNBLOCK, Some(1u64 << (libc::SIGTRAP - 1)));
+    }
+}
+
 extern "C" fn thread_leave() -> usize {
     thread_ending();
     RETURN_TO.load(Ordering::Acquire)
@@ -415,7 +453,7 @@ static ANY_KNOWN: AtomicBool = AtomicBool::new(false);
 
 /// Whether racewatch may still make system calls in program threads.
 pub fn syscalls_allowed() -> bool {
-    !NO_SYSCALLS.load(Ordering::Acquire)
+    !NO_SYSCALLS.load(Ordering::Acquire) && !super::confined::here()
 }
 
 /// From now on, threads that end release nothing (no system call): a sandbox may be in place.
@@ -427,7 +465,7 @@ pub fn stop_syscalls_in_program_threads() {
 /// runtime alternate stack and its known-thread slot. Not for signal handlers. Makes no system call
 /// when the detector never ran or a sandbox may be in place.
 pub fn thread_ending() {
-    if NO_SYSCALLS.load(Ordering::Acquire) || !ANY_KNOWN.load(Ordering::Acquire) {
+    if !syscalls_allowed() || !ANY_KNOWN.load(Ordering::Acquire) {
         return;
     }
     let _no_cancel = NoCancel::hold();

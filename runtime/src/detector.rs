@@ -156,10 +156,6 @@ fn start(opts: &Options) -> bool {
         fd::close_all_own();
         return false;
     }
-    if signal::program_ignores_trap() {
-        log::warn(format_args!("{TRAP_IGNORED}; race detection is off"));
-        return false;
-    }
     unwind_info::refresh();
     // Traced from the start (a supervisor's PTRACE_TRACEME child): sampling begins paused.
     if tracer::open() {
@@ -365,20 +361,6 @@ fn sandbox_capable(found: &sandbox_scan::Finding) {
     sampler::close();
     reporter::stop_after_this_round();
     log::warn(format_args!("{found}; race detection is off from here on"));
-}
-
-/// Why the detector steps aside when the program ignores `SIGTRAP`.
-const TRAP_IGNORED: &str = "the program ignores SIGTRAP (SIG_IGN): a SIGTRAP sent to it would still run \
-    racewatch's handler and interrupt a sleep or a wait, which an ignored signal never does";
-
-/// The program set `SIGTRAP` to `SIG_IGN` while the detector owns it: racewatch's handler would still
-/// run for a `SIGTRAP` sent with `kill` and end a `nanosleep` with `EINTR`. The program wins: detection
-/// is switched off and `SIGTRAP` handed back to the kernel as the program set it.
-pub fn trap_ignored() {
-    if signal::is_installed() {
-        switch_off(TRAP_IGNORED, false);
-        signal::hand_back();
-    }
 }
 
 /// Switches detection off for good, with one warning naming `why`. `closing_ours`: the program is

@@ -139,9 +139,6 @@ pub extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut l
         }
         if let Some(act) = opt_ref(act) {
             handlers::set_program_trap_action(act);
-            if act.sa_sigaction == libc::SIG_IGN {
-                detector::trap_ignored();
-            }
         }
         return 0;
     }
@@ -605,6 +602,8 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
             return signal::during_program_wait(raw_mask(e), || real::syscall(number, [a, b, c, d, e, f]))
         }
         libc::SYS_perf_event_open => return perf_event_open([a, b, c, d, e, f]),
+        // `SIGTRAP`s the kernel would discard, sent raw (see `pthread_kill`).
+        libc::SYS_kill | libc::SYS_tkill | libc::SYS_tgkill if trap_sent_and_ignored(number, [a, b, c]) => return 0,
         libc::SYS_setrlimit => limiting(0, a as c_int, a_ptr(b)),
         libc::SYS_prlimit64 => limiting(a as libc::pid_t, b as c_int, a_ptr(c)),
         libc::SYS_unshare | libc::SYS_setns => detector::before_single_threaded_call(),
@@ -627,6 +626,9 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn sigqueue(pid: libc::pid_t, sig: c_int, value: libc::sigval) -> c_int {
     if sig == libc::SIGTRAP && signal::is_own_process(pid) {
+        if signal::discarded_as_ignored(pid) {
+            return 0;
+        }
         if let Some(rc) = signal::route_own_process_trap(libc::SI_QUEUE, value.sival_ptr as u64) {
             return rc;
         }
@@ -639,6 +641,9 @@ pub extern "C" fn sigqueue(pid: libc::pid_t, sig: c_int, value: libc::sigval) ->
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
     if sig == libc::SIGTRAP && signal::is_own_process(pid) {
+        if signal::discarded_as_ignored(pid) {
+            return 0;
+        }
         if let Some(rc) = signal::route_own_process_trap(libc::SI_USER, 0) {
             return rc;
         }
@@ -646,10 +651,63 @@ pub extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
     errno_result(crate::sys::raw::syscall6(libc::SYS_kill, [pid as u64, sig as u64, 0, 0, 0, 0]) as i32)
 }
 
-/// Interposed `pthread_sigqueue`: see [`retried_if_full`].
+/// Interposed `pthread_sigqueue`: see [`retried_if_full`] and [`pthread_kill`].
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn pthread_sigqueue(thread: libc::pthread_t, sig: c_int, value: libc::sigval) -> c_int {
+    if sig == libc::SIGTRAP && ignored_by(thread) {
+        return 0;
+    }
     retried_if_full(|| real::pthread_sigqueue(thread, sig, value), |rc| rc == libc::EAGAIN)
+}
+
+/// Whether raw `kill`/`tkill`/`tgkill` arguments send `SIGTRAP` to a thread of this process that would
+/// discard it ([`signal::discarded_as_ignored`]).
+fn trap_sent_and_ignored(number: c_long, [a, b, c]: [c_long; 3]) -> bool {
+    let trap = libc::SIGTRAP as c_long;
+    match number {
+        libc::SYS_kill => b == trap && signal::is_own_process(a as libc::pid_t) && signal::discarded_as_ignored(a as _),
+        libc::SYS_tkill => b == trap && signal::discarded_as_ignored(a as _),
+        _ => c == trap && signal::is_own_process(a as libc::pid_t) && signal::discarded_as_ignored(b as _),
+    }
+}
+
+/// Interposed `pthread_kill`: a `SIGTRAP` the kernel would discard (the program ignores it and the thread
+/// does not block it) is not sent ([`signal::discarded_as_ignored`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn pthread_kill(thread: libc::pthread_t, sig: c_int) -> c_int {
+    if sig == libc::SIGTRAP && ignored_by(thread) {
+        return 0;
+    }
+    real::pthread_kill(thread, sig)
+}
+
+/// Whether a `SIGTRAP` sent to `thread` would be discarded (its kernel id is known to racewatch).
+fn ignored_by(thread: libc::pthread_t) -> bool {
+    signal::is_installed() && crate::sys::creation::tid_of(thread).is_some_and(signal::discarded_as_ignored)
+}
+
+/// Interposed `raise` (and `gsignal`, its other name): see [`pthread_kill`].
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn raise(sig: c_int) -> c_int {
+    if sig == libc::SIGTRAP && signal::is_installed() && signal::discarded_as_ignored(thread::gettid()) {
+        return 0;
+    }
+    real::raise(sig)
+}
+
+/// Interposed `gsignal`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn gsignal(sig: c_int) -> c_int {
+    raise(sig)
+}
+
+/// Interposed `tgkill`: see [`pthread_kill`].
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn tgkill(tgid: libc::pid_t, tid: libc::pid_t, sig: c_int) -> c_int {
+    if sig == libc::SIGTRAP && signal::is_own_process(tgid) && signal::discarded_as_ignored(tid) {
+        return 0;
+    }
+    real::tgkill(tgid, tid, sig)
 }
 
 /// A signal the program queues found the queue full (`EAGAIN` under `RLIMIT_SIGPENDING`): a sampling
@@ -676,6 +734,12 @@ fn retried_if_full<R: Copy>(call: impl Fn() -> R, full: impl Fn(R) -> bool) -> R
 fn errno() -> c_int {
     // SAFETY: errno is this thread's.
     unsafe { *libc::__errno_location() }
+}
+
+/// Sets this thread's `errno`.
+fn set_errno(value: c_int) {
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = value };
 }
 
 /// Interposed `getdents64` (glibc 2.30): a listing of the process's `fd` or `task` directory read
@@ -943,6 +1007,18 @@ fn sets_own_mask(attr: *const libc::posix_spawnattr_t) -> bool {
 /// of its parent's, without `SIGTRAP`: it is blocked there as the parent's thread had it, or as the
 /// child set it since.
 fn exec(call: impl FnOnce() -> c_int) -> c_int {
+    if !signal::ignore_trap_for_exec() {
+        return exec_with_mask(call);
+    }
+    let rc = exec_with_mask(call);
+    let errno = errno();
+    signal::handle_trap_after_exec();
+    set_errno(errno);
+    rc
+}
+
+/// [`exec`] for the mask.
+fn exec_with_mask(call: impl FnOnce() -> c_int) -> c_int {
     if !signal::is_installed() || !signal::trap_blocked_for_exec() {
         return call();
     }

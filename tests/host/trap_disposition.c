@@ -1,8 +1,11 @@
 /* The program's SIGTRAP disposition honoured in full, while threads race. argv[1]:
  *   "no_restart":  a handler without SA_RESTART; a thread blocked in read() on an empty pipe gets
  *                  pthread_kill(SIGTRAP): read returns -1 with EINTR (a byte is written after 3 s, in case);
- *   "ignored":     SIGTRAP set to SIG_IGN; kill() and pthread_kill() SIGTRAP at a thread in a 1 s nanosleep,
- *                  which is not interrupted (returns 0);
+ *   "ignored":     SIGTRAP set to SIG_IGN; kill(), pthread_kill(), tgkill() and a raw tgkill system call
+ *                  send SIGTRAP at a thread in a 1 s nanosleep, which is not interrupted (returns 0);
+ *   "ignored_exec": SIGTRAP set to SIG_IGN while threads race; a child started by posix_spawn, one by
+ *                  fork + execv and one by system() each report SIGTRAP ignored (sigaction and
+ *                  /proc/self/status SigIgn) and survive raise(SIGTRAP);
  *   "no_onstack":  handlers with and without SA_ONSTACK in a thread that has an alternate stack: only the
  *                  SA_ONSTACK one runs on it (sigaltstack's SS_ONSTACK and a local's address);
  *   "sigtimedwait": SIGTRAP blocked in every thread, kill(getpid(), SIGTRAP): the thread waiting in
@@ -10,6 +13,10 @@
  *   "sigqueue":    the same with sigqueue(getpid(), SIGTRAP, 4242): the waiting thread gets the payload;
  *   "int3_altstack": an SA_ONSTACK SIGUSR1 handler on a 16 KiB alternate stack executes int3; the program's
  *                  SIGTRAP handler runs and the program continues. */
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
 static atomic_int traps;
 static atomic_int in_call;
 static int trap_pipe[2];
@@ -65,8 +72,11 @@ static int no_restart(void) {
 
 /* ---- ignored ---- */
 
+static atomic_int sleeper_id;
+
 static void *sleeper(void *arg) {
   (void)arg;
+  atomic_store(&sleeper_id, gettid());
   struct timespec ts = {1, 0}, rem;
   atomic_store(&in_call, 1);
   int rc = nanosleep(&ts, &rem);
@@ -82,15 +92,60 @@ static int ignored(void) {
   pthread_create(&t, NULL, sleeper, NULL);
   while (atomic_load(&in_call) == 0) rw_sleep(0.001);
   rw_race_until(rw_now() + 0.1);
+  pid_t sleeper_tid = 0;
+  while ((sleeper_tid = atomic_load(&sleeper_id)) == 0) rw_sleep(0.001);
   for (int i = 0; i < 5 && atomic_load(&in_call) == 1; i++) {
     pthread_kill(t, SIGTRAP);
     kill(getpid(), SIGTRAP);
+    tgkill(getpid(), sleeper_tid, SIGTRAP);
+    syscall(SYS_tgkill, getpid(), sleeper_tid, SIGTRAP);
     rw_race_until(rw_now() + 0.05);
   }
   pthread_join(t, NULL);
   struct sigaction old;
   sigaction(SIGTRAP, NULL, &old);
   printf("SIGTRAP ignored: %d\n", old.sa_handler == SIG_IGN);
+  return 0;
+}
+
+/* ---- ignored_exec ---- */
+
+/* In a started child: what it inherited. */
+static int report_inherited(const char *how) {
+  struct sigaction old;
+  sigaction(SIGTRAP, NULL, &old);
+  unsigned long ignored = 0;
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "SigIgn:", 7) == 0) ignored = strtoul(line + 7, NULL, 16);
+  if (f) fclose(f);
+  raise(SIGTRAP);
+  printf("%s child: SIGTRAP ignored %d, SigIgn has it %d, survived raise\n", how, old.sa_handler == SIG_IGN,
+         (int)((ignored >> (SIGTRAP - 1)) & 1));
+  return 0;
+}
+
+static int ignored_exec(const char *self) {
+  set_trap(SIG_IGN, 0);
+  rw_race_until(rw_now() + 0.1);
+  char *spawn_argv[] = {(char *)self, "inherited", "posix_spawn", NULL};
+  pid_t pid;
+  int status = -1;
+  if (posix_spawn(&pid, self, NULL, NULL, spawn_argv, environ) == 0) waitpid(pid, &status, 0);
+  rw_print_status("posix_spawn child", status);
+  pid = fork();
+  if (pid == 0) {
+    char *exec_argv[] = {(char *)self, "inherited", "fork+execv", NULL};
+    execv(self, exec_argv);
+    _exit(127);
+  }
+  waitpid(pid, &status, 0);
+  rw_print_status("fork+execv child", status);
+  char command[512];
+  snprintf(command, sizeof command, "'%s' inherited system", self);
+  status = system(command);
+  rw_print_status("system child", status);
   return 0;
 }
 
@@ -235,6 +290,7 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "sigtimedwait") == 0) return timedwait(0);
   if (strcmp(mode, "sigqueue") == 0) return timedwait(1);
+  if (strcmp(mode, "inherited") == 0) return report_inherited(argc > 2 ? argv[2] : "");
   rw_start(2, 1.0, 0);
   rw_sleep(0.05);
   int rc;
@@ -242,6 +298,8 @@ int main(int argc, char **argv) {
     rc = no_restart();
   else if (strcmp(mode, "ignored") == 0)
     rc = ignored();
+  else if (strcmp(mode, "ignored_exec") == 0)
+    rc = ignored_exec(argv[0]);
   else if (strcmp(mode, "no_onstack") == 0)
     rc = no_onstack();
   else if (strcmp(mode, "int3_altstack") == 0)

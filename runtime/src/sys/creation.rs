@@ -298,6 +298,30 @@ pub fn lookup(tid: i32) -> Option<Record> {
     (record.tid == tid).then_some(record)
 }
 
+/// The kernel id of the live thread whose `pthread_self()` is `thread`, when it was recorded. No
+/// allocation.
+pub fn tid_of(thread: u64) -> Option<i32> {
+    if thread == this_thread() {
+        return Some(raw::gettid());
+    }
+    let first = try_lock(&FIRST).map_or(Record::EMPTY, |first| *first);
+    if first.tid != 0 && first.thread == thread {
+        return Some(first.tid);
+    }
+    for (word, bits) in USED.iter().enumerate() {
+        let mut bits = bits.load(Ordering::Acquire);
+        while bits != 0 {
+            let slot = word * 64 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let Some(record) = existing_slot(slot).and_then(try_lock).map(|r| *r) else { continue };
+            if record.tid != 0 && record.thread == thread {
+                return Some(record.tid);
+            }
+        }
+    }
+    None
+}
+
 /// Every record written so far (in a forked child, the parent's too: check that a tid still lives).
 pub fn records() -> Vec<Record> {
     let first = try_lock(&FIRST).map_or(Record::EMPTY, |first| *first);

@@ -121,12 +121,18 @@ static PPOLL: Real = Real::new(c"ppoll");
 static PSELECT: Real = Real::new(c"pselect");
 static EPOLL_PWAIT: Real = Real::new(c"epoll_pwait");
 static PTHREAD_SIGQUEUE: Real = Real::new(c"pthread_sigqueue");
+static PTHREAD_KILL: Real = Real::new(c"pthread_kill");
+static RAISE: Real = Real::new(c"raise");
+static TGKILL: Real = Real::new(c"tgkill");
 static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
 static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
 
 const ALL: &[&Real] = &[
     &SIGQUEUE,
     &PTHREAD_SIGQUEUE,
+    &PTHREAD_KILL,
+    &RAISE,
+    &TGKILL,
     &PTHREAD_CREATE,
     &SIGACTION,
     &SIGNAL,
@@ -383,6 +389,18 @@ pub fn sigqueue(pid: libc::pid_t, sig: c_int, value: libc::sigval) -> c_int {
 /// The real `pthread_sigqueue`.
 pub fn pthread_sigqueue(thread: libc::pthread_t, sig: c_int, value: libc::sigval) -> c_int {
     call!(PTHREAD_SIGQUEUE, libc::ENOSYS, fn(libc::pthread_t, c_int, libc::sigval) -> c_int, thread, sig, value)
+}
+
+pub fn pthread_kill(thread: libc::pthread_t, sig: c_int) -> c_int {
+    call!(PTHREAD_KILL, libc::ENOSYS, fn(libc::pthread_t, c_int) -> c_int, thread, sig)
+}
+
+pub fn raise(sig: c_int) -> c_int {
+    call!(RAISE, -1, fn(c_int) -> c_int, sig)
+}
+
+pub fn tgkill(tgid: libc::pid_t, tid: libc::pid_t, sig: c_int) -> c_int {
+    call!(TGKILL, -1, fn(libc::pid_t, libc::pid_t, c_int) -> c_int, tgid, tid, sig)
 }
 
 pub fn dup(fd: c_int) -> c_int {

@@ -700,6 +700,35 @@ fn run_handed_traps(sig: libc::c_int, tid: i32, ctx: *mut libc::c_void) {
     }
 }
 
+/// Whether the kernel, without racewatch, would discard a `SIGTRAP` the program sends now to thread `tid`
+/// racewatch knows (for a `kill` of its own pid, the main thread, whose mask the kernel checks): the
+/// program ignores `SIGTRAP` and `tid` does not block it (a blocked one stays pending, to be taken or
+/// dropped later). racewatch then does not send it: its handler, in place for its own signals, would end
+/// a sleep or a wait there with `EINTR`, which an ignored signal never does.
+pub fn discarded_as_ignored(tid: libc::pid_t) -> bool {
+    let ours = tid > 0 && (thread::known_slot(tid).is_some() || tid == raw::gettid());
+    is_installed() && ours && program_ignores_trap() && trap_blocked_in(tid) == Some(false)
+}
+
+/// Before an `exec` (or a call that starts a child: `posix_spawn`, `system`, `popen`) while the program
+/// ignores `SIGTRAP`: the kernel's disposition is `SIG_IGN` for the call, which the new image inherits as
+/// without racewatch (a handled signal is reset to the default there). racewatch's own signals are
+/// discarded meanwhile. True when it was set ([`handle_trap_after_exec`] puts the handler back).
+pub fn ignore_trap_for_exec() -> bool {
+    if !is_installed() || !program_ignores_trap() {
+        return false;
+    }
+    // SAFETY: zeroed `sigaction` is a valid "SIG_DFL, empty mask, no flags" value; SIG_IGN is set below.
+    let mut ignore: libc::sigaction = unsafe { std::mem::zeroed() };
+    ignore.sa_sigaction = libc::SIG_IGN;
+    real::own_sigaction(libc::SIGTRAP, &ignore, std::ptr::null_mut()) == 0
+}
+
+/// After an `exec` that failed, or a spawn that returned: racewatch's handler is back in the kernel.
+pub fn handle_trap_after_exec() {
+    install_kernel_action();
+}
+
 /// Whether `pid` names this process (a `kill` or `sigqueue` of the program's to itself).
 pub fn is_own_process(pid: libc::pid_t) -> bool {
     pid > 0 && pid == raw::getpid()

@@ -304,40 +304,42 @@ pub fn tid_of(thread: u64) -> Option<i32> {
     if thread == this_thread() {
         return Some(raw::gettid());
     }
-    let first = try_lock(&FIRST).map_or(Record::EMPTY, |first| *first);
-    if first.tid != 0 && first.thread == thread {
-        return Some(first.tid);
-    }
-    for (word, bits) in USED.iter().enumerate() {
-        let mut bits = bits.load(Ordering::Acquire);
-        while bits != 0 {
-            let slot = word * 64 + bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            let Some(record) = existing_slot(slot).and_then(try_lock).map(|r| *r) else { continue };
-            if record.tid != 0 && record.thread == thread {
-                return Some(record.tid);
-            }
-        }
-    }
-    None
+    let mut found = None;
+    each_record(|record| {
+        found = Some(record.tid).filter(|_| record.thread == thread);
+        found.is_none()
+    });
+    found
 }
 
 /// Every record written so far (in a forked child, the parent's too: check that a tid still lives).
 pub fn records() -> Vec<Record> {
+    let mut found = Vec::new();
+    each_record(|record| {
+        found.push(record);
+        true
+    });
+    found
+}
+
+/// Calls `f` with each record written so far (the first thread's first), while it returns true. No
+/// allocation.
+fn each_record(mut f: impl FnMut(Record) -> bool) {
     let first = try_lock(&FIRST).map_or(Record::EMPTY, |first| *first);
-    let mut found: Vec<Record> = Some(first).filter(|r| r.tid != 0).into_iter().collect();
+    if first.tid != 0 && !f(first) {
+        return;
+    }
     for (word, bits) in USED.iter().enumerate() {
         let mut bits = bits.load(Ordering::Acquire);
         while bits != 0 {
             let slot = word * 64 + bits.trailing_zeros() as usize;
             bits &= bits - 1;
             let Some(record) = existing_slot(slot).and_then(try_lock).map(|r| *r) else { continue };
-            if record.tid != 0 && record.tid != first.tid {
-                found.push(record);
+            if record.tid != 0 && record.tid != first.tid && !f(record) {
+                return;
             }
         }
     }
-    found
 }
 
 /// Serialises the unit tests that record the detector's thread (there is one such record).

@@ -524,6 +524,11 @@ fn cases() -> Vec<Case> {
                 "done",
             ])
             .check(detection_stays_on),
+        case("seccomp_filter_exit_inside", "seccomp", &["filter-exit"])
+            .repeat(3)
+            .expect(&["filter: ok"])
+            .status("exit 3")
+            .check(detection_stays_on),
         case("seccomp_filter_tsync_all_threads", "seccomp", &["tsync"]).expect(&["tsync filter: ok", "done"]),
         // A filter the program inherited (its launcher's) that forbids a call of racewatch's: the program
         // runs as without racewatch (a probe child finds the call first; racewatch steps aside).
@@ -1556,6 +1561,7 @@ host_cases!(
     seccomp_strict_syscall,
     seccomp_filter_one_thread,
     seccomp_filter_threads,
+    seccomp_filter_exit_inside,
     seccomp_filter_tsync_all_threads,
     seccomp_inherited_kill_process,
     seccomp_inherited_kill_thread,

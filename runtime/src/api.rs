@@ -360,7 +360,7 @@ fn apply(reg: &mut Registry, call: Call, announce: &mut Announcements, code: &mo
 
 /// Handles a callback: queued before init, applied and published after.
 fn callback(call: Call) {
-    if detector::is_sandboxed() {
+    if detector::is_sandboxed() || sys::confined::here() {
         return; // A seccomp filter may kill any syscall the index update would make.
     }
     if !call.add && detector::is_exiting() {

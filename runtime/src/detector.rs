@@ -206,6 +206,9 @@ pub fn thread_hook(start: &thread::ThreadStart) {
 /// after racewatch's hook returned), so neither may have seen itself as the last but one; once a join
 /// returned, the joined thread is off the count.
 pub fn after_join() {
+    if confined::here() {
+        return;
+    }
     if single_threaded_program() {
         reporter::back_to_one_thread();
         thread::wait_ended_released(100);
@@ -530,7 +533,7 @@ pub fn init_fork_handling() {
 
 /// The exit hook: stop sampling, print what is queued (bounded), then `stats`.
 pub fn at_exit() {
-    if is_sandboxed() {
+    if is_sandboxed() || confined::here() {
         return;
     }
     if is_running() && OWNER.load(Ordering::Acquire) == thread::getpid() {

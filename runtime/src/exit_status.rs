@@ -52,6 +52,9 @@ static SETTLED: AtomicI32 = AtomicI32::new(0);
 
 /// The status the process ends with, when it ends normally with `status` (see the module comment).
 pub fn exit_status(status: c_int) -> c_int {
+    if crate::sys::confined::here() {
+        return status; // An exit from inside a thread's own sandbox: no system call of racewatch's.
+    }
     detector::process_exiting();
     let options = options::get();
     if !(options.fail_on_race || options.races_path.is_some()) || detector::is_sandboxed() {

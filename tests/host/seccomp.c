@@ -10,6 +10,8 @@
  *                             with just the calls glibc's threads, fork and signals need; then, inside
  *                             it, takes SIGUSR1s main sends it, starts two racing threads and joins
  *                             them, forks a child that starts a racing thread of its own, and returns.
+ * argv[1] = "filter-exit":    a worker installs the same allow-list filter and ends the process with exit(3)
+ *                             from inside it while other threads race.
  * argv[1] = "inherit-kill", "inherit-trap", "inherit-thread", "inherit-errno": a launcher (a container
  *                             runtime, systemd's SystemCallFilter=) installs a filter that allows every
  *                             call but one of racewatch's (perf_event_open: kill the process, kill the
@@ -132,6 +134,26 @@ static void *filtered(void *arg) {
   return NULL;
 }
 
+/* The worker of "filter-exit". */
+static void *exits_filtered(void *arg) {
+  (void)arg;
+  static const int allowed[] = {SYS_read,  SYS_write, SYS_exit, SYS_exit_group, SYS_futex,
+                                SYS_rt_sigreturn, SYS_munmap, SYS_madvise, SYS_sched_yield};
+  int rc = install_filter(allowed, sizeof allowed / sizeof allowed[0], 0);
+  printf("filter: %s\n", rc == 0 ? "ok" : "failed");
+  rw_race_iterations(rw_calibrate(0.2));
+  exit(3);
+}
+
+static int filter_exit(void) {
+  rw_start(2, 5.0, 0);
+  pthread_t t;
+  pthread_create(&t, NULL, exits_filtered, NULL);
+  pthread_join(t, NULL);
+  printf("not reached\n");
+  return 0;
+}
+
 static int filter_threads(void) {
   signal(SIGUSR1, on_usr1);
   rw_start(2, 1.5, 0);
@@ -157,6 +179,7 @@ int main(int argc, char **argv) {
   fflush(stdout);
   if (strncmp(mode, "inherit-", 8) == 0) return inherit_mode(argv);
   if (strcmp(mode, "filter-threads") == 0) return filter_threads();
+  if (strcmp(mode, "filter-exit") == 0) return filter_exit();
   if (strcmp(mode, "inherited-run") == 0) {
     rw_start(2, 1.0, 0);
     rw_join();

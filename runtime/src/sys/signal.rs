@@ -434,6 +434,9 @@ pub fn set_trap_blocked_at_start(blocked: bool) {
 }
 
 fn note_blocked_tid(blocked: bool) {
+    if confined::here() {
+        return; // No system call there; no signal is handed to a confined thread.
+    }
     let tid = raw::gettid();
     let slot = BLOCKED_TIDS.iter().find(|s| s.load(Ordering::Relaxed) == tid);
     match (blocked, slot) {

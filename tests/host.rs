@@ -121,6 +121,7 @@ const PROGRAMS: &[Program] = &[
         flags: &["-std=c11", "-D_XOPEN_SOURCE=700"],
     },
     Program { name: "trap_disposition", source: include_str!("host/trap_disposition.c"), metadata: true, flags: &[] },
+    Program { name: "cpu_traps", source: include_str!("host/cpu_traps.c"), metadata: true, flags: &[] },
     Program { name: "hidden_masks", source: include_str!("host/hidden_masks.c"), metadata: true, flags: &[] },
     Program { name: "coroutines", source: include_str!("host/coroutines.c"), metadata: true, flags: &[] },
     Program { name: "onstack_big", source: include_str!("host/onstack_big.c"), metadata: true, flags: &[] },
@@ -528,6 +529,16 @@ fn cases() -> Vec<Case> {
             .repeat(3)
             .expect(&["filter: ok"])
             .status("exit 3")
+            .check(detection_stays_on),
+        // The CPU traps what racewatch's handler does: the time-stamp counter (the vDSO's clocks read it)
+        // and system calls from outside the region Syscall User Dispatch allows.
+        case("rdtsc_faults_emulated_by_the_program", "cpu_traps", &["tsc"])
+            .repeat(3)
+            .expect(&["tsc faults: on", "rdtsc emulated: 200"])
+            .check(detection_stays_on),
+        case("syscall_user_dispatch_in_racing_threads", "cpu_traps", &["sud"])
+            .repeat(3)
+            .expect(&["dispatch on in 4 threads; emulated 800; foreign 0"])
             .check(detection_stays_on),
         case("seccomp_filter_tsync_all_threads", "seccomp", &["tsync"]).expect(&["tsync filter: ok", "done"]),
         // A filter the program inherited (its launcher's) that forbids a call of racewatch's: the program
@@ -1562,6 +1573,8 @@ host_cases!(
     seccomp_filter_one_thread,
     seccomp_filter_threads,
     seccomp_filter_exit_inside,
+    rdtsc_faults_emulated_by_the_program,
+    syscall_user_dispatch_in_racing_threads,
     seccomp_filter_tsync_all_threads,
     seccomp_inherited_kill_process,
     seccomp_inherited_kill_thread,

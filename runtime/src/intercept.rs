@@ -543,8 +543,37 @@ pub extern "C" fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5
         // Strict mode and a filter set this way are the calling thread's (no `TSYNC` here).
         return detector::sandbox_call(false, || real::prctl(option, a2, a3, a4, a5));
     }
-    real::prctl(option, a2, a3, a4, a5)
+    before_prctl(option as c_long, a2 as c_long);
+    let rc = real::prctl(option, a2, a3, a4, a5);
+    after_prctl(option as c_long, a2 as c_long, rc.into());
+    rc
 }
+
+/// What racewatch must know before a `prctl` of the program's (`option`, its first argument `arg`).
+fn before_prctl(option: c_long, arg: c_long) {
+    if option == libc::PR_SET_TSC as c_long && arg == libc::PR_TSC_SIGSEGV as c_long {
+        thread::tsc_may_fault();
+    }
+    // Syscall User Dispatch (Wine, binary translators): from now on a system call from outside the
+    // region the program allows (racewatch's own code) may arrive as `SIGSYS` at the program's
+    // emulator, or kill the process inside racewatch's handler. The thread makes none of racewatch's.
+    if option == PR_SET_SYSCALL_USER_DISPATCH && arg == PR_SYS_DISPATCH_ON && !confined::list_current(thread::gettid())
+    {
+        detector::switch_off("the program dispatches its own system calls (PR_SET_SYSCALL_USER_DISPATCH) in more threads than racewatch can leave alone", false);
+    }
+}
+
+/// What follows a `prctl` of the program's that returned `rc`.
+fn after_prctl(option: c_long, arg: c_long, rc: c_long) {
+    if option == PR_SET_SYSCALL_USER_DISPATCH && rc == 0 && arg == PR_SYS_DISPATCH_OFF {
+        confined::unlist_current();
+    }
+}
+
+/// `prctl`'s Syscall User Dispatch option and its two settings (Linux 5.11).
+const PR_SET_SYSCALL_USER_DISPATCH: c_long = 59;
+const PR_SYS_DISPATCH_OFF: c_long = 0;
+const PR_SYS_DISPATCH_ON: c_long = 1;
 
 const SECCOMP_SET_MODE_STRICT: c_long = 0;
 const SECCOMP_SET_MODE_FILTER: c_long = 1;
@@ -561,6 +590,12 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
         }
         libc::SYS_prctl if a == libc::PR_SET_SECCOMP as c_long => {
             return detector::sandbox_call(false, || real::syscall(number, [a, b, c, d, e, f]));
+        }
+        libc::SYS_prctl => {
+            before_prctl(a, b);
+            let rc = real::syscall(number, [a, b, c, d, e, f]);
+            after_prctl(a, b, rc);
+            return rc;
         }
         libc::SYS_close | libc::SYS_dup | libc::SYS_fcntl if fd::is_own(a as c_int) => {
             return errno_result(-libc::EBADF).into()

@@ -240,9 +240,7 @@ pub fn worth_identifying(path: &[u8]) -> bool {
 /// the records are its parent's). Not asked in a thread's own seccomp sandbox, where making the view
 /// takes system calls the filter may kill: the program reads the kernel's file there.
 fn anything_to_hide() -> bool {
-    (signal::is_installed() || reporter::has_thread())
-        && !crate::sys::confined::here()
-        && !signal::in_borrowed_memory()
+    (signal::is_installed() || reporter::has_thread()) && !crate::sys::confined::here() && !signal::in_borrowed_memory()
 }
 
 /// The program's facts for thread `tid`, asked by thread `caller`.

@@ -49,7 +49,7 @@ fn start_time_from(stat: &str, boot: &str, ticks_per_second: u64) -> Option<u64>
 
 /// Seconds since the epoch now. Async-signal-safe (`clock_gettime`, no allocation).
 pub fn now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    super::thread::clock(libc::CLOCK_REALTIME).tv_sec.max(0) as u64
 }
 
 /// The C library's version, as `gnu_get_libc_version` gives it (`2.36`); empty when unknown.

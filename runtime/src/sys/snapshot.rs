@@ -85,9 +85,9 @@ impl<T: Send + Sync + 'static> SnapshotCell<T> {
         let new = Box::into_raw(Box::new(value));
         let old = self.current.swap(new, SeqCst);
         let epoch = self.epoch.fetch_add(1, SeqCst);
-        let deadline = std::time::Instant::now() + DRAIN_TIMEOUT;
+        let deadline = super::thread::monotonic_ns() + DRAIN_TIMEOUT.as_nanos() as u64;
         while self.readers[epoch & 1].load(SeqCst) != 0 {
-            if std::time::Instant::now() > deadline {
+            if super::thread::monotonic_ns() > deadline {
                 // A reader that never leaves (a thread stopped inside `read`, or
                 // one that vanished at `fork`): leak the old value rather than wait
                 // forever or free it under the reader.

@@ -14,12 +14,34 @@ pub fn getpid() -> i32 {
     raw::getpid()
 }
 
-/// CLOCK_MONOTONIC in nanoseconds (vDSO, no syscall).
+/// CLOCK_MONOTONIC in nanoseconds (vDSO, no syscall, unless the time-stamp counter may trap).
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a live timespec; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = clock(libc::CLOCK_MONOTONIC);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Set once the program made the time-stamp counter fault in one of its threads
+/// (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`, inherited by the threads it creates, a runtime thread
+/// included): the vDSO's clocks read it with `rdtsc`, and a fault in racewatch's handler (where every
+/// signal is held) would kill the process. racewatch's clocks are system calls from then on.
+static TSC_MAY_FAULT: AtomicBool = AtomicBool::new(false);
+
+/// The program is about to make the time-stamp counter fault (see [`TSC_MAY_FAULT`]).
+pub fn tsc_may_fault() {
+    TSC_MAY_FAULT.store(true, Ordering::Release);
+}
+
+/// `clock_gettime(clock)`: the vDSO's, or the system call once the time-stamp counter may fault.
+/// Async-signal-safe.
+pub fn clock(clock: libc::clockid_t) -> libc::timespec {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    if TSC_MAY_FAULT.load(Ordering::Acquire) {
+        raw::syscall6(libc::SYS_clock_gettime, [clock as u64, &mut ts as *mut libc::timespec as u64, 0, 0, 0, 0]);
+    } else {
+        // SAFETY: `ts` is a live timespec; the clocks racewatch asks for always exist.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+    }
+    ts
 }
 
 /// Sleeps `us` microseconds of wall time, resuming after interruptions. Never a cancellation point:
@@ -614,10 +636,9 @@ pub fn set_name(name: &std::ffi::CStr) {
 
 /// Waits up to `timeout_ms` for a runtime thread to end; false when it did not.
 pub fn join_for(thread: libc::pthread_t, timeout_ms: u64) -> bool {
-    let mut deadline = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: fills a live timespec; pthread_timedjoin_np takes a thread of ours and the deadline.
+    let mut deadline = clock(libc::CLOCK_REALTIME);
+    // SAFETY: pthread_timedjoin_np takes a thread of ours and a live deadline.
     unsafe {
-        libc::clock_gettime(libc::CLOCK_REALTIME, &mut deadline);
         let ns = deadline.tv_nsec as u64 + (timeout_ms % 1000) * 1_000_000;
         deadline.tv_sec += (timeout_ms / 1000 + ns / 1_000_000_000) as libc::time_t;
         deadline.tv_nsec = (ns % 1_000_000_000) as libc::c_long;

@@ -283,6 +283,15 @@ impl Case {
     }
 }
 
+/// racewatch printed no warning (it had nothing to give up: the program's sandbox covers every thread
+/// before a second one exists).
+fn no_warning(outcome: &Outcome) -> Result<(), String> {
+    match outcome.stderr.lines().find(|line| line.starts_with("racewatch: warning")) {
+        Some(line) => Err(format!("a warning: {line}")),
+        None => Ok(()),
+    }
+}
+
 /// racewatch did not step aside for the process (a thread's own seccomp sandbox leaves the rest sampled).
 fn detection_stays_on(outcome: &Outcome) -> Result<(), String> {
     match outcome.stderr.lines().find(|line| line.contains("race detection is off")) {
@@ -525,6 +534,9 @@ fn cases() -> Vec<Case> {
                 "done",
             ])
             .check(detection_stays_on),
+        case("seccomp_filter_of_the_only_thread", "seccomp", &["filter-main-errno"])
+            .expect(&["filter: ok", "perf_event_open: -1 EPERM", "done"])
+            .check(no_warning),
         case("seccomp_filter_exit_inside", "seccomp", &["filter-exit"])
             .repeat(3)
             .expect(&["filter: ok"])
@@ -1573,6 +1585,7 @@ host_cases!(
     seccomp_filter_one_thread,
     seccomp_filter_threads,
     seccomp_filter_exit_inside,
+    seccomp_filter_of_the_only_thread,
     rdtsc_faults_emulated_by_the_program,
     syscall_user_dispatch_in_racing_threads,
     seccomp_filter_tsync_all_threads,

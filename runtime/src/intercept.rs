@@ -51,11 +51,16 @@ pub extern "C" fn pthread_create(
     arg: *mut c_void,
 ) -> c_int {
     detector::before_thread_create();
-    if !signal::is_installed() || detector::is_sandboxed() {
+    if detector::is_sandboxed() {
         return real::pthread_create(thread, attr, start, arg);
     }
+    // The new thread inherits the sandbox (whether or not the detector runs yet: it must never start
+    // the detector from there).
     if confined::here() {
         return thread::create_confined(thread, attr, start, arg, signal::trap_blocked());
+    }
+    if !signal::is_installed() {
+        return real::pthread_create(thread, attr, start, arg);
     }
     let stack = stacks::stack_size_of(attr);
     let info = thread::ThreadStart {

@@ -12,6 +12,9 @@
  *                             them, forks a child that starts a racing thread of its own, and returns.
  * argv[1] = "filter-exit":    a worker installs the same allow-list filter and ends the process with exit(3)
  *                             from inside it while other threads race.
+ * argv[1] = "filter-main-errno": the only thread installs a container runtime's kind of filter (every call
+ *                             allowed, perf_event_open fails with EPERM) for itself; then a thread it
+ *                             starts starts two racing threads of its own.
  * argv[1] = "inherit-kill", "inherit-trap", "inherit-thread", "inherit-errno": a launcher (a container
  *                             runtime, systemd's SystemCallFilter=) installs a filter that allows every
  *                             call but one of racewatch's (perf_event_open: kill the process, kill the
@@ -154,6 +157,26 @@ static int filter_exit(void) {
   return 0;
 }
 
+static void *starts_racers(void *arg) {
+  (void)arg;
+  rw_start(2, 0.5, 0);
+  rw_join();
+  return NULL;
+}
+
+static int filter_main_errno(void) {
+  int rc = install_denying(SYS_perf_event_open, SECCOMP_RET_ERRNO | EPERM);
+  printf("filter: %s\n", rc == 0 ? "ok" : "failed");
+  pthread_t t;
+  pthread_create(&t, NULL, starts_racers, NULL);
+  pthread_join(t, NULL);
+  errno = 0;
+  long fd = syscall(SYS_perf_event_open, NULL, 0, -1, -1, 0);
+  printf("perf_event_open: %ld %s\n", fd, rw_errname(errno));
+  printf("done\n");
+  return 0;
+}
+
 static int filter_threads(void) {
   signal(SIGUSR1, on_usr1);
   rw_start(2, 1.5, 0);
@@ -180,6 +203,7 @@ int main(int argc, char **argv) {
   if (strncmp(mode, "inherit-", 8) == 0) return inherit_mode(argv);
   if (strcmp(mode, "filter-threads") == 0) return filter_threads();
   if (strcmp(mode, "filter-exit") == 0) return filter_exit();
+  if (strcmp(mode, "filter-main-errno") == 0) return filter_main_errno();
   if (strcmp(mode, "inherited-run") == 0) {
     rw_start(2, 1.0, 0);
     rw_join();

@@ -446,6 +446,8 @@ pub fn create_confined(
 ) -> libc::c_int {
     let trap = 1u64 << (libc::SIGTRAP - 1);
     let old = raw::sigprocmask(libc::SIG_BLOCK, Some(trap));
+    // Held for the program: in its record, or in the kernel (before the detector ran, the mask is real).
+    let trap_blocked = trap_blocked || old.is_some_and(|mask| mask & trap != 0);
     let info = ThreadStart { trap_blocked, stack: 0, alt_stack: 0, confined: true };
     let rc = create_hooked(thread, attr, start, arg, |_| {}, info);
     if old.is_some_and(|mask| mask & trap == 0) {

@@ -775,6 +775,13 @@ fn cases() -> Vec<Case> {
             .repeat(3)
             .expect(&["nanosleep: 0", "SIGTRAP ignored: 1"])
             .check(detection_stays_on),
+        case("sigaction_clears_unknown_flags_like_the_kernel", "trap_disposition", &["unknown_flags"]).expect(&[
+            "signal 5: unknown flags cleared 1, SA_SIGINFO kept 1",
+            "signal 10: unknown flags cleared 1, SA_SIGINFO kept 1",
+        ]),
+        case("exec_from_an_onstack_handler_keeps_the_mask", "trap_disposition", &["exec_from_handler"])
+            .repeat(3)
+            .expect(&["exec'd from a handler: SIGTRAP blocked 0, SIGUSR2 blocked 1"]),
         case("own_sigtrap_ignored_reaches_started_children", "trap_disposition", &["ignored_exec"])
             .expect(&[
                 "posix_spawn child: SIGTRAP ignored 1, SigIgn has it 1, survived raise",
@@ -1642,6 +1649,8 @@ host_cases!(
     own_sigtrap_handler_without_sa_restart,
     own_sigtrap_ignored_sleep_not_interrupted,
     own_sigtrap_ignored_reaches_started_children,
+    sigaction_clears_unknown_flags_like_the_kernel,
+    exec_from_an_onstack_handler_keeps_the_mask,
     own_sigtrap_handler_without_sa_onstack,
     own_sigtrap_blocked_process_directed_sigtimedwait,
     own_sigtrap_blocked_sigqueue_payload_sigtimedwait,

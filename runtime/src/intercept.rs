@@ -1059,8 +1059,19 @@ fn exec(call: impl FnOnce() -> c_int) -> c_int {
 
 /// [`exec`] for the mask.
 fn exec_with_mask(call: impl FnOnce() -> c_int) -> c_int {
-    if !signal::is_installed() || !signal::trap_blocked_for_exec() {
+    if !signal::is_installed() {
         return call();
+    }
+    if !signal::trap_blocked_for_exec() {
+        // Not blocked for the program, but maybe held in the kernel by racewatch: an `exec` from a
+        // program handler that racewatch runs with every signal held while it moves (an `SA_ONSTACK`
+        // one). The new image gets the program's mask.
+        let held = signal::release_trap_for_exec();
+        let rc = call();
+        if held {
+            signal::hold_trap_after_exec();
+        }
+        return rc;
     }
     let blocked = if signal::in_borrowed_memory() {
         signal::block_trap_in_borrowed_memory()

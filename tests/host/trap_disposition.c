@@ -6,6 +6,11 @@
  *   "ignored_exec": SIGTRAP set to SIG_IGN while threads race; a child started by posix_spawn, one by
  *                  fork + execv and one by system() each report SIGTRAP ignored (sigaction and
  *                  /proc/self/status SigIgn) and survive raise(SIGTRAP);
+ *   "unknown_flags": SIGTRAP and SIGUSR1 handlers set with SA_UNSUPPORTED and an undefined bit (0x200),
+ *                  which the kernel clears: read back without them, as a program probing for flag
+ *                  support expects;
+ *   "exec_from_handler": a racing worker's SA_ONSTACK SIGUSR2 handler execs this program again, which
+ *                  prints whether it started with SIGTRAP blocked (it must not: nobody blocked it);
  *   "no_onstack":  handlers with and without SA_ONSTACK in a thread that has an alternate stack: only the
  *                  SA_ONSTACK one runs on it (sigaltstack's SS_ONSTACK and a local's address);
  *   "sigtimedwait": SIGTRAP blocked in every thread, kill(getpid(), SIGTRAP): the thread waiting in
@@ -146,6 +151,75 @@ static int ignored_exec(const char *self) {
   snprintf(command, sizeof command, "'%s' inherited system", self);
   status = system(command);
   rw_print_status("system child", status);
+  return 0;
+}
+
+/* ---- unknown_flags ---- */
+
+#ifndef SA_UNSUPPORTED
+#define SA_UNSUPPORTED 0x400
+#endif
+
+static void on_probe(int sig, siginfo_t *info, void *ctx) {
+  (void)sig;
+  (void)info;
+  (void)ctx;
+}
+
+static int unknown_flags(void) {
+  int sigs[] = {SIGTRAP, SIGUSR1};
+  for (int i = 0; i < 2; i++) {
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_probe;
+    sa.sa_flags = SA_SIGINFO | SA_UNSUPPORTED | 0x200;
+    sigaction(sigs[i], &sa, NULL);
+    sigaction(sigs[i], NULL, &old);
+    printf("signal %d: unknown flags cleared %d, SA_SIGINFO kept %d\n", sigs[i], (old.sa_flags & 0x600) == 0,
+           (old.sa_flags & SA_SIGINFO) != 0);
+  }
+  return 0;
+}
+
+/* ---- exec_from_handler ---- */
+
+static const char *self_path;
+
+static void on_usr2_exec(int sig) {
+  (void)sig;
+  char *again[] = {(char *)self_path, "exec_child", NULL};
+  execv(self_path, again);
+  _exit(127);
+}
+
+static void *exec_worker(void *arg) {
+  (void)arg;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr2_exec;
+  sa.sa_flags = SA_ONSTACK;
+  sigaction(SIGUSR2, &sa, NULL);
+  atomic_store(&in_call, 1);
+  rw_race_until(rw_now() + 5);
+  return NULL;
+}
+
+static int exec_from_handler(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, exec_worker, NULL);
+  while (atomic_load(&in_call) == 0) rw_sleep(0.001);
+  rw_sleep(0.05);
+  pthread_kill(t, SIGUSR2);
+  pthread_join(t, NULL);
+  printf("not reached\n");
+  return 1;
+}
+
+static int exec_child(void) {
+  sigset_t mask;
+  sigprocmask(SIG_BLOCK, NULL, &mask);
+  printf("exec'd from a handler: SIGTRAP blocked %d, SIGUSR2 blocked %d\n", sigismember(&mask, SIGTRAP),
+         sigismember(&mask, SIGUSR2));
   return 0;
 }
 
@@ -291,6 +365,8 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "sigtimedwait") == 0) return timedwait(0);
   if (strcmp(mode, "sigqueue") == 0) return timedwait(1);
   if (strcmp(mode, "inherited") == 0) return report_inherited(argc > 2 ? argv[2] : "");
+  if (strcmp(mode, "exec_child") == 0) return exec_child();
+  self_path = argv[0];
   rw_start(2, 1.0, 0);
   rw_sleep(0.05);
   int rc;
@@ -298,6 +374,10 @@ int main(int argc, char **argv) {
     rc = no_restart();
   else if (strcmp(mode, "ignored") == 0)
     rc = ignored();
+  else if (strcmp(mode, "unknown_flags") == 0)
+    rc = unknown_flags();
+  else if (strcmp(mode, "exec_from_handler") == 0)
+    rc = exec_from_handler();
   else if (strcmp(mode, "ignored_exec") == 0)
     rc = ignored_exec(argv[0]);
   else if (strcmp(mode, "no_onstack") == 0)

@@ -279,6 +279,12 @@ fn record(action: &libc::sigaction) {
     PROGRAM_RESTORER.store(action.sa_restorer.map_or(0, |f| f as usize), Ordering::Release);
 }
 
+/// The `sa_flags` bits the kernel keeps on x86-64 (its `UAPI_SA_FLAGS`): `SA_NOCLDSTOP`,
+/// `SA_NOCLDWAIT`, `SA_SIGINFO`, `SA_EXPOSE_TAGBITS`, `SA_RESTORER`, `SA_ONSTACK`, `SA_RESTART`,
+/// `SA_NODEFER`, `SA_RESETHAND`.
+const KERNEL_SA_FLAGS: libc::c_int =
+    0x1 | 0x2 | 0x4 | 0x800 | 0x0400_0000 | 0x0800_0000 | 0x1000_0000 | 0x4000_0000 | i32::MIN;
+
 /// `sa_flags` bit: `sa_restorer` is set (glibc sets it, with its own `__restore_rt`, on every action it
 /// gives the kernel, and the kernel reports both back).
 pub const SA_RESTORER: libc::c_int = 0x0400_0000;
@@ -319,8 +325,10 @@ pub fn program_action() -> libc::sigaction {
 /// the program's `SA_RESTART`).
 pub fn set_program_action(action: &libc::sigaction) {
     let restart_before = kernel_restart_flag();
-    // As glibc's `sigaction` hands it to the kernel: with its restorer.
+    // As glibc's `sigaction` hands it to the kernel: with its restorer, and the flags the kernel knows
+    // (it clears the others, `SA_UNSUPPORTED` included, so that a program can probe for support).
     let mut action = *action;
+    action.sa_flags &= KERNEL_SA_FLAGS;
     let restorer = LIBC_RESTORER.load(Ordering::Acquire);
     if restorer != 0 {
         action.sa_flags |= SA_RESTORER;
@@ -625,6 +633,19 @@ fn take_pending_trap(info: &mut libc::siginfo_t) -> bool {
 fn queue_trap_to_self(info: *const libc::siginfo_t) {
     let (pid, tid) = (raw::getpid() as u64, raw::gettid() as u64);
     raw::syscall6(libc::SYS_rt_tgsigqueueinfo, [pid, tid, libc::SIGTRAP as u64, info as u64, 0, 0]);
+}
+
+/// Before an `exec` where the program does not block `SIGTRAP`: takes it out of the kernel's mask when
+/// racewatch holds it there. True when it was held ([`hold_trap_after_exec`] puts it back).
+pub fn release_trap_for_exec() -> bool {
+    let trap = 1u64 << (libc::SIGTRAP - 1);
+    let held = raw::sigprocmask(libc::SIG_BLOCK, None).is_some_and(|mask| mask & trap != 0);
+    held && raw::sigprocmask(libc::SIG_UNBLOCK, Some(trap)).is_some()
+}
+
+/// After a failed `exec` that [`release_trap_for_exec`] prepared: `SIGTRAP` is held again.
+pub fn hold_trap_after_exec() {
+    raw::sigprocmask(libc::SIG_BLOCK, Some(1u64 << (libc::SIGTRAP - 1)));
 }
 
 /// After a failed `exec`: `SIGTRAP` leaves the kernel's mask again (the program's view stays blocked).

@@ -1,4 +1,4 @@
-//! Links the unwinder that Rust's standard library calls (`_Unwind_*`) into the preloaded
+//! Binds the library's calls to its own functions locally (`-Bsymbolic-functions`), and links the unwinder that Rust's standard library calls (`_Unwind_*`) into the preloaded
 //! library itself, from the C compiler's `libgcc_eh.a`, so that `libracewatch.so` does not need
 //! `libgcc_s.so.1`: a C program that does not load it itself would otherwise find one more
 //! module in `dl_iterate_phdr`, `/proc/self/maps` and `dlopen(…, RTLD_NOLOAD)` (guarantees.md).
@@ -15,6 +15,10 @@ fn main() {
     if env::var_os("CARGO_FEATURE_PRELOAD").is_none() {
         return;
     }
+    // racewatch's own calls to a function it interposes (its `signal` calling its `sigaction`) bind to
+    // its own definition at link time: an executable that exports the same name (a libjsig-style
+    // wrapper, linked with -rdynamic) would otherwise see racewatch's calls as foreign ones.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
     if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux")
         || env::var("CARGO_CFG_TARGET_ENV").as_deref() != Ok("gnu")
     {

@@ -122,6 +122,12 @@ const PROGRAMS: &[Program] = &[
     },
     Program { name: "trap_disposition", source: include_str!("host/trap_disposition.c"), metadata: true, flags: &[] },
     Program { name: "cpu_traps", source: include_str!("host/cpu_traps.c"), metadata: true, flags: &[] },
+    Program {
+        name: "exe_wrappers",
+        source: include_str!("host/exe_wrappers.c"),
+        metadata: true,
+        flags: &["-rdynamic", "-Wno-deprecated-declarations"],
+    },
     Program { name: "hidden_masks", source: include_str!("host/hidden_masks.c"), metadata: true, flags: &[] },
     Program { name: "coroutines", source: include_str!("host/coroutines.c"), metadata: true, flags: &[] },
     Program { name: "onstack_big", source: include_str!("host/onstack_big.c"), metadata: true, flags: &[] },
@@ -775,6 +781,8 @@ fn cases() -> Vec<Case> {
             .repeat(3)
             .expect(&["nanosleep: 0", "SIGTRAP ignored: 1"])
             .check(detection_stays_on),
+        case("an_executables_own_sigaction_sees_only_its_own_calls", "exe_wrappers", &[])
+            .expect(&["handled: 3", "sigaction: own calls 1, foreign calls 0"]),
         case("sigaction_clears_unknown_flags_like_the_kernel", "trap_disposition", &["unknown_flags"]).expect(&[
             "signal 5: unknown flags cleared 1, SA_SIGINFO kept 1",
             "signal 10: unknown flags cleared 1, SA_SIGINFO kept 1",
@@ -1650,6 +1658,7 @@ host_cases!(
     own_sigtrap_ignored_sleep_not_interrupted,
     own_sigtrap_ignored_reaches_started_children,
     sigaction_clears_unknown_flags_like_the_kernel,
+    an_executables_own_sigaction_sees_only_its_own_calls,
     exec_from_an_onstack_handler_keeps_the_mask,
     own_sigtrap_handler_without_sa_onstack,
     own_sigtrap_blocked_process_directed_sigtimedwait,

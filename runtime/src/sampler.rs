@@ -959,10 +959,14 @@ fn note_handler_end() {
 /// in it ended (a server's, where windows are long and a spinning one would cost CPU), by yielding in one
 /// that did not (a busy-polling or computing thread, whose operators may check that it never blocks: a
 /// yield is not a voluntary context switch). A thread's first window yields. At the test profile's rate
-/// every window sleeps ([`YIELD_FROM_PERIOD_US`]).
+/// every window sleeps ([`YIELD_FROM_PERIOD_US`]). A real-time thread's windows always spin.
 fn window_stall() -> Stall {
     match WINDOWS.load(Ordering::Relaxed) {
         SPIN => return Stall::Spin,
+        // A real-time thread (`SCHED_FIFO`, `SCHED_RR`) that yields or sleeps hands the CPU to the next
+        // thread of its priority, which it never does by itself while it runs: threads taking strict
+        // turns would see the order change. It spins.
+        _ if cputime::real_time_policy() => return Stall::Spin,
         SLEEP => return Stall::Sleep,
         _ => {}
     }

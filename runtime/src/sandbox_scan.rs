@@ -1,4 +1,4 @@
-//! Static evidence of seccomp filters installed behind racewatch's back.
+//! Static evidence of seccomp filters (and `SIGTRAP` handlers) installed behind racewatch's back.
 //!
 //! A thread that installs a seccomp filter with a `syscall` instruction of its own (inline assembly,
 //! as sandbox libraries do) passes none of the libc functions racewatch interposes (`prctl`,
@@ -19,6 +19,9 @@
 //!   Go's runtime) and says nothing about seccomp. A number loaded from memory, or set beyond the
 //!   48 bytes decoded, is not followed (constant tables in code segments decode as such runs: a
 //!   `0f 05` in libcrypto's did).
+//! - `rt_sigaction` (13) with `edi` = `SIGTRAP` and `esi` not known to be null: a `SIGTRAP` handler
+//!   installed without libc (a JIT's or in-process debugger's, through linux_syscall_support) would
+//!   replace racewatch's in the kernel, and racewatch's sampling signals would reach it.
 //!
 //! Such a module makes racewatch step aside for the process, with one line naming the module and the
 //! instruction's offset: the detector never starts, or is switched off right after the `dlopen` that
@@ -29,24 +32,41 @@ use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Reg
 
 const SYS_PRCTL: u64 = 157;
 const SYS_SECCOMP: u64 = 317;
+const SYS_RT_SIGACTION: u64 = 13;
+const SIGTRAP: u64 = 5;
 const PR_SET_SECCOMP: u64 = 22;
 const SECCOMP_GET_ACTION_AVAIL: u64 = 2;
 const SECCOMP_GET_NOTIF_SIZES: u64 = 3;
 /// How far back from a `syscall` decoding starts (bytes).
 const LOOK_BACK: usize = 48;
 
-/// A `syscall` instruction that may install a seccomp filter.
+/// A `syscall` instruction that may install a seccomp filter, or a `SIGTRAP` handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finding {
     /// The module's path (the executable's for the main program).
     pub module: String,
     /// The instruction's offset from the module's load bias (its address in the module's file).
     pub offset: u64,
+    pub installs: Installs,
+}
+
+/// What a `syscall` instruction found may install behind the interposers' back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Installs {
+    /// A seccomp filter (or strict mode).
+    Filter,
+    /// A `SIGTRAP` handler (`rt_sigaction(SIGTRAP, act, …)` with a non-null `act`): racewatch's
+    /// sampling signals would reach it (a crash reporter or JIT built on linux_syscall_support).
+    TrapHandler,
 }
 
 impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}+{:#x} installs seccomp filters with its own system call instruction", self.module, self.offset)
+        let (what, why) = match self.installs {
+            Installs::Filter => ("seccomp filters", ""),
+            Installs::TrapHandler => ("a SIGTRAP handler", " (racewatch's sampling signals would reach it)"),
+        };
+        write!(f, "{}+{:#x} installs {what} with its own system call instruction{why}", self.module, self.offset)
     }
 }
 
@@ -94,7 +114,11 @@ pub fn scan_new_modules() -> Option<Finding> {
         }
         scanned.modules.push(key);
         if found.is_none() && !skipped(index, module, own) {
-            found = scan_module(module).map(|offset| Finding { module: display_name(index, module), offset });
+            found = scan_module(module).map(|(offset, installs)| Finding {
+                module: display_name(index, module),
+                offset,
+                installs,
+            });
         }
     });
     found
@@ -116,43 +140,51 @@ fn display_name(index: usize, module: &CodeModule<'_>) -> String {
     module.name.clone()
 }
 
-/// The offset (from the load bias) of the first `syscall` in `module` that may install a filter.
-fn scan_module(module: &CodeModule<'_>) -> Option<u64> {
+/// The offset (from the load bias) of the first `syscall` in `module` that may install a filter or a
+/// `SIGTRAP` handler, and which.
+fn scan_module(module: &CodeModule<'_>) -> Option<(u64, Installs)> {
     let evidence = module.segments.iter().any(|&(_, bytes)| loads_317(bytes));
-    module
-        .segments
-        .iter()
-        .find_map(|&(start, bytes)| scan_code(bytes, start, evidence).map(|addr| addr.wrapping_sub(module.bias)))
+    module.segments.iter().find_map(|&(start, bytes)| {
+        scan_code(bytes, start, evidence).map(|(addr, installs)| (addr.wrapping_sub(module.bias), installs))
+    })
 }
 
-/// The address of the first `syscall` in `bytes` (mapped at `start`) that may install a filter.
-/// `evidence`: the module loads 317 into a register somewhere (see the module docs).
-pub fn scan_code(bytes: &[u8], start: u64, evidence: bool) -> Option<u64> {
+/// The address of the first `syscall` in `bytes` (mapped at `start`) that may install a filter, or that
+/// installs a `SIGTRAP` handler (numbers and signal known: a generic wrapper's cannot be told from the
+/// many that install other signals' handlers), and which. `evidence`: the module loads 317 into a
+/// register somewhere (see the module docs).
+pub fn scan_code(bytes: &[u8], start: u64, evidence: bool) -> Option<(u64, Installs)> {
     let mut at = 0;
     while let Some(found) = memchr::memmem::find(&bytes[at..], &[0x0f, 0x05]) {
         let site = at + found;
         at = site + 1;
-        let Some((nr, arg0)) = registers_at(bytes, start, site) else { continue };
+        let Some([nr, arg0, arg1]) = registers_at(bytes, start, site) else { continue };
         let installs = match nr {
             Value::Known(SYS_SECCOMP) => {
-                !matches!(arg0, Value::Known(SECCOMP_GET_ACTION_AVAIL | SECCOMP_GET_NOTIF_SIZES))
+                (!matches!(arg0, Value::Known(SECCOMP_GET_ACTION_AVAIL | SECCOMP_GET_NOTIF_SIZES)))
+                    .then_some(Installs::Filter)
             }
-            Value::Known(SYS_PRCTL) => !matches!(arg0, Value::Known(option) if option != PR_SET_SECCOMP),
-            Value::Known(_) | Value::Unknown => false,
-            Value::Copied => evidence,
+            Value::Known(SYS_PRCTL) => {
+                (!matches!(arg0, Value::Known(option) if option != PR_SET_SECCOMP)).then_some(Installs::Filter)
+            }
+            Value::Known(SYS_RT_SIGACTION) => {
+                (arg0 == Value::Known(SIGTRAP) && arg1 != Value::Known(0)).then_some(Installs::TrapHandler)
+            }
+            Value::Known(_) | Value::Unknown => None,
+            Value::Copied => evidence.then_some(Installs::Filter),
         };
-        if installs {
-            return Some(start + site as u64);
+        if let Some(installs) = installs {
+            return Some((start + site as u64, installs));
         }
     }
     None
 }
 
-/// `eax` and `edi` at the `syscall` at `bytes[site]`. The longest run of valid instructions that
+/// `eax`, `edi` and `esi` at the `syscall` at `bytes[site]`. The longest run of valid instructions that
 /// reaches the site decides (decodings from different offsets fall into step after a few
 /// instructions): one that ends exactly there is the code before the `syscall`; one that steps over
 /// it says the two bytes lie inside another instruction (`None`, as for data).
-fn registers_at(bytes: &[u8], start: u64, site: usize) -> Option<(Value, Value)> {
+fn registers_at(bytes: &[u8], start: u64, site: usize) -> Option<[Value; 3]> {
     let end = (site + 16).min(bytes.len());
     let mut run: Vec<Instruction> = Vec::with_capacity(16);
     let mut instr = Instruction::default();
@@ -179,7 +211,7 @@ fn registers_at(bytes: &[u8], start: u64, site: usize) -> Option<(Value, Value)>
         if instr.code() != Code::Syscall {
             return None;
         }
-        return Some((value_of(&run, Register::RAX), value_of(&run, Register::RDI)));
+        return Some([Register::RAX, Register::RDI, Register::RSI].map(|reg| value_of(&run, reg)));
     }
     None
 }
@@ -228,7 +260,20 @@ mod tests {
     use super::*;
 
     fn scan(code: &[u8], evidence: bool) -> Option<u64> {
-        scan_code(code, 0x1000, evidence)
+        scan_code(code, 0x1000, evidence).map(|(at, _)| at)
+    }
+
+    #[test]
+    fn a_raw_sigtrap_handler_install_is_found_and_its_read_back_is_not() {
+        // mov edi, 5; mov esi, 0x1000; mov eax, 13; syscall
+        let install = [0xbf, 5, 0, 0, 0, 0xbe, 0, 0x10, 0, 0, 0xb8, 13, 0, 0, 0, 0x0f, 0x05];
+        assert_eq!(scan_code(&install, 0x1000, false), Some((0x1000 + 15, Installs::TrapHandler)));
+        // mov edi, 5; xor esi, esi; mov eax, 13; syscall
+        let read_back = [0xbf, 5, 0, 0, 0, 0x31, 0xf6, 0xb8, 13, 0, 0, 0, 0x0f, 0x05];
+        assert_eq!(scan(&read_back, false), None);
+        // mov edi, 11 (SIGSEGV); mov esi, 0x1000; mov eax, 13; syscall
+        let other = [0xbf, 11, 0, 0, 0, 0xbe, 0, 0x10, 0, 0, 0xb8, 13, 0, 0, 0, 0x0f, 0x05];
+        assert_eq!(scan(&other, false), None);
     }
 
     #[test]
@@ -296,7 +341,7 @@ mod tests {
         let pairs: usize = code.iter().map(|(_, c)| memchr::memmem::find_iter(c, &[0x0f, 0x05]).count()).sum();
         let start = std::time::Instant::now();
         let evidence = code.iter().any(|(_, c)| loads_317(c));
-        let found: Vec<_> = code.iter().filter_map(|&(at, c)| scan_code(c, at, evidence)).collect();
+        let found: Vec<_> = code.iter().filter_map(|&(at, c)| scan_code(c, at, evidence)).map(|(at, _)| at).collect();
         let elapsed = start.elapsed();
         println!(
             "{path}: {bytes} bytes of code, {pairs} `0f 05` pairs, loads 317: {evidence}, found {found:x?}, {:.2} ms",

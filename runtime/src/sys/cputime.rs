@@ -34,6 +34,13 @@ pub fn thread_voluntary_switches() -> Option<u64> {
     Some(usage.ru_nvcsw as u64)
 }
 
+/// Whether the calling thread runs under a real-time policy (`SCHED_FIFO`, `SCHED_RR`, with or without
+/// `SCHED_RESET_ON_FORK`). One raw system call; async-signal-safe.
+pub fn real_time_policy() -> bool {
+    let policy = super::raw::syscall6(libc::SYS_sched_getscheduler, [0; 6]) & !(libc::SCHED_RESET_ON_FORK as i64);
+    policy == i64::from(libc::SCHED_FIFO) || policy == i64::from(libc::SCHED_RR)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

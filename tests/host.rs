@@ -294,34 +294,31 @@ impl Case {
 /// Any warning of racewatch's names the program's raw `SIGTRAP` handler installation (the stdout
 /// comparison shows that racewatch stepped aside: none of its signals reached that handler).
 fn names_the_raw_trap_handler(outcome: &Outcome) -> Result<(), String> {
-    let mut warnings = outcome.stderr.lines().filter(|line| line.starts_with("racewatch: warning"));
-    match warnings.find(|line| !line.contains("installs a SIGTRAP handler with its own system call")) {
-        Some(line) => Err(format!("another warning: {line}")),
-        None => Ok(()),
-    }
+    no_line(outcome, "another warning", |line| {
+        line.starts_with("racewatch: warning") && !line.contains("installs a SIGTRAP handler with its own system call")
+    })
 }
 
 /// racewatch printed no warning (it had nothing to give up: the program's sandbox covers every thread
 /// before a second one exists).
 fn no_warning(outcome: &Outcome) -> Result<(), String> {
-    match outcome.stderr.lines().find(|line| line.starts_with("racewatch: warning")) {
-        Some(line) => Err(format!("a warning: {line}")),
-        None => Ok(()),
-    }
+    no_line(outcome, "a warning", |line| line.starts_with("racewatch: warning"))
 }
 
 /// racewatch did not step aside for the process (a thread's own seccomp sandbox leaves the rest sampled).
 fn detection_stays_on(outcome: &Outcome) -> Result<(), String> {
-    match outcome.stderr.lines().find(|line| line.contains("race detection is off")) {
-        Some(line) => Err(format!("racewatch stepped aside: {line}")),
-        None => Ok(()),
-    }
+    no_line(outcome, "racewatch stepped aside", |line| line.contains("race detection is off"))
 }
 
 /// No warning that the reporter thread was given up for a thread limit the program did not reach.
 fn reporter_kept(outcome: &Outcome) -> Result<(), String> {
-    match outcome.stderr.lines().find(|line| line.contains("limit of threads")) {
-        Some(line) => Err(format!("the reporter was given up: {line}")),
+    no_line(outcome, "the reporter was given up", |line| line.contains("limit of threads"))
+}
+
+/// No line of stderr is `unwanted`; the first one is named after `what`.
+fn no_line(outcome: &Outcome, what: &str, unwanted: impl Fn(&str) -> bool) -> Result<(), String> {
+    match outcome.stderr.lines().find(|line| unwanted(line)) {
+        Some(line) => Err(format!("{what}: {line}")),
         None => Ok(()),
     }
 }

@@ -1073,15 +1073,13 @@ fn exec_with_mask(call: impl FnOnce() -> c_int) -> c_int {
         }
         return rc;
     }
-    let blocked = if signal::in_borrowed_memory() {
-        signal::block_trap_in_borrowed_memory()
-    } else {
-        signal::block_trap_for_exec()
-    };
+    // In a `vfork` child the sampling timers are the parent's, and stay as they are.
+    let borrowed = signal::in_borrowed_memory();
+    let blocked = if borrowed { signal::block_trap_in_borrowed_memory() } else { signal::block_trap_for_exec() };
     let rc = call();
     // Raw: the failed exec's errno stays what the program reads.
     if blocked {
-        signal::unblock_trap_after_exec();
+        signal::unblock_trap_after_exec(!borrowed);
     }
     rc
 }

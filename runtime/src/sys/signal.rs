@@ -565,11 +565,16 @@ pub fn block_trap_in_borrowed_memory() -> bool {
 }
 
 /// Blocks `SIGTRAP` in the kernel for an `exec` (the program has it blocked), taking back a signal of the
-/// runtime's that became pending meanwhile (a program's own pending `SIGTRAP` stays). False when the
-/// mask could not be changed.
+/// runtime's that became pending meanwhile (a program's own pending `SIGTRAP` stays). The sampling
+/// timers stay held until [`unblock_trap_after_exec`]`(true)` (an `exec` that succeeds ends them): one firing
+/// between the take-back and the `exec` would stay pending into the new image (set 17 p15: its
+/// `sigtimedwait` took racewatch's signal instead of the program's, 2 runs in 10). False when the mask
+/// could not be changed.
 pub fn block_trap_for_exec() -> bool {
     let trap = 1u64 << (libc::SIGTRAP - 1);
+    hold_sampling(true);
     if raw::sigprocmask(libc::SIG_BLOCK, Some(trap)).is_none() {
+        hold_sampling(false);
         return false;
     }
     discard_own_pending_trap();
@@ -648,9 +653,13 @@ pub fn hold_trap_after_exec() {
     raw::sigprocmask(libc::SIG_BLOCK, Some(1u64 << (libc::SIGTRAP - 1)));
 }
 
-/// After a failed `exec`: `SIGTRAP` leaves the kernel's mask again (the program's view stays blocked).
-pub fn unblock_trap_after_exec() {
+/// After a failed `exec`: `SIGTRAP` leaves the kernel's mask again (the program's view stays blocked), and the
+/// sampling timers go on when [`block_trap_for_exec`] held them (`held_sampling`).
+pub fn unblock_trap_after_exec(held_sampling: bool) {
     raw::sigprocmask(libc::SIG_UNBLOCK, Some(1u64 << (libc::SIGTRAP - 1)));
+    if held_sampling {
+        hold_sampling(false);
+    }
 }
 
 /// Reads the `TRAP_PERF` fields glibc 2.36 does not name (x86-64 offsets).

@@ -1,6 +1,6 @@
 //! Symbols of an already loaded library, read from its dynamic symbol table in memory.
 
-use std::ffi::CStr;
+use std::ffi::{c_int, CStr};
 
 /// A library that was loaded already: its dynamic symbol table, as the loader mapped (and relocated) it.
 ///
@@ -37,6 +37,12 @@ impl Loaded {
     /// when it is not loaded or has no GNU hash table.
     pub fn find(name: &CStr) -> Option<Loaded> {
         let (base, dynamic) = dynamic_section(name.to_bytes())?;
+        Loaded::at(base, dynamic)
+    }
+
+    /// The module loaded at `base` whose dynamic section is at `dynamic`, or `None` when it has no GNU
+    /// hash table.
+    fn at(base: u64, dynamic: u64) -> Option<Loaded> {
         let mut table = Loaded { base, symtab: 0, strtab: 0, versym: 0, gnu_hash: 0 };
         let mut entry = dynamic as *const Dyn;
         loop {
@@ -122,9 +128,22 @@ impl Loaded {
 /// The load address and the address of the dynamic section of the loaded module whose file name is
 /// `name`.
 fn dynamic_section(name: &[u8]) -> Option<(u64, u64)> {
+    let mut found = None;
+    each_dynamic_section(&mut |path, base, dynamic| {
+        let named = path.rsplit(|&b| b == b'/').next() == Some(name);
+        if named {
+            found = Some((base, dynamic));
+        }
+        named
+    });
+    found
+}
+
+/// Calls `f(path, load address, dynamic section)` for each loaded module with a dynamic section, in
+/// load order (the executable, with an empty path, first), until it returns true.
+fn each_dynamic_section(f: &mut dyn FnMut(&[u8], u64, u64) -> bool) {
     struct Search<'a> {
-        name: &'a [u8],
-        found: Option<(u64, u64)>,
+        f: &'a mut dyn FnMut(&[u8], u64, u64) -> bool,
     }
     unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
@@ -134,24 +153,19 @@ fn dynamic_section(name: &[u8]) -> Option<(u64, u64)> {
         // SAFETY: `data` is the `Search` passed below; `info` is the loader's record for this call, its
         // name NUL-terminated and its program headers mapped.
         let (search, info) = unsafe { (&mut *(data as *mut Search), &*info) };
-        if info.dlpi_name.is_null() {
-            return 0;
-        }
         // SAFETY: as above.
-        let path = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
-        if path.rsplit(|&b| b == b'/').next() != Some(search.name) {
-            return 0;
-        }
+        let path =
+            if info.dlpi_name.is_null() { &b""[..] } else { unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes() };
         // SAFETY: `dlpi_phdr` points at `dlpi_phnum` program headers.
         let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-        let dynamic = headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC);
-        search.found = dynamic.map(|h| (info.dlpi_addr, info.dlpi_addr + h.p_vaddr));
-        1
+        match headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC) {
+            Some(h) => c_int::from((search.f)(path, info.dlpi_addr, info.dlpi_addr + h.p_vaddr)),
+            None => 0,
+        }
     }
-    let mut search = Search { name, found: None };
+    let mut search = Search { f };
     // SAFETY: `visit` matches the callback type and only reads what the loader hands it for the call.
     unsafe { libc::dl_iterate_phdr(Some(visit), (&mut search as *mut Search).cast()) };
-    search.found
 }
 
 /// A symbol of a loaded module's dynamic symbol table (already mapped: no file is read).
@@ -195,11 +209,17 @@ pub fn dynamic_symbol_at(addr: u64) -> Option<DynamicSymbol> {
 }
 
 /// The address of `name` in the process's global scope (the executable, then the libraries in load
-/// order): `dlsym(RTLD_DEFAULT)`. Not from a signal handler (it takes the loader's lock).
+/// order), as `dlsym(RTLD_DEFAULT)` finds it, read from the modules' dynamic symbol tables: a `dlsym`
+/// that finds nothing leaves an error record allocated with the program's `malloc` (an executable that
+/// defines `malloc` counted one more allocation from the loader). Not from a signal handler (it takes
+/// the loader's lock).
 pub fn global_symbol(name: &CStr) -> Option<u64> {
-    // SAFETY: RTLD_DEFAULT is a valid pseudo-handle and `name` is NUL-terminated.
-    let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
-    (addr != 0).then_some(addr)
+    let mut found = None;
+    each_dynamic_section(&mut |_, base, dynamic| {
+        found = Loaded::at(base, dynamic).and_then(|module| module.symbol(name));
+        found.is_some()
+    });
+    found
 }
 
 #[cfg(test)]
@@ -226,5 +246,15 @@ mod tests {
         }
         assert_eq!(libc.symbol(c"racewatch_no_such_symbol"), None);
         assert!(Loaded::find(c"libno-such-library.so.1").is_none());
+    }
+
+    #[test]
+    fn global_symbols_are_those_dlsym_finds_by_default() {
+        for name in [c"malloc", c"free", c"_r_debug", c"pthread_create"] {
+            // SAFETY: RTLD_DEFAULT is a valid pseudo-handle; the names are NUL-terminated.
+            let expected = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
+            assert_eq!(global_symbol(name), Some(expected), "{name:?}");
+        }
+        assert_eq!(global_symbol(c"__racewatch_no_such_symbol"), None);
     }
 }

@@ -729,7 +729,7 @@ fn ignored_by(thread: libc::pthread_t) -> bool {
 /// Interposed `raise` (and `gsignal`, its other name): see [`pthread_kill`].
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn raise(sig: c_int) -> c_int {
-    if sig == libc::SIGTRAP && signal::is_installed() && signal::discarded_as_ignored(thread::gettid()) {
+    if sig == libc::SIGTRAP && signal::discarded_as_ignored(thread::gettid()) {
         return 0;
     }
     real::raise(sig)
@@ -744,7 +744,7 @@ pub extern "C" fn gsignal(sig: c_int) -> c_int {
 /// Interposed `tgkill`: see [`pthread_kill`].
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn tgkill(tgid: libc::pid_t, tid: libc::pid_t, sig: c_int) -> c_int {
-    if sig == libc::SIGTRAP && signal::is_own_process(tgid) && signal::discarded_as_ignored(tid) {
+    if trap_sent_and_ignored(libc::SYS_tgkill, [tgid.into(), tid.into(), sig.into()]) {
         return 0;
     }
     real::tgkill(tgid, tid, sig)

@@ -120,10 +120,53 @@ fn main() {
     }
     so.push("release");
     so.push(RUNTIME_FILE);
-    let bytes = std::fs::read(&so).unwrap_or_else(|err| panic!("racewatch build: cannot read {}: {err}", so.display()));
+    let mut bytes =
+        std::fs::read(&so).unwrap_or_else(|err| panic!("racewatch build: cannot read {}: {err}", so.display()));
+    if let Err(why) = hide_tls_segment(&mut bytes) {
+        panic!("racewatch build: {}: {why}", so.display());
+    }
+    let so = out_dir.join(RUNTIME_FILE);
+    std::fs::write(&so, &bytes).unwrap_or_else(|err| panic!("racewatch build: cannot write {}: {err}", so.display()));
 
     println!("cargo:rustc-env=RACEWATCH_RUNTIME_SO={}", so.display());
     println!("cargo:rustc-env=RACEWATCH_RUNTIME_HASH={:016x}", fnv1a64(&bytes));
+}
+
+/// The program header type that `runtime/src/sys/tls.rs` reads its segment from (`PT_RACEWATCH_TLS`).
+const PT_RACEWATCH_TLS: u32 = 0x6f72_7774;
+const PT_TLS: u32 = 7;
+/// The largest segment the runtime's table of thread-local blocks holds (`tls::MAX_BLOCK`).
+const MAX_TLS_BLOCK: u64 = 512;
+
+/// Turns the runtime's `PT_TLS` program header into `PT_RACEWATCH_TLS`, which the loader ignores: it then
+/// gives the library no static TLS (carved from every thread's stack) and no DTV slot. The library's
+/// own `__tls_get_addr` serves its thread-local accesses from blocks of its own (`sys/tls.rs`), which
+/// find the segment under either type. Fails for a segment too large for those blocks.
+fn hide_tls_segment(elf: &mut [u8]) -> Result<(), String> {
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+    if elf.len() < 64 || &elf[..4] != b"\x7fELF" || elf[4] != 2 || elf[5] != 1 {
+        return Err("not a little-endian ELF64 file".into());
+    }
+    let (phoff, phentsize, phnum) = (u64_at(elf, 32) as usize, u16_at(elf, 54) as usize, u16_at(elf, 56) as usize);
+    if phentsize != 56 || phoff + phentsize * phnum > elf.len() {
+        return Err("unexpected program headers".into());
+    }
+    for at in (0..phnum).map(|k| phoff + k * phentsize) {
+        let kind = u32::from_le_bytes(elf[at..at + 4].try_into().expect("4 bytes"));
+        if kind != PT_TLS && kind != PT_RACEWATCH_TLS {
+            continue;
+        }
+        let (mem_size, align) = (u64_at(elf, at + 40), u64_at(elf, at + 48));
+        if mem_size > MAX_TLS_BLOCK || align > 64 {
+            return Err(format!(
+                "thread-local storage of {mem_size} bytes (alignment {align}) outgrows the runtime's blocks \
+                 ({MAX_TLS_BLOCK}, 64): raise tls::MAX_BLOCK"
+            ));
+        }
+        elf[at..at + 4].copy_from_slice(&PT_RACEWATCH_TLS.to_le_bytes());
+    }
+    Ok(())
 }
 
 /// `<outer target dir>/racewatch-runtime` when OUT_DIR has cargo's usual shape

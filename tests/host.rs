@@ -77,6 +77,8 @@ const PROGRAMS: &[Program] = &[
     Program { name: "environ", source: include_str!("host/environ.c"), metadata: true, flags: &[] },
     Program { name: "process_ops", source: include_str!("host/process_ops.c"), metadata: true, flags: &[] },
     Program { name: "small_stacks", source: include_str!("host/small_stacks.c"), metadata: true, flags: &[] },
+    Program { name: "tls_footprint", source: include_str!("host/tls_footprint.c"), metadata: true, flags: &[] },
+    Program { name: "privilege_mark", source: include_str!("host/privilege_mark.c"), metadata: true, flags: &[] },
     Program { name: "altstack", source: include_str!("host/altstack.c"), metadata: true, flags: &[] },
     Program { name: "seccomp", source: include_str!("host/seccomp.c"), metadata: true, flags: &[] },
     Program { name: "fds", source: include_str!("host/fds.c"), metadata: true, flags: &[] },
@@ -519,6 +521,12 @@ fn cases() -> Vec<Case> {
         ]),
         // 10. PTHREAD_STACK_MIN threads recursing to ~3 KiB from the end of their stacks; then threads get the
         // stack sizes they ask for (none of racewatch's kept by glibc).
+        // racewatch's thread-local variables are not in glibc's static TLS block (carved from every thread's
+        // stack) and take no slot of a thread's TLS vector (the program's malloc).
+        case("thread_stacks_and_tls_vectors_as_without_racewatch", "tls_footprint", &[]).repeat(2).expect(&["done"]),
+        // Opening racewatch's perf events (as root: a capability check that succeeds) does not mark the
+        // program's thread as having used a superuser privilege (set 22 p11).
+        case("no_privilege_mark_on_the_program_threads", "privilege_mark", &[]).expect(&["a worker's mark: 0"]),
         case("min_stacks_deep_recursion", "small_stacks", &[]).expect(&[
             "threads that recursed to about 3072 bytes from the end of their stack: 2",
             "asked for 128 KiB (guard 64 KiB): got 128 KiB",
@@ -1609,6 +1617,8 @@ host_cases!(
     vfork_and_exec,
     exec_from_a_thread,
     min_stacks_deep_recursion,
+    thread_stacks_and_tls_vectors_as_without_racewatch,
+    no_privilege_mark_on_the_program_threads,
     sigaltstack_sigusr1_handler,
     seccomp_strict_prctl,
     seccomp_strict_syscall,

@@ -27,7 +27,7 @@ static TID: [AtomicI32; ENTRIES] = [const { AtomicI32::new(0) }; ENTRIES];
 static LISTED: AtomicUsize = AtomicUsize::new(0);
 
 /// The calling thread's pointer (its `struct pthread`). No system call; async-signal-safe.
-fn thread_pointer() -> usize {
+pub fn thread_pointer() -> usize {
     // SAFETY: pthread_self has no preconditions; glibc reads it from the thread's `fs` segment.
     unsafe { libc::pthread_self() as usize }
 }

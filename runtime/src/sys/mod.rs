@@ -2,6 +2,7 @@
 //! each behind a safe wrapper with a `// SAFETY:` comment.
 
 pub mod alloc;
+pub mod bystander;
 pub mod code;
 pub mod confined;
 pub mod cputime;
@@ -33,6 +34,7 @@ pub mod signal;
 pub mod snapshot;
 pub mod stacks;
 pub mod thread;
+pub mod tls;
 pub mod tracer;
 pub mod unwind_info;
 pub mod wake;

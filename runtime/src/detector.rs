@@ -105,6 +105,7 @@ pub fn prepare() {
     }
     // First: the table is a mapping of its own, not part of the heap mapped ahead for the start.
     crate::sys::creation::prepare();
+    crate::sys::tls::reserve();
     crate::sys::region::reserve(HEAP_AT_START, crate::sys::region::Use::Heap);
     crate::sys::prefault::own_module();
     stacks::init_pool();
@@ -123,6 +124,7 @@ pub fn before_locking_all() {
     crate::sys::region::release_reserve(crate::sys::region::Use::Heap);
     stacks::shrink_for_locking();
     crate::sys::creation::before_locking_all();
+    crate::sys::tls::before_locking_all();
 }
 
 /// racewatch's heap that the detector's start uses: about 580 KiB for the decoder's tables, 64 KiB for

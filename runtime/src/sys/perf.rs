@@ -183,8 +183,13 @@ pub fn unretire() {
 pub fn open_raw(attr: &PerfEventAttr) -> io::Result<PerfFd> {
     const PERF_FLAG_FD_CLOEXEC: u64 = 8;
     // A caller that holds CAP_PERFMON or CAP_SYS_ADMIN would be marked as having used a privilege: a
-    // helper thread makes the call for it (not for a traced process: its tracer would see the clone).
-    let by_helper = bystander::holds_perfmon_capability() && !tracer::traced_now();
+    // helper thread makes the call for it; not in a traced process (its tracer would see the clone), nor
+    // in a nested PID namespace (pids are handed out in order there: the program's next child's would be
+    // one higher).
+    let by_helper = bystander::holds_perfmon_capability() && {
+        let status = tracer::read_now();
+        status.tracer.is_none() && !status.nested_pid_namespace
+    };
     let tid = raw::gettid();
     let fd = match by_helper.then(|| bystander::perf_event_open_for(attr, tid, PERF_FLAG_FD_CLOEXEC)).flatten() {
         Some(fd) => fd,

@@ -181,8 +181,37 @@ fn block(entry: usize) -> *mut u8 {
     chunk_at(chunk).map_or(spare, |at| at.wrapping_add(within * MAX_BLOCK))
 }
 
-/// Chunk `chunk`'s address, mapped now the first time (raw `mmap`: async-signal-safe); `None` when the
-/// kernel refuses (a memory budget).
+const CHUNK_BYTES: usize = CHUNK * MAX_BLOCK;
+/// The chunks after the first, mapped whole before `main` ([`reserve`]; 0: not mapped).
+static RESERVED: AtomicUsize = AtomicUsize::new(0);
+const RESERVED_BYTES: usize = (CHUNKS - 1) * CHUNK_BYTES;
+
+/// Before `main`, without a memory budget: maps the chunks after the first (496 KiB of address space,
+/// untouched until threads use their blocks), so that the program's threads, however many, change
+/// nothing of its address space (a program starting threads up to its `RLIMIT_AS` must get as many).
+/// Under a budget, chunks are mapped as threads need them.
+pub fn reserve() {
+    if super::mem::memory_budgeted() || RESERVED.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    if let Some(at) = super::region::map(RESERVED_BYTES, super::region::Use::Heap) {
+        RESERVED.store(at, Ordering::Release);
+    }
+}
+
+/// Before an `mlockall(MCL_CURRENT)` of the program's while no thread but the first used a block: the
+/// chunks mapped ahead are given back (they would be locked, and counted against its `RLIMIT_MEMLOCK`).
+pub fn before_locking_all() {
+    let at = RESERVED.load(Ordering::Acquire);
+    if at == 0 || NEXT_BLOCK.load(Ordering::Acquire) > CHUNK {
+        return;
+    }
+    RESERVED.store(0, Ordering::Release);
+    super::region::unmap(at, RESERVED_BYTES, super::region::Use::Heap);
+}
+
+/// Chunk `chunk`'s address: the first is static, the others mapped ahead ([`reserve`]) or now, the
+/// first time (raw `mmap`: async-signal-safe, no thread-local state); `None` when the kernel refuses.
 fn chunk_at(chunk: usize) -> Option<*mut u8> {
     if chunk == 0 {
         return Some(std::ptr::addr_of_mut!(FIRST).cast::<u8>());
@@ -192,7 +221,15 @@ fn chunk_at(chunk: usize) -> Option<*mut u8> {
     if at != 0 {
         return Some(at as *mut u8);
     }
-    let len = (CHUNK * MAX_BLOCK) as u64;
+    let reserved = RESERVED.load(Ordering::Acquire);
+    if reserved != 0 {
+        let at = reserved + (chunk - 1) * CHUNK_BYTES;
+        return Some(match slot.compare_exchange(0, at, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => at,
+            Err(other) => other,
+        } as *mut u8);
+    }
+    let len = CHUNK_BYTES as u64;
     let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
     let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
     let mapped = super::raw::syscall6(libc::SYS_mmap, [0, len, prot, flags, u64::MAX, 0]);

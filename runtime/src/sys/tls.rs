@@ -25,7 +25,7 @@ pub const PT_RACEWATCH_TLS: u32 = 0x6f72_7774;
 const PT_TLS: u32 = 7;
 
 /// Threads with a block at once (entries of the table, and blocks).
-const ENTRIES: usize = 1024;
+const ENTRIES: usize = 4096;
 /// The largest block (the segment's size, rounded up to 64 bytes); the build checks the segment.
 pub const MAX_BLOCK: usize = 512;
 /// Blocks per chunk: the first chunk is static, the others are mapped as threads need them.
@@ -186,7 +186,7 @@ const CHUNK_BYTES: usize = CHUNK * MAX_BLOCK;
 static RESERVED: AtomicUsize = AtomicUsize::new(0);
 const RESERVED_BYTES: usize = (CHUNKS - 1) * CHUNK_BYTES;
 
-/// Before `main`, without a memory budget: maps the chunks after the first (496 KiB of address space,
+/// Before `main`, without a memory budget: maps the chunks after the first (about 2 MiB of address space,
 /// untouched until threads use their blocks), so that the program's threads, however many, change
 /// nothing of its address space (a program starting threads up to its `RLIMIT_AS` must get as many).
 /// Under a budget, chunks are mapped as threads need them.

@@ -24,26 +24,76 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 pub const PT_RACEWATCH_TLS: u32 = 0x6f72_7774;
 const PT_TLS: u32 = 7;
 
-/// Threads with a block at once (entries of the table, and blocks).
+/// Entries of one table. The first table is static; more are mapped as threads need them.
 const ENTRIES: usize = 4096;
+/// Tables at most (65,536 threads with a block at once).
+const TABLES: usize = 16;
+/// Entries a thread looks at in a table, from its home entry, before it goes on to the next table.
+const PROBES: usize = 64;
 /// The largest block (the segment's size, rounded up to 64 bytes); the build checks the segment.
 pub const MAX_BLOCK: usize = 512;
-/// Blocks per chunk: the first chunk is static, the others are mapped as threads need them.
+/// Blocks per chunk: the first chunk is static, the others are mapped ahead or as threads need them.
 const CHUNK: usize = 32;
-const CHUNKS: usize = ENTRIES / CHUNK;
+/// Blocks at most, and their chunks.
+const BLOCKS: usize = ENTRIES * TABLES;
+const CHUNKS: usize = BLOCKS / CHUNK;
 /// Where glibc (2.26 and later, x86-64) keeps a thread's id in its descriptor.
 const GLIBC_TID_OFFSET: usize = 0x2d0;
 
-/// The thread pointer each entry belongs to (0: free).
-static OWNER: [AtomicUsize; ENTRIES] = [const { AtomicUsize::new(0) }; ENTRIES];
-/// The thread id the entry's block was initialised for (0: being initialised).
-static TID: [AtomicI32; ENTRIES] = [const { AtomicI32::new(0) }; ENTRIES];
-/// The block each entry has (its number + 1; 0: none yet). An entry taken over keeps its block.
-static BLOCK: [AtomicUsize; ENTRIES] = [const { AtomicUsize::new(0) }; ENTRIES];
+/// A table of entries (all zero: empty; a mapping of zeroes is one).
+#[repr(C)]
+struct Table {
+    /// The thread pointer each entry belongs to (0: free).
+    owner: [AtomicUsize; ENTRIES],
+    /// The thread id the entry's block was initialised for (0: being initialised).
+    tid: [AtomicI32; ENTRIES],
+    /// The block each entry has (its number + 1; 0: none yet). An entry taken over keeps its block.
+    block: [AtomicUsize; ENTRIES],
+}
+
+static FIRST_TABLE: Table = Table {
+    owner: [const { AtomicUsize::new(0) }; ENTRIES],
+    tid: [const { AtomicI32::new(0) }; ENTRIES],
+    block: [const { AtomicUsize::new(0) }; ENTRIES],
+};
+/// The tables after the first (0: not mapped yet).
+static MORE_TABLES: [AtomicUsize; TABLES] = [const { AtomicUsize::new(0) }; TABLES];
 /// Blocks handed out so far (numbered in order, so that chunks fill one after the other).
 static NEXT_BLOCK: AtomicUsize = AtomicUsize::new(0);
 /// Each chunk's address (0: not mapped yet); chunk 0 is [`FIRST`].
 static CHUNK_AT: [AtomicUsize; CHUNKS] = [const { AtomicUsize::new(0) }; CHUNKS];
+
+/// Zeroed memory of `len` bytes, mapped now (raw `mmap`: async-signal-safe, no thread-local state),
+/// published in `slot` unless another thread did first; `None` when the kernel refuses.
+fn map_into(slot: &AtomicUsize, len: usize) -> Option<usize> {
+    let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+    let mapped = super::raw::syscall6(libc::SYS_mmap, [0, len as u64, prot, flags, u64::MAX, 0]);
+    if mapped < 0 {
+        return None;
+    }
+    match slot.compare_exchange(0, mapped as usize, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(mapped as usize),
+        Err(other) => {
+            super::raw::syscall6(libc::SYS_munmap, [mapped as u64, len as u64, 0, 0, 0, 0]);
+            Some(other)
+        }
+    }
+}
+
+/// Table `k`, mapped now the first time it is needed.
+fn table(k: usize) -> Option<&'static Table> {
+    if k == 0 {
+        return Some(&FIRST_TABLE);
+    }
+    let slot = MORE_TABLES.get(k)?;
+    let at = match slot.load(Ordering::Acquire) {
+        0 => map_into(slot, std::mem::size_of::<Table>())?,
+        at => at,
+    };
+    // SAFETY: a mapping of a whole `Table`, zeroed (empty entries), never unmapped.
+    Some(unsafe { &*(at as *const Table) })
+}
 
 #[repr(C, align(64))]
 struct Blocks<const N: usize>([u8; N]);
@@ -163,14 +213,15 @@ pub fn block_of_this_thread() -> *mut u8 {
     block(entry)
 }
 
-/// The block of `entry` (handed out with its first claim); the spare one when none can be had.
+/// The block of `entry` (table and index: `k * ENTRIES + i`), handed out with its first claim; the
+/// spare one when none can be had.
 fn block(entry: usize) -> *mut u8 {
     let spare = std::ptr::addr_of_mut!(SPARE).cast::<u8>();
-    let Some(had) = BLOCK.get(entry) else { return spare };
+    let Some(had) = table(entry / ENTRIES).map(|t| &t.block[entry % ENTRIES]) else { return spare };
     let mut number = had.load(Ordering::Acquire);
     if number == 0 {
         let next = NEXT_BLOCK.fetch_add(1, Ordering::AcqRel);
-        if next >= ENTRIES {
+        if next >= BLOCKS {
             return spare;
         }
         // Only this entry's owner hands it a block (the thread pointer is one live thread's).
@@ -182,9 +233,11 @@ fn block(entry: usize) -> *mut u8 {
 }
 
 const CHUNK_BYTES: usize = CHUNK * MAX_BLOCK;
-/// The chunks after the first, mapped whole before `main` ([`reserve`]; 0: not mapped).
+/// The chunks after the first of the first table's blocks, mapped whole before `main` ([`reserve`]; 0:
+/// not mapped).
 static RESERVED: AtomicUsize = AtomicUsize::new(0);
-const RESERVED_BYTES: usize = (CHUNKS - 1) * CHUNK_BYTES;
+const RESERVED_CHUNKS: usize = ENTRIES / CHUNK - 1;
+const RESERVED_BYTES: usize = RESERVED_CHUNKS * CHUNK_BYTES;
 
 /// Before `main`, without a memory budget: maps the chunks after the first (about 2 MiB of address space,
 /// untouched until threads use their blocks), so that the program's threads, however many, change
@@ -222,27 +275,14 @@ fn chunk_at(chunk: usize) -> Option<*mut u8> {
         return Some(at as *mut u8);
     }
     let reserved = RESERVED.load(Ordering::Acquire);
-    if reserved != 0 {
+    if reserved != 0 && chunk <= RESERVED_CHUNKS {
         let at = reserved + (chunk - 1) * CHUNK_BYTES;
         return Some(match slot.compare_exchange(0, at, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => at,
             Err(other) => other,
         } as *mut u8);
     }
-    let len = CHUNK_BYTES as u64;
-    let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
-    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
-    let mapped = super::raw::syscall6(libc::SYS_mmap, [0, len, prot, flags, u64::MAX, 0]);
-    if mapped < 0 {
-        return None;
-    }
-    match slot.compare_exchange(0, mapped as usize, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Some(mapped as *mut u8),
-        Err(other) => {
-            super::raw::syscall6(libc::SYS_munmap, [mapped as u64, len, 0, 0, 0, 0]);
-            Some(other as *mut u8)
-        }
-    }
+    map_into(slot, CHUNK_BYTES).map(|at| at as *mut u8)
 }
 
 /// Fills `entry`'s block with the initial image and marks it as thread `tid`'s.
@@ -257,48 +297,57 @@ fn initialise(entry: usize, tid: i32) {
             std::ptr::write_bytes(to.add(copy), 0, size - copy);
         }
     }
-    TID[entry].store(tid, Ordering::Release);
+    if let Some(t) = table(entry / ENTRIES) {
+        t.tid[entry % ENTRIES].store(tid, Ordering::Release);
+    }
 }
 
 fn home(tp: usize) -> usize {
     ((tp >> 6).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) % ENTRIES
 }
 
-/// The entry of the thread whose descriptor is at `tp` and whose id is `tid`, claimed (and initialised)
-/// if it has none. `pid` is asked only when an entry with this descriptor has another id (the forking
-/// thread, in a child, or a new thread on a descriptor glibc reused); `gone` only when the table is full.
+/// The entry (`k * ENTRIES + i`) of the thread whose descriptor is at `tp` and whose id is `tid`,
+/// claimed (and initialised) if it has none: in the first table whose [`PROBES`] entries from its home
+/// have it, a free one, or one of a thread that is gone. `pid` is asked only when an entry with this
+/// descriptor has another id (the forking thread, in a child, or a new thread on a descriptor glibc
+/// reused); `gone` only when a table's entries there are all taken. Entries are never freed, so a
+/// thread's entry always comes before any free one in that order.
 fn entry_for(tp: usize, tid: i32, pid: &dyn Fn() -> i32, gone: &dyn Fn(i32) -> bool) -> usize {
     let start = home(tp);
-    for step in 0..ENTRIES {
-        let entry = (start + step) % ENTRIES;
-        let owner = OWNER[entry].load(Ordering::Acquire);
-        if owner == tp {
-            let had = TID[entry].load(Ordering::Acquire);
-            if had != tid {
-                if had != 0 && tid == pid() {
-                    TID[entry].store(tid, Ordering::Release); // A forked child's only thread: same state.
-                } else {
-                    initialise(entry, tid);
+    for k in 0..TABLES {
+        let Some(t) = table(k) else { break };
+        let at = |step: usize| (start + step) % ENTRIES;
+        for i in (0..PROBES).map(at) {
+            let owner = t.owner[i].load(Ordering::Acquire);
+            if owner == tp {
+                let had = t.tid[i].load(Ordering::Acquire);
+                if had != tid {
+                    if had != 0 && tid == pid() {
+                        t.tid[i].store(tid, Ordering::Release); // A forked child's only thread: same state.
+                    } else {
+                        initialise(k * ENTRIES + i, tid);
+                    }
                 }
+                return k * ENTRIES + i;
             }
-            return entry;
+            if owner == 0 && t.owner[i].compare_exchange(0, tp, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                initialise(k * ENTRIES + i, tid);
+                return k * ENTRIES + i;
+            }
         }
-        if owner == 0 && OWNER[entry].compare_exchange(0, tp, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            initialise(entry, tid);
-            return entry;
+        // All taken here: the entry of a thread that is gone.
+        for i in (0..PROBES).map(at) {
+            let (owner, had) = (t.owner[i].load(Ordering::Acquire), t.tid[i].load(Ordering::Acquire));
+            if had > 0
+                && gone(had)
+                && t.owner[i].compare_exchange(owner, tp, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            {
+                initialise(k * ENTRIES + i, tid);
+                return k * ENTRIES + i;
+            }
         }
     }
-    // Full: the entry of a thread that is gone, near this thread's home.
-    for step in 0..ENTRIES {
-        let entry = (start + step) % ENTRIES;
-        let (owner, had) = (OWNER[entry].load(Ordering::Acquire), TID[entry].load(Ordering::Acquire));
-        if had > 0 && gone(had) && OWNER[entry].compare_exchange(owner, tp, Ordering::AcqRel, Ordering::Acquire).is_ok()
-        {
-            initialise(entry, tid);
-            return entry;
-        }
-    }
-    // Every entry belongs to a live thread: this one shares the spare block (never fails).
+    // No table could be had: this thread shares the spare block (never fails).
     usize::MAX
 }
 
@@ -353,7 +402,7 @@ mod tests {
         unsafe { block(first).write(0xab) };
         // glibc reused the descriptor for thread 1002: its block starts with the initial image.
         assert_eq!(entry_for(tp, 1002, &|| 1000, &never), first);
-        assert_eq!(TID[first].load(Ordering::Relaxed), 1002);
+        assert_eq!(FIRST_TABLE.tid[first].load(Ordering::Relaxed), 1002);
         // SAFETY: as above.
         assert_ne!(unsafe { block(first).read() }, 0xab);
     }
@@ -368,6 +417,23 @@ mod tests {
         assert_eq!(entry_for(tp, 3000, &|| 3000, &never), entry);
         // SAFETY: as above.
         assert_eq!(unsafe { block(entry).read() }, 0x5a);
+    }
+
+    #[test]
+    fn more_live_threads_than_a_table_holds_get_entries_of_their_own() {
+        let entries: Vec<usize> =
+            (0..5000).map(|i| entry_for(0x7d00_0000_0740 + i * 0x2_0000, 7000 + i as i32, &|| 1, &never)).collect();
+        let mut unique = entries.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), entries.len());
+        assert!(entries.iter().all(|&e| e != usize::MAX), "a thread was left with the spare block");
+        assert!(entries.iter().any(|&e| e >= ENTRIES), "all in the first table");
+        let blocks: Vec<*mut u8> = entries.iter().map(|&e| block(e)).collect();
+        let mut distinct = blocks.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), blocks.len());
     }
 
     #[test]

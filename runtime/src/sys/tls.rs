@@ -393,6 +393,13 @@ mod tests {
         false
     }
 
+    /// Whether no two of `items` are equal.
+    fn all_distinct<T: Ord + Clone>(items: &[T]) -> bool {
+        let mut sorted = items.to_vec();
+        sorted.sort_unstable();
+        sorted.windows(2).all(|pair| pair[0] != pair[1])
+    }
+
     #[test]
     fn a_thread_keeps_its_entry_and_a_new_thread_on_the_same_descriptor_starts_afresh() {
         let tp = 0x7f00_dead_0740;
@@ -423,26 +430,17 @@ mod tests {
     fn more_live_threads_than_a_table_holds_get_entries_of_their_own() {
         let entries: Vec<usize> =
             (0..5000).map(|i| entry_for(0x7d00_0000_0740 + i * 0x2_0000, 7000 + i as i32, &|| 1, &never)).collect();
-        let mut unique = entries.clone();
-        unique.sort_unstable();
-        unique.dedup();
-        assert_eq!(unique.len(), entries.len());
+        assert!(all_distinct(&entries));
         assert!(entries.iter().all(|&e| e != usize::MAX), "a thread was left with the spare block");
         assert!(entries.iter().any(|&e| e >= ENTRIES), "all in the first table");
-        let blocks: Vec<*mut u8> = entries.iter().map(|&e| block(e)).collect();
-        let mut distinct = blocks.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        assert_eq!(distinct.len(), blocks.len());
+        let blocks: Vec<usize> = entries.iter().map(|&e| block(e) as usize).collect();
+        assert!(all_distinct(&blocks));
     }
 
     #[test]
     fn descriptors_get_entries_of_their_own() {
         let entries: Vec<usize> =
             (0..64).map(|i| entry_for(0x7e00_0000_0740 + i * 0x80_0000, 5000 + i as i32, &|| 1, &never)).collect();
-        let mut unique = entries.clone();
-        unique.sort_unstable();
-        unique.dedup();
-        assert_eq!(unique.len(), entries.len());
+        assert!(all_distinct(&entries));
     }
 }

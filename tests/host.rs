@@ -80,6 +80,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "tls_footprint", source: include_str!("host/tls_footprint.c"), metadata: true, flags: &[] },
     Program { name: "privilege_mark", source: include_str!("host/privilege_mark.c"), metadata: true, flags: &[] },
     Program { name: "altstack", source: include_str!("host/altstack.c"), metadata: true, flags: &[] },
+    Program { name: "altstack_depth", source: include_str!("host/altstack_depth.c"), metadata: true, flags: &[] },
     Program { name: "seccomp", source: include_str!("host/seccomp.c"), metadata: true, flags: &[] },
     Program { name: "fds", source: include_str!("host/fds.c"), metadata: true, flags: &[] },
     Program { name: "log_symlink", source: include_str!("host/log_symlink.c"), metadata: true, flags: &[] },
@@ -537,6 +538,12 @@ fn cases() -> Vec<Case> {
             "worker 0 handler ran: ok",
             "worker 1 handler ran: ok",
         ]),
+        // 11b. racewatch's samples land at the top of the program's alternate stack, and a wrapped handler's
+        // decision runs on racewatch's stacks: the program's alternate stack is written as deep as without
+        // racewatch (set 21 p05: 1,928 bytes of 8 KiB instead of 1,344).
+        case("alternate_stack_written_as_deep_as_without_racewatch", "altstack_depth", &[])
+            .repeat(3)
+            .expect(&["handled: 800"]),
         // 12. seccomp.
         // A worker's own sandbox (no TSYNC): racewatch leaves that thread alone and samples the others.
         case("seccomp_strict_prctl", "seccomp", &["strict-prctl"])
@@ -1620,6 +1627,7 @@ host_cases!(
     thread_stacks_and_tls_vectors_as_without_racewatch,
     no_privilege_mark_on_the_program_threads,
     sigaltstack_sigusr1_handler,
+    alternate_stack_written_as_deep_as_without_racewatch,
     seccomp_strict_prctl,
     seccomp_strict_syscall,
     seccomp_filter_one_thread,

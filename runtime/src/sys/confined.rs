@@ -24,7 +24,7 @@ static POINTER: [AtomicUsize; ENTRIES] = [const { AtomicUsize::new(0) }; ENTRIES
 /// created confined cannot ask).
 static TID: [AtomicI32; ENTRIES] = [const { AtomicI32::new(0) }; ENTRIES];
 /// Entries in use (0: nothing is confined, and [`here`] reads nothing else).
-static LISTED: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static LISTED: AtomicUsize = AtomicUsize::new(0);
 
 /// The calling thread's pointer (its `struct pthread`). No system call; async-signal-safe.
 pub fn thread_pointer() -> usize {

@@ -65,8 +65,12 @@ fn armed(lo: usize, hi: usize) -> libc::stack_t {
     libc::stack_t { ss_sp: lo as *mut libc::c_void, ss_flags: 0, ss_size: hi - lo }
 }
 
-static POOL_BASE: AtomicUsize = AtomicUsize::new(0);
-static POOL_FREE: AtomicU32 = AtomicU32::new(0);
+/// The runtime stacks' mapping (0 until mapped) and which of them are free (a bit each). Read by the
+/// assembly entry of a wrapped program signal (`hand_on`), which decides on one of them.
+pub(crate) static POOL_BASE: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static POOL_FREE: AtomicU32 = AtomicU32::new(0);
+/// The distance between the tops of two runtime stacks (each above its guard page).
+pub(crate) const POOL_STRIDE: usize = RUNTIME_STACK + PAGE;
 
 thread_local! {
     /// This thread's stack `[lo, hi)` (0, 0 when unknown).
@@ -80,7 +84,7 @@ pub fn init_pool() -> bool {
     if POOL_BASE.load(Ordering::Acquire) != 0 {
         return true;
     }
-    let slot = RUNTIME_STACK + PAGE;
+    let slot = POOL_STRIDE;
     let budget = LOCKING_FUTURE.load(Ordering::Relaxed) || crate::sys::mem::memory_headroom().is_some();
     let size = if budget { BUDGET_POOL } else { POOL };
     let Some(base) = map(slot * size) else { return false };
@@ -125,7 +129,7 @@ pub fn shrink_for_locking() {
     let kept = ((1u64 << BUDGET_POOL) - 1) as u32;
     if POOL_FREE.compare_exchange(all, kept, Ordering::AcqRel, Ordering::Acquire).is_ok() {
         POOL_SIZE.store(BUDGET_POOL, Ordering::Relaxed);
-        let slot = RUNTIME_STACK + PAGE;
+        let slot = POOL_STRIDE;
         unmap(base + BUDGET_POOL * slot, (size - BUDGET_POOL) * slot);
     }
 }
@@ -205,9 +209,15 @@ pub fn program_handler_top(interrupted_sp: usize, onstack: bool) -> Option<usize
 /// (a raw `clone` with a thread pointer of its own, no glibc TLS vector) has no alternate stack of
 /// racewatch's, and looking its TLS up would fault.
 pub fn off_own_alt_stack(interrupted_sp: usize) -> Option<Option<usize>> {
+    off_own_alt_stack_at(interrupted_sp, current_sp())
+}
+
+/// [`off_own_alt_stack`] for a handler that was delivered at stack address `delivered_sp` and runs
+/// elsewhere now (a runtime stack).
+pub fn off_own_alt_stack_at(interrupted_sp: usize, delivered_sp: usize) -> Option<Option<usize>> {
     thread::known_slot(raw::gettid())?;
     let (lo, hi) = ALT.with(Cell::get);
-    if !(lo < hi && (lo..hi).contains(&current_sp())) {
+    if !(lo < hi && (lo..hi).contains(&delivered_sp)) {
         return None;
     }
     Some((!(lo..hi).contains(&interrupted_sp)).then(|| interrupted_sp.saturating_sub(128) & !15))
@@ -284,11 +294,17 @@ pub fn host_high_water() -> usize {
     HOST_HIGH_WATER.load(Ordering::Relaxed)
 }
 
+/// Records that a handler used the stack it was delivered to from `frame` (the kernel's frame) down to
+/// `sp` before it moved to a runtime stack.
+pub fn note_host_depth(frame: usize, sp: usize) {
+    HOST_HIGH_WATER.fetch_max(frame.saturating_sub(sp), Ordering::Relaxed);
+}
+
 /// Runs `f` on a runtime stack; false (without running it) when every runtime stack is in use.
 /// `frame` is an address inside the kernel's signal frame (the `ucontext`): the handler's own use of
 /// the program's stack is measured from there. Async-signal-safe.
 pub fn run_on_runtime_stack(frame: usize, f: &mut dyn FnMut()) -> bool {
-    HOST_HIGH_WATER.fetch_max(frame.saturating_sub(current_sp()), Ordering::Relaxed);
+    note_host_depth(frame, current_sp());
     let base = POOL_BASE.load(Ordering::Acquire);
     if base == 0 {
         return false;
@@ -304,7 +320,7 @@ pub fn run_on_runtime_stack(frame: usize, f: &mut dyn FnMut()) -> bool {
             Err(now) => free = now,
         }
     };
-    let top = base + (index + 1) * (RUNTIME_STACK + PAGE);
+    let top = base + (index + 1) * POOL_STRIDE;
     switch_and_call(top, f, true);
     POOL_FREE.fetch_or(1 << index, Ordering::AcqRel);
     true
@@ -870,7 +886,7 @@ pub fn runtime_stack_high_water() -> usize {
     }
     (0..POOL_SIZE.load(Ordering::Relaxed))
         .map(|i| {
-            let lo = base + i * (RUNTIME_STACK + PAGE) + PAGE;
+            let lo = base + i * POOL_STRIDE + PAGE;
             // SAFETY: the pool's stacks stay mapped for the life of the process and are readable.
             let stack = unsafe { std::slice::from_raw_parts(lo as *const u8, RUNTIME_STACK) };
             stack.iter().position(|&b| b != 0).map_or(0, |first| RUNTIME_STACK - first)

@@ -72,6 +72,45 @@ pub(crate) static POOL_FREE: AtomicU32 = AtomicU32::new(0);
 /// The distance between the tops of two runtime stacks (each above its guard page).
 pub(crate) const POOL_STRIDE: usize = RUNTIME_STACK + PAGE;
 
+/// Assembly for a signal handler's entry that claims a runtime stack before it writes anything (one
+/// template string of `global_asm!`, which names the operands `listed`, `pool_base`, `pool_free` and
+/// `stride`): jumps to label `$fail` when a thread has confined itself ([`confined`]'s list is not
+/// empty), the pool is not mapped or no stack is free; else leaves the stack's index in `rcx` and its
+/// top in `r8`. Uses `rax`, `rcx`, `r8`, `r9` and the local label `3`.
+///
+/// [`confined`]: crate::sys::confined
+macro_rules! claim_runtime_stack {
+    ($fail:literal) => {
+        concat!(
+            "mov rax, qword ptr [rip + {listed}]\n",
+            "test rax, rax\n",
+            "jnz ",
+            $fail,
+            "\n",
+            "mov r8, qword ptr [rip + {pool_base}]\n",
+            "test r8, r8\n",
+            "jz ",
+            $fail,
+            "\n",
+            "mov eax, dword ptr [rip + {pool_free}]\n",
+            "3:\n",
+            "test eax, eax\n",
+            "jz ",
+            $fail,
+            "\n",
+            "bsf ecx, eax\n",
+            "mov r9d, eax\n",
+            "btr r9d, ecx\n",
+            "lock cmpxchg dword ptr [rip + {pool_free}], r9d\n",
+            "jnz 3b\n",
+            "lea r8, [rcx + 1]\n",
+            "imul r8, r8, {stride}\n",
+            "add r8, qword ptr [rip + {pool_base}]",
+        )
+    };
+}
+pub(crate) use claim_runtime_stack;
+
 thread_local! {
     /// This thread's stack `[lo, hi)` (0, 0 when unknown).
     static STACK: Cell<(usize, usize)> = const { Cell::new((0, 0)) };

@@ -865,6 +865,7 @@ pub fn forget_after_fork() {
     for busy in &WORK_BUSY {
         busy.store(false, Ordering::Release);
     }
+    free_pool_after_fork(current_sp());
     let (lo, _) = ALT.with(Cell::get);
     if lo == 0 {
         return;
@@ -874,6 +875,27 @@ pub fn forget_after_fork() {
             base.store(0, Ordering::Release);
             len.store(0, Ordering::Release);
         }
+    }
+}
+
+/// In a forked child: the runtime stacks other threads held at the fork (a handler in a sample or a
+/// watch window) are free, since no other thread exists here; the one the forking thread runs on (`sp`),
+/// if any, stays taken. Without this, each `fork` while other threads sampled left the child's pool
+/// that much smaller for good.
+fn free_pool_after_fork(sp: usize) {
+    let base = POOL_BASE.load(Ordering::Acquire);
+    if base != 0 {
+        POOL_FREE.store(free_after_fork(base, POOL_SIZE.load(Ordering::Relaxed), sp), Ordering::Release);
+    }
+}
+
+/// The free set of a pool of `size` runtime stacks mapped at `base` in a forked child whose thread runs
+/// at `sp`: every stack but the one `sp` is on.
+fn free_after_fork(base: usize, size: usize, sp: usize) -> u32 {
+    let all = ((1u64 << size) - 1) as u32;
+    match sp.checked_sub(base + 1).map(|offset| offset / POOL_STRIDE) {
+        Some(index) if index < size => all & !(1 << index),
+        _ => all,
     }
 }
 
@@ -1004,4 +1026,23 @@ pub fn run_program_handler_at(top: usize, f: &mut dyn FnMut()) {
         f();
     });
     MOVED_AT.with(|m| m.set(outer));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forked_child_frees_the_runtime_stacks_but_the_one_it_runs_on() {
+        let base = 0x7f00_0000_0000;
+        let all = (1u32 << POOL) - 1;
+        // Not on a runtime stack (a program stack below or above the pool): all free.
+        assert_eq!(free_after_fork(base, POOL, 0x1000), all);
+        assert_eq!(free_after_fork(base, POOL, base + POOL * POOL_STRIDE + 64), all);
+        // Near the top of stack 1 and at its very top: stack 1 stays taken.
+        assert_eq!(free_after_fork(base, POOL, base + 2 * POOL_STRIDE - 64), all & !0b10);
+        assert_eq!(free_after_fork(base, POOL, base + 2 * POOL_STRIDE), all & !0b10);
+        // The budget pool of 6.
+        assert_eq!(free_after_fork(base, BUDGET_POOL, base + 64), 0b111110);
+    }
 }

@@ -426,8 +426,8 @@ impl Reporter {
             .symbolizer
             .executable_functions()
             .iter()
-            .filter(|f| f.name.contains(name))
-            .filter_map(|f| test_path(&f.name))
+            .flat_map(|f| paths_naming(&f.name, name))
+            .filter_map(|path| test_path(path))
             .filter(|p| fits(p))
             .collect();
         paths.sort();
@@ -1246,6 +1246,19 @@ fn test_path(function: &str) -> Option<String> {
     (segments.len() >= 2).then(|| segments[1..].join("::"))
 }
 
+/// The paths in a symbol that contain `name`: the symbol itself, or a type argument of it. In a
+/// release build the test's function is inlined into libtest's runner and only such symbols
+/// (`core::ptr::drop_in_place<my_crate::races::{{closure}}>`) still name it.
+fn paths_naming<'a>(symbol: &'a str, name: &str) -> impl Iterator<Item = &'a str> + 'a {
+    let in_path = |c: char| c.is_alphanumeric() || matches!(c, '_' | ':' | '{' | '}' | '#');
+    let starts: Vec<usize> = symbol.match_indices(name).map(|(at, _)| at).collect();
+    starts.into_iter().map(move |at| {
+        let start = symbol[..at].rfind(|c: char| !in_path(c)).map_or(0, |i| i + 1);
+        let end = symbol[at..].find(|c: char| !in_path(c)).map_or(symbol.len(), |i| at + i);
+        &symbol[start..end]
+    })
+}
+
 /// A bare (inlined, line-tables-only) function name without generics and closures: `races` for
 /// `races<u8>`, `` for `{closure#0}`.
 fn bare_name(function: &str) -> String {
@@ -1410,6 +1423,15 @@ mod tests {
         assert!(!is_core_atomic(&[frame("write<u64>", "/rustc/x/library/core/src/ptr/mod.rs", 1600, false)]));
         assert!(!is_core_atomic(&load[3..]));
         assert!(!is_core_atomic(&[]));
+    }
+
+    #[test]
+    fn a_test_inlined_away_is_still_named_by_the_symbols_of_its_closures() {
+        let symbol = "core::ptr::drop_in_place<std::thread::spawn<racy::tests::races::{{closure}},()>::{{closure}}>";
+        let paths: Vec<Option<String>> = paths_naming(symbol, "tests::races").map(test_path).collect();
+        assert_eq!(paths, [Some("tests::races".to_string())]);
+        assert_eq!(paths_naming("racy::tests::races", "tests::ra").collect::<Vec<_>>(), ["racy::tests::races"]);
+        assert_eq!(paths_naming("racy::other", "tests::ra").count(), 0);
     }
 
     #[test]

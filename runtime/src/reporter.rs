@@ -427,7 +427,7 @@ impl Reporter {
             .executable_functions()
             .iter()
             .flat_map(|f| paths_naming(&f.name, name))
-            .filter_map(|path| test_path(path))
+            .filter_map(test_path)
             .filter(|p| fits(p))
             .collect();
         paths.sort();

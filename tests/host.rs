@@ -1970,6 +1970,70 @@ fn a_tracer_that_attaches_sees_few_sampling_stops() {
     assert!(most <= 40, "a tracer saw {most} sampling stops before racewatch paused");
 }
 
+/// gdb attached to a busy program at the debug rate, with the setting the guide gives for racewatch
+/// (`handle SIGTRAP nostop noprint nopass`): gdb does not pass `SIGTRAP` on, so racewatch's handler
+/// never learns of it and the sampling signals go on (without the setting, each is a stop gdb reports);
+/// with it gdb drops them silently, stops only at its own breakpoint (hit twice), lists the program's 3
+/// threads and no other, and after it detaches the program ends as it does without racewatch.
+#[test]
+fn gdb_attached_with_the_guides_setting_stops_only_at_its_breakpoints() {
+    let Some(clang) = clang() else { return };
+    if Command::new("gdb").arg("--version").output().map_or(true, |out| !out.status.success()) {
+        eprintln!("SKIP: gdb not found (apt-get install gdb)");
+        return;
+    }
+    let dir = scratch("gdb-attach");
+    let bin = build_c(
+        &clang,
+        &dir,
+        "gdb_busy",
+        "#include <pthread.h>\n#include <stdatomic.h>\n#include <stdio.h>\n#include <unistd.h>\n\
+         static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;\n\
+         static long total;\n static atomic_int stop;\n\
+         __attribute__((noinline)) void checkpoint(long n) { __asm__ volatile(\"\" : : \"r\"(n) : \"memory\"); }\n\
+         static void *work(void *arg) { long i = 0;\n\
+           while (!atomic_load(&stop)) { pthread_mutex_lock(&lock); total++; pthread_mutex_unlock(&lock);\n\
+             if ((++i & 0xffff) == 0) checkpoint(i); }\n\
+           return arg; }\n\
+         int main(void) { pthread_t t[2]; char c;\n\
+           for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, work, 0);\n\
+           if (read(0, &c, 1) != 1) return 2;\n\
+           atomic_store(&stop, 1); for (int i = 0; i < 2; i++) pthread_join(t[i], 0);\n\
+           printf(\"stopped 2 workers\\n\"); return total < 0; }\n",
+        &["-pthread"],
+    );
+    let finish = |mut child: std::process::Child| {
+        use std::io::Write;
+        child.stdin.take().expect("stdin").write_all(b"x").expect("tell the program to stop");
+        child.wait_with_output().expect("the program's end")
+    };
+    let piped = |mut command: Command| {
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start")
+    };
+    let plain = finish(piped(Command::new(&bin)));
+    let mut command = common::racewatch();
+    command.args(["run", "-o", "sample_period_us=1000", "--"]).arg(&bin);
+    let child = piped(command);
+    std::thread::sleep(Duration::from_millis(500));
+    let gdb = Command::new("timeout")
+        .args(["120", "gdb", "-q", "-batch", "-nx", "-p", &child.id().to_string()])
+        .args(["-ex", "set pagination off", "-ex", "handle SIGTRAP nostop noprint nopass", "-ex", "break checkpoint"])
+        .args(["-ex", "continue", "-ex", "continue", "-ex", "info threads", "-ex", "delete", "-ex", "detach"])
+        .output()
+        .expect("gdb");
+    let run = finish(child);
+    let gdb_out = String::from_utf8_lossy(&gdb.stdout).to_string() + &String::from_utf8_lossy(&gdb.stderr);
+    assert!(gdb.status.success(), "gdb: {}\n{gdb_out}", gdb.status);
+    assert_eq!(gdb_out.matches("hit Breakpoint 1, checkpoint").count(), 2, "{gdb_out}");
+    assert!(!gdb_out.contains("received signal"), "{gdb_out}");
+    let threads = gdb_out.lines().filter(|l| l.contains("gdb_busy") && l.contains("(LWP ")).count();
+    assert_eq!(threads, 3, "{gdb_out}");
+    let (stderr, plain_out) = (String::from_utf8_lossy(&run.stderr), String::from_utf8_lossy(&plain.stdout));
+    assert_eq!(plain_out, "stopped 2 workers\n");
+    assert_eq!((run.status.code(), String::from_utf8_lossy(&run.stdout)), (plain.status.code(), plain_out), "{stderr}");
+    assert!(!stderr.contains("racewatch"), "{stderr}");
+}
+
 /// A program that closes every descriptor number (`close`, `closefrom`, `close_range`) and parks a pipe at
 /// the top of its descriptor range with `dup2`, over racewatch's descriptors (tests/host/fd_scan.c): its
 /// counts are those without racewatch (checked by the case `fds_scanned_closed_and_parked_high`), and

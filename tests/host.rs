@@ -2182,8 +2182,9 @@ fn a_plugin_opened_by_relative_path_and_reloaded_in_place() {
 }
 
 /// Another interposer preloaded after racewatch (`LD_PRELOAD=<runtime>:shim.so`, as `racewatch run` leaves
-/// a user's own preload) counts the program's `pthread_create` and `sigaction` calls only, as without
-/// racewatch: racewatch's own thread and `SIGTRAP` handler go to libc directly.
+/// a user's own preload) counts the program's `pthread_create`, `sigaction` and `clock_gettime` calls
+/// only, as without racewatch: racewatch's own thread, `SIGTRAP` handler and clock reads (a clock library
+/// such as libfaketime would otherwise see them and answer with its own time) go to libc directly.
 #[test]
 fn an_interposer_preloaded_after_racewatch_sees_only_the_program() {
     if skip_detection() {
@@ -2192,14 +2193,29 @@ fn an_interposer_preloaded_after_racewatch_sees_only_the_program() {
     let Some(clang) = clang() else { return };
     let dir = scratch("interposer-after");
     let shim = "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <pthread.h>\n#include <signal.h>\n#include <stdio.h>\n\
-        static long creates, actions;\n\
+        #include <link.h>\n#include <time.h>\n\
+        static long creates, actions, foreign_clocks;\n\
+        static unsigned long exe_start, exe_end;\n\
+        static int first_object(struct dl_phdr_info *i, size_t size, void *data) { (void)size; (void)data;\n\
+          for (int k = 0; k < i->dlpi_phnum; k++) if (i->dlpi_phdr[k].p_type == PT_LOAD) {\n\
+            unsigned long lo = i->dlpi_addr + i->dlpi_phdr[k].p_vaddr, hi = lo + i->dlpi_phdr[k].p_memsz;\n\
+            if (!exe_start || lo < exe_start) exe_start = lo; if (hi > exe_end) exe_end = hi; }\n\
+          return 1; }\n\
+        __attribute__((constructor)) static void find_program(void) { dl_iterate_phdr(first_object, 0); }\n\
         int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*f)(void *), void *arg) {\n\
           int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *) = dlsym(RTLD_NEXT, \"pthread_create\");\n\
           creates++; return real(t, a, f, arg); }\n\
         int sigaction(int s, const struct sigaction *n, struct sigaction *o) {\n\
           int (*real)(int, const struct sigaction *, struct sigaction *) = dlsym(RTLD_NEXT, \"sigaction\");\n\
           if (n) actions++; return real(s, n, o); }\n\
-        __attribute__((destructor)) static void report(void) { printf(\"shim: pthread_create %ld, sigaction %ld\\n\", creates, actions); }\n";
+        int clock_gettime(clockid_t c, struct timespec *ts) {\n\
+          int (*real)(clockid_t, struct timespec *) = dlsym(RTLD_NEXT, \"clock_gettime\");\n\
+          unsigned long caller = (unsigned long)__builtin_return_address(0);\n\
+          if (caller < exe_start || caller >= exe_end) __atomic_fetch_add(&foreign_clocks, 1, __ATOMIC_RELAXED);\n\
+          return real(c, ts); }\n\
+        __attribute__((destructor)) static void report(void) {\n\
+          printf(\"shim: pthread_create %ld, sigaction %ld, clock_gettime not from the program %ld\\n\",\n\
+                 creates, actions, foreign_clocks); }\n";
     std::fs::write(dir.join("shim.c"), shim).unwrap();
     let mut cmd = Command::new(&clang);
     cmd.args(["-O1", "-shared", "-fPIC"]).arg(dir.join("shim.c")).arg("-o").arg(dir.join("shim.so")).arg("-ldl");

@@ -3,9 +3,7 @@
 
 /// CLOCK_THREAD_CPUTIME_ID in nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a live timespec; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let ts = super::thread::clock(libc::CLOCK_THREAD_CPUTIME_ID);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -2182,9 +2182,10 @@ fn a_plugin_opened_by_relative_path_and_reloaded_in_place() {
 }
 
 /// Another interposer preloaded after racewatch (`LD_PRELOAD=<runtime>:shim.so`, as `racewatch run` leaves
-/// a user's own preload) counts the program's `pthread_create`, `sigaction` and `clock_gettime` calls
-/// only, as without racewatch: racewatch's own thread, `SIGTRAP` handler and clock reads (a clock library
-/// such as libfaketime would otherwise see them and answer with its own time) go to libc directly.
+/// a user's own preload) counts the program's `pthread_create`, `sigaction`, `clock_gettime`, `ioctl` and
+/// `mmap` calls only, as without racewatch: racewatch's own thread, `SIGTRAP` handler, clock reads (a clock
+/// library such as libfaketime would otherwise answer them with its own time), perf event controls and
+/// mappings go to libc directly (`sys::own_imports`).
 #[test]
 fn an_interposer_preloaded_after_racewatch_sees_only_the_program() {
     if skip_detection() {
@@ -2193,8 +2194,8 @@ fn an_interposer_preloaded_after_racewatch_sees_only_the_program() {
     let Some(clang) = clang() else { return };
     let dir = scratch("interposer-after");
     let shim = "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <pthread.h>\n#include <signal.h>\n#include <stdio.h>\n\
-        #include <link.h>\n#include <time.h>\n\
-        static long creates, actions, foreign_clocks;\n\
+        #include <link.h>\n#include <stdarg.h>\n#include <sys/mman.h>\n#include <time.h>\n\
+        static long creates, actions, foreign_clocks, foreign_ioctls, foreign_mmaps;\n\
         static unsigned long exe_start, exe_end;\n\
         static int first_object(struct dl_phdr_info *i, size_t size, void *data) { (void)size; (void)data;\n\
           for (int k = 0; k < i->dlpi_phnum; k++) if (i->dlpi_phdr[k].p_type == PT_LOAD) {\n\
@@ -2213,9 +2214,19 @@ fn an_interposer_preloaded_after_racewatch_sees_only_the_program() {
           unsigned long caller = (unsigned long)__builtin_return_address(0);\n\
           if (caller < exe_start || caller >= exe_end) __atomic_fetch_add(&foreign_clocks, 1, __ATOMIC_RELAXED);\n\
           return real(c, ts); }\n\
+        static int foreign(void *caller) { unsigned long at = (unsigned long)caller; return at < exe_start || at >= exe_end; }\n\
+        int ioctl(int fd, unsigned long request, ...) {\n\
+          va_list ap; va_start(ap, request); void *arg = va_arg(ap, void *); va_end(ap);\n\
+          int (*real)(int, unsigned long, void *) = dlsym(RTLD_NEXT, \"ioctl\");\n\
+          if (foreign(__builtin_return_address(0))) __atomic_fetch_add(&foreign_ioctls, 1, __ATOMIC_RELAXED);\n\
+          return real(fd, request, arg); }\n\
+        void *mmap(void *a, size_t n, int p, int f, int fd, off_t o) {\n\
+          void *(*real)(void *, size_t, int, int, int, off_t) = dlsym(RTLD_NEXT, \"mmap\");\n\
+          if (foreign(__builtin_return_address(0))) __atomic_fetch_add(&foreign_mmaps, 1, __ATOMIC_RELAXED);\n\
+          return real(a, n, p, f, fd, o); }\n\
         __attribute__((destructor)) static void report(void) {\n\
-          printf(\"shim: pthread_create %ld, sigaction %ld, clock_gettime not from the program %ld\\n\",\n\
-                 creates, actions, foreign_clocks); }\n";
+          printf(\"shim: pthread_create %ld, sigaction %ld; not from the program: clock_gettime %ld, ioctl %ld, mmap %ld\\n\",\n\
+                 creates, actions, foreign_clocks, foreign_ioctls, foreign_mmaps); }\n";
     std::fs::write(dir.join("shim.c"), shim).unwrap();
     let mut cmd = Command::new(&clang);
     cmd.args(["-O1", "-shared", "-fPIC"]).arg(dir.join("shim.c")).arg("-o").arg(dir.join("shim.so")).arg("-ldl");

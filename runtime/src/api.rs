@@ -77,7 +77,9 @@ fn guarded(f: impl FnOnce()) {
 
 #[cfg_attr(test, allow(dead_code))]
 fn init() {
-    // First: its fork handlers must run last before a fork and first after it.
+    // Before racewatch calls anything a library the program brings could wrap.
+    sys::own_imports::bind_to_libc();
+    // First of what registers: its fork handlers must run last before a fork and first after it.
     sys::heap::guard_forks();
     sys::real::resolve_all();
     sys::exec_list::set_targets(

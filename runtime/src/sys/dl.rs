@@ -14,6 +14,9 @@ pub struct Loaded {
     strtab: u64,
     versym: u64,
     gnu_hash: u64,
+    /// `DT_RELA`/`DT_RELASZ` and `DT_JMPREL`/`DT_PLTRELSZ`: address and size in bytes.
+    rela: (u64, u64),
+    jmprel: (u64, u64),
 }
 
 /// An entry of a dynamic section (`Elf64_Dyn`).
@@ -24,8 +27,15 @@ struct Dyn {
 }
 
 const DT_NULL: i64 = 0;
+const DT_PLTRELSZ: i64 = 2;
 const DT_STRTAB: i64 = 5;
 const DT_SYMTAB: i64 = 6;
+const DT_RELA: i64 = 7;
+const DT_RELASZ: i64 = 8;
+const DT_JMPREL: i64 = 23;
+const R_X86_64_GLOB_DAT: u32 = 6;
+const R_X86_64_JUMP_SLOT: u32 = 7;
+const STT_FUNC: u8 = 2;
 const SHN_UNDEF: u16 = 0;
 const DT_GNU_HASH: i64 = 0x6fff_fef5;
 const DT_VERSYM: i64 = 0x6fff_fff0;
@@ -43,7 +53,7 @@ impl Loaded {
     /// The module loaded at `base` whose dynamic section is at `dynamic`, or `None` when it has no GNU
     /// hash table.
     fn at(base: u64, dynamic: u64) -> Option<Loaded> {
-        let mut table = Loaded { base, symtab: 0, strtab: 0, versym: 0, gnu_hash: 0 };
+        let mut table = Loaded { base, symtab: 0, strtab: 0, versym: 0, gnu_hash: 0, rela: (0, 0), jmprel: (0, 0) };
         let mut entry = dynamic as *const Dyn;
         loop {
             // SAFETY: the loaded module's PT_DYNAMIC array, mapped while it stays loaded, ends with DT_NULL.
@@ -57,6 +67,10 @@ impl Loaded {
                 DT_STRTAB => table.strtab = at,
                 DT_VERSYM => table.versym = at,
                 DT_GNU_HASH => table.gnu_hash = at,
+                DT_RELA => table.rela.0 = at,
+                DT_RELASZ => table.rela.1 = value,
+                DT_JMPREL => table.jmprel.0 = at,
+                DT_PLTRELSZ => table.jmprel.1 = value,
                 _ => {}
             }
             // SAFETY: still inside the array (DT_NULL not reached).
@@ -68,6 +82,15 @@ impl Loaded {
     /// The address `symbol` resolves to in this library (its default version; an IFUNC resolves to the
     /// implementation it picks for this CPU, as `dlsym` does), or `None` when it does not define it.
     pub fn symbol(&self, symbol: &CStr) -> Option<u64> {
+        self.lookup(symbol, false)
+    }
+
+    /// As [`Loaded::symbol`], for a function (or IFUNC) only: never a data object.
+    pub fn function(&self, symbol: &CStr) -> Option<u64> {
+        self.lookup(symbol, true)
+    }
+
+    fn lookup(&self, symbol: &CStr, functions_only: bool) -> Option<u64> {
         let name = symbol.to_bytes();
         let hash = name.iter().fold(5381u32, |h, &b| h.wrapping_mul(33).wrapping_add(b as u32));
         let words = self.gnu_hash as *const u32;
@@ -87,7 +110,7 @@ impl Loaded {
             loop {
                 let chain_hash = *chains.add((index - symoffset) as usize);
                 if chain_hash | 1 == hash | 1 {
-                    if let Some(addr) = self.definition(index, name) {
+                    if let Some(addr) = self.definition(index, name, functions_only) {
                         return Some(addr);
                     }
                 }
@@ -99,8 +122,9 @@ impl Loaded {
         }
     }
 
-    /// Symbol `index`'s address when it is a default-version definition named `name`.
-    fn definition(&self, index: u32, name: &[u8]) -> Option<u64> {
+    /// Symbol `index`'s address when it is a default-version definition named `name` (a function's, when
+    /// `functions_only`).
+    fn definition(&self, index: u32, name: &[u8], functions_only: bool) -> Option<u64> {
         // SAFETY: `index` comes from the module's own hash chains, so it is an entry of its symbol table
         // and of its version table; `st_name` is an offset into its string table.
         unsafe {
@@ -114,6 +138,9 @@ impl Loaded {
             if self.versym != 0 && *(self.versym as *const u16).add(index as usize) & VERSYM_HIDDEN != 0 {
                 return None; // An older version (`name@VERSION`), not the default (`name@@VERSION`).
             }
+            if functions_only && !matches!(sym.st_info & 0xf, STT_FUNC | STT_GNU_IFUNC) {
+                return None;
+            }
             let addr = self.base + sym.st_value;
             if sym.st_info & 0xf != STT_GNU_IFUNC {
                 return Some(addr);
@@ -125,11 +152,62 @@ impl Loaded {
     }
 }
 
+/// A symbol this module imports and the slot of its global offset table the loader bound it in.
+pub struct Import<'a> {
+    pub name: &'a CStr,
+    pub slot: *mut u64,
+}
+
+impl Loaded {
+    /// The module whose loaded segments hold `addr`, with its `PT_GNU_RELRO` range (start, end), which
+    /// the loader made read-only after relocating it.
+    pub fn containing(addr: u64) -> Option<(Loaded, Option<(u64, u64)>)> {
+        let mut found = None;
+        each_dynamic_section(&mut |_, base, dynamic, headers| {
+            let holds = headers
+                .iter()
+                .any(|h| h.p_type == libc::PT_LOAD && (base + h.p_vaddr..base + h.p_vaddr + h.p_memsz).contains(&addr));
+            if holds {
+                let relro = headers.iter().find(|h| h.p_type == libc::PT_GNU_RELRO);
+                found = Some((base, dynamic, relro.map(|h| (base + h.p_vaddr, base + h.p_vaddr + h.p_memsz))));
+            }
+            holds
+        });
+        let (base, dynamic, relro) = found?;
+        Some((Loaded::at(base, dynamic)?, relro))
+    }
+
+    /// The functions and objects this module imports by name (its `GLOB_DAT` and `JUMP_SLOT` relocations
+    /// of undefined symbols), each with the slot the loader wrote its address in.
+    pub fn imports(&self) -> impl Iterator<Item = Import<'_>> + '_ {
+        let table = |(at, size): (u64, u64)| {
+            // SAFETY: the module's relocation table, mapped with it: `size` bytes of `Elf64_Rela`.
+            (at != 0).then(|| unsafe { std::slice::from_raw_parts(at as *const libc::Elf64_Rela, size as usize / 24) })
+        };
+        let relocations = table(self.rela).into_iter().chain(table(self.jmprel)).flatten();
+        relocations.filter_map(move |r| {
+            let (index, kind) = ((r.r_info >> 32) as usize, r.r_info as u32);
+            if index == 0 || !matches!(kind, R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT) {
+                return None;
+            }
+            // SAFETY: the relocation's symbol index is an entry of the module's symbol table, and its
+            // name an offset into its string table.
+            let sym = unsafe { &*(self.symtab as *const libc::Elf64_Sym).add(index) };
+            if sym.st_shndx != SHN_UNDEF {
+                return None;
+            }
+            // SAFETY: as above.
+            let name = unsafe { CStr::from_ptr((self.strtab + sym.st_name as u64) as *const libc::c_char) };
+            Some(Import { name, slot: (self.base + r.r_offset) as *mut u64 })
+        })
+    }
+}
+
 /// The load address and the address of the dynamic section of the loaded module whose file name is
 /// `name`.
 fn dynamic_section(name: &[u8]) -> Option<(u64, u64)> {
     let mut found = None;
-    each_dynamic_section(&mut |path, base, dynamic| {
+    each_dynamic_section(&mut |path, base, dynamic, _| {
         let named = path.rsplit(|&b| b == b'/').next() == Some(name);
         if named {
             found = Some((base, dynamic));
@@ -139,11 +217,16 @@ fn dynamic_section(name: &[u8]) -> Option<(u64, u64)> {
     found
 }
 
-/// Calls `f(path, load address, dynamic section)` for each loaded module with a dynamic section, in
-/// load order (the executable, with an empty path, first), until it returns true.
-fn each_dynamic_section(f: &mut dyn FnMut(&[u8], u64, u64) -> bool) {
+/// A module's program headers.
+type Headers<'a> = &'a [libc::Elf64_Phdr];
+/// What [`each_dynamic_section`] calls for each module.
+type Visit<'a> = dyn FnMut(&[u8], u64, u64, Headers) -> bool + 'a;
+
+/// Calls `f(path, load address, dynamic section, program headers)` for each loaded module with a dynamic
+/// section, in load order (the executable, with an empty path, first), until it returns true.
+fn each_dynamic_section(f: &mut Visit) {
     struct Search<'a> {
-        f: &'a mut dyn FnMut(&[u8], u64, u64) -> bool,
+        f: &'a mut Visit<'a>,
     }
     unsafe extern "C" fn visit(
         info: *mut libc::dl_phdr_info,
@@ -159,7 +242,7 @@ fn each_dynamic_section(f: &mut dyn FnMut(&[u8], u64, u64) -> bool) {
         // SAFETY: `dlpi_phdr` points at `dlpi_phnum` program headers.
         let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
         match headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC) {
-            Some(h) => c_int::from((search.f)(path, info.dlpi_addr, info.dlpi_addr + h.p_vaddr)),
+            Some(h) => c_int::from((search.f)(path, info.dlpi_addr, info.dlpi_addr + h.p_vaddr, headers)),
             None => 0,
         }
     }
@@ -215,7 +298,7 @@ pub fn dynamic_symbol_at(addr: u64) -> Option<DynamicSymbol> {
 /// the loader's lock).
 pub fn global_symbol(name: &CStr) -> Option<u64> {
     let mut found = None;
-    each_dynamic_section(&mut |_, base, dynamic| {
+    each_dynamic_section(&mut |_, base, dynamic, _| {
         found = Loaded::at(base, dynamic).and_then(|module| module.symbol(name));
         found.is_some()
     });
@@ -246,6 +329,30 @@ mod tests {
         }
         assert_eq!(libc.symbol(c"racewatch_no_such_symbol"), None);
         assert!(Loaded::find(c"libno-such-library.so.1").is_none());
+    }
+
+    #[test]
+    fn the_functions_this_executable_imports_from_libc_are_bound_to_libc() {
+        // No interposer in a test process: every function the test executable imports that libc defines
+        // is bound to libc's own definition, as `Loaded::function` finds it.
+        let libc = Loaded::find(c"libc.so.6").expect("libc is loaded");
+        let here = (Loaded::find as fn(&CStr) -> Option<Loaded>) as usize as u64;
+        let (module, relro) = Loaded::containing(here).expect("this executable");
+        assert!(relro.is_some(), "a BIND_NOW, RELRO build");
+        let mut checked = Vec::new();
+        for import in module.imports() {
+            if let Some(target) = libc.function(import.name) {
+                // SAFETY: the loader's slot for this import, mapped (read-only) with the module.
+                assert_eq!(unsafe { *import.slot }, target, "{:?}", import.name);
+                checked.push(import.name.to_owned());
+            }
+        }
+        for name in [c"write", c"clock_gettime", c"pthread_self"] {
+            assert!(checked.iter().any(|n| n.as_c_str() == name), "{name:?} not among {checked:?}");
+        }
+        // Data objects are not functions.
+        assert_eq!(libc.function(c"environ"), None);
+        assert!(libc.symbol(c"environ").is_some());
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod identity;
 pub mod jump;
 pub mod mem;
 pub mod memfile;
+pub mod own_imports;
 pub mod perf;
 pub mod prefault;
 pub mod process;

@@ -126,7 +126,6 @@ static RAISE: Real = Real::new(c"raise");
 static TGKILL: Real = Real::new(c"tgkill");
 static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
 static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
-static OWN_CLOCK_GETTIME: Real = Real::libc_own(c"clock_gettime");
 
 const ALL: &[&Real] = &[
     &SIGQUEUE,
@@ -189,7 +188,6 @@ const ALL: &[&Real] = &[
     &MUNMAP,
     &OWN_PTHREAD_CREATE,
     &OWN_SIGACTION,
-    &OWN_CLOCK_GETTIME,
 ];
 
 /// Resolves every real function now (call from the constructor).
@@ -264,13 +262,6 @@ fn create_with(
 /// libc's `sigaction`, for the actions racewatch sets or reads for itself.
 pub fn own_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
     action_with(&OWN_SIGACTION, sig, act, old)
-}
-
-/// libc's `clock_gettime` (the vDSO's clocks), for racewatch's own clock reads: a clock library the
-/// program links or preloads (libfaketime and the like) sees only the program's calls, and racewatch's
-/// deadlines are the kernel's time. -1 with `ENOSYS` when libc has none.
-pub fn own_clock_gettime(clock: libc::clockid_t, ts: *mut libc::timespec) -> c_int {
-    call!(&OWN_CLOCK_GETTIME, -1, fn(libc::clockid_t, *mut libc::timespec) -> c_int, clock, ts)
 }
 
 fn action_with(real: &Real, sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {

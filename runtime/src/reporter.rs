@@ -1249,10 +1249,9 @@ fn test_path(function: &str) -> Option<String> {
 /// The paths in a symbol that contain `name`: the symbol itself, or a type argument of it. In a
 /// release build the test's function is inlined into libtest's runner and only such symbols
 /// (`core::ptr::drop_in_place<my_crate::races::{{closure}}>`) still name it.
-fn paths_naming<'a>(symbol: &'a str, name: &str) -> impl Iterator<Item = &'a str> + 'a {
+fn paths_naming<'a>(symbol: &'a str, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
     let in_path = |c: char| c.is_alphanumeric() || matches!(c, '_' | ':' | '{' | '}' | '#');
-    let starts: Vec<usize> = symbol.match_indices(name).map(|(at, _)| at).collect();
-    starts.into_iter().map(move |at| {
+    symbol.match_indices(name).map(move |(at, _)| {
         let start = symbol[..at].rfind(|c: char| !in_path(c)).map_or(0, |i| i + 1);
         let end = symbol[at..].find(|c: char| !in_path(c)).map_or(symbol.len(), |i| at + i);
         &symbol[start..end]

@@ -182,7 +182,9 @@ impl Loaded {
     pub fn imports(&self) -> impl Iterator<Item = Import<'_>> + '_ {
         let table = |(at, size): (u64, u64)| {
             // SAFETY: the module's relocation table, mapped with it: `size` bytes of `Elf64_Rela`.
-            (at != 0).then(|| unsafe { std::slice::from_raw_parts(at as *const libc::Elf64_Rela, size as usize / 24) })
+            (at != 0).then(|| unsafe {
+                std::slice::from_raw_parts(at as *const libc::Elf64_Rela, size as usize / size_of::<libc::Elf64_Rela>())
+            })
         };
         let relocations = table(self.rela).into_iter().chain(table(self.jmprel)).flatten();
         relocations.filter_map(move |r| {

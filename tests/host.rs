@@ -583,6 +583,16 @@ fn cases() -> Vec<Case> {
             .expect(&["dispatch on in 4 threads; emulated 800; foreign 0"])
             .check(detection_stays_on),
         case("seccomp_filter_tsync_all_threads", "seccomp", &["tsync"]).expect(&["tsync filter: ok", "done"]),
+        // Deny-lists of calls racewatch never makes (set 26 p27: racewatch stepped aside with a line for a
+        // TSYNC one): nothing to step aside for; the filtered threads are sampled on.
+        case("seccomp_deny_lists_leave_detection_on", "seccomp", &["deny-list"])
+            .repeat(2)
+            .expect(&[
+                "own deny-list: ok, getpriority in it: ENOTTY",
+                "tsync deny-list: ok, getpriority: ENOTTY, socket: EAFNOSUPPORT",
+                "done",
+            ])
+            .check(detection_stays_on),
         // A filter the program inherited (its launcher's) that forbids a call of racewatch's: the program
         // runs as without racewatch (a probe child finds the call first; racewatch steps aside).
         case("seccomp_inherited_kill_process", "seccomp", &["inherit-kill"]).repeat(2).expect(&["filter: ok", "done"]),
@@ -1637,6 +1647,7 @@ host_cases!(
     rdtsc_faults_emulated_by_the_program,
     syscall_user_dispatch_in_racing_threads,
     seccomp_filter_tsync_all_threads,
+    seccomp_deny_lists_leave_detection_on,
     seccomp_inherited_kill_process,
     seccomp_inherited_kill_thread,
     seccomp_inherited_trap,

@@ -39,7 +39,7 @@
 use crate::sys::ptr::{self, opt_cstr, opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
 use crate::sys::{confined, environ, fatal, fd, hand_on, handlers, signal, stacks, thread, unwind_info};
-use crate::{detector, log, proc_view};
+use crate::{detector, log, proc_view, seccomp_filter};
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
 /// Interposed `pthread_create`.
@@ -544,7 +544,9 @@ fn replacing(new: c_int) {
 /// Interposed `prctl` (variadic in C: all five argument words are passed in registers on x86-64).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) -> c_int {
-    if option == libc::PR_SET_SECCOMP {
+    let harmless =
+        || a2 == libc::SECCOMP_MODE_FILTER as c_ulong && seccomp_filter::installing_leaves_racewatch_alone(a3 as u64);
+    if option == libc::PR_SET_SECCOMP && !harmless() {
         // Strict mode and a filter set this way are the calling thread's (no `TSYNC` here).
         return detector::sandbox_call(false, || real::prctl(option, a2, a3, a4, a5));
     }
@@ -589,6 +591,13 @@ const SECCOMP_FILTER_FLAG_TSYNC: c_long = 1;
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long {
     match number {
+        // A filter that cannot reach racewatch's own calls changes nothing for it.
+        libc::SYS_seccomp
+            if a == SECCOMP_SET_MODE_FILTER && seccomp_filter::installing_leaves_racewatch_alone(c as u64) => {}
+        libc::SYS_prctl
+            if a == libc::PR_SET_SECCOMP as c_long
+                && b == libc::SECCOMP_MODE_FILTER as c_long
+                && seccomp_filter::installing_leaves_racewatch_alone(c as u64) => {}
         libc::SYS_seccomp if a == SECCOMP_SET_MODE_STRICT || a == SECCOMP_SET_MODE_FILTER => {
             let whole_process = a == SECCOMP_SET_MODE_FILTER && b & SECCOMP_FILTER_FLAG_TSYNC != 0;
             return detector::sandbox_call(whole_process, || real::syscall(number, [a, b, c, d, e, f]));

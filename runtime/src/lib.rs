@@ -36,6 +36,7 @@ pub mod report;
 pub mod reporter;
 pub mod sampler;
 pub mod sandbox_scan;
+pub mod seccomp_filter;
 pub mod sharing;
 pub mod spawn_point;
 pub mod stack;

@@ -19,13 +19,20 @@
  *                             runtime, systemd's SystemCallFilter=) installs a filter that allows every
  *                             call but one of racewatch's (perf_event_open: kill the process, kill the
  *                             thread, or EPERM; process_vm_readv: SIGSYS), then execs this program again,
- *                             which races two threads for 1 s under the inherited filter. */
+ *                             which races two threads for 1 s under the inherited filter.
+ * argv[1] = "deny-list":      while two threads race, a worker puts a deny-list on itself with prctl, and
+ *                             another on every thread with SECCOMP_FILTER_FLAG_TSYNC (libseccomp's shape:
+ *                             the architecture, x32 numbers, then getpriority answered ENOTTY, acct and
+ *                             ptrace killing the process, socket answered EAFNOSUPPORT); the threads race
+ *                             on under them. racewatch makes none of those calls: it stays on. */
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 
 static int pipe_fds[2];
 static const char *mode;
@@ -196,6 +203,75 @@ static int filter_threads(void) {
   return 0;
 }
 
+/* A deny-list as libseccomp builds one: every call allowed but a few the program must never make. */
+static struct sock_fprog deny_list(void) {
+  static struct sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getpriority, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOTTY),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_acct, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof code / sizeof code[0], code};
+  return prog;
+}
+
+static const char *errno_name(long rc) {
+  return rc == 0 ? "ok" : errno == ENOTTY ? "ENOTTY" : errno == EAFNOSUPPORT ? "EAFNOSUPPORT" : "other";
+}
+
+static void *deny_own(void *arg) {
+  (void)arg;
+  struct sock_fprog prog = deny_list();
+  long rc = prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+  errno = 0;
+  long prio = syscall(SYS_getpriority, PRIO_PROCESS, 0);
+  printf("own deny-list: %s, getpriority in it: %s\n", rc == 0 ? "ok" : "failed", errno_name(prio < 0 ? -1 : 0));
+  fflush(stdout);
+  rw_race_until(rw_now() + 0.3);
+  return NULL;
+}
+
+static void *deny_all(void *arg) {
+  (void)arg;
+  struct sock_fprog prog = deny_list();
+  return (void *)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+}
+
+static int deny_lists(void) {
+  rw_start(2, 1.0, 0);
+  rw_race_until(rw_now() + 0.2);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return 1;
+  pthread_t t;
+  pthread_create(&t, NULL, deny_own, NULL);
+  pthread_join(t, NULL);
+  void *rc;
+  pthread_create(&t, NULL, deny_all, NULL);
+  pthread_join(t, &rc);
+  errno = 0;
+  long prio = syscall(SYS_getpriority, PRIO_PROCESS, 0);
+  const char *prio_result = errno_name(prio < 0 ? -1 : 0);
+  errno = 0;
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  printf("tsync deny-list: %s, getpriority: %s, socket: %s\n", rc == NULL ? "ok" : "failed", prio_result,
+         errno_name(s < 0 ? -1 : 0));
+  fflush(stdout);
+  rw_race_until(rw_now() + 0.6);
+  rw_join();
+  printf("done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   mode = argc > 1 ? argv[1] : "strict-prctl";
   printf("mode %s\n", mode);
@@ -204,6 +280,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "filter-threads") == 0) return filter_threads();
   if (strcmp(mode, "filter-exit") == 0) return filter_exit();
   if (strcmp(mode, "filter-main-errno") == 0) return filter_main_errno();
+  if (strcmp(mode, "deny-list") == 0) return deny_lists();
   if (strcmp(mode, "inherited-run") == 0) {
     rw_start(2, 1.0, 0);
     rw_join();

@@ -1,0 +1,384 @@
+//! Whether a seccomp filter the program installs leaves racewatch's own system calls alone.
+//!
+//! A filter the program installs while racewatch runs (`seccomp(SECCOMP_SET_MODE_FILTER)`,
+//! `prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER)`) is in racewatch's hands before the kernel has it: a
+//! classic BPF program over `struct seccomp_data`. Many are deny-lists: a few calls the program must
+//! never make (`mount`, `ptrace`, `acct`, the socket calls) answered with an error, a `SIGSYS` or a
+//! kill, and everything else allowed. Such a filter cannot reach racewatch, which never makes those
+//! calls on its own account, so racewatch need not step aside for it.
+//!
+//! The judgement is conservative: the filter is run for x86-64 on every system call number but those
+//! in [`NEVER`] (calls racewatch's code never makes itself; a program's own call that racewatch passes
+//! on, `execve` among them, is the program's), and it must answer `SECCOMP_RET_ALLOW` for every one of
+//! them without looking at the arguments or the instruction pointer. Anything else (an allow-list, a
+//! rule on `ioctl`'s request, a malformed program) leaves racewatch doing what it did before: it steps
+//! aside for the process, or leaves the filtered thread alone.
+
+use crate::sys::mem;
+
+/// One instruction of a classic BPF program (`struct sock_filter`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insn {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+impl Insn {
+    /// The instruction in the 8 bytes the kernel reads (`code`, `jt`, `jf`, `k`, little-endian).
+    pub fn from_bytes(b: [u8; 8]) -> Insn {
+        Insn {
+            code: u16::from_le_bytes([b[0], b[1]]),
+            jt: b[2],
+            jf: b[3],
+            k: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+        }
+    }
+}
+
+/// The kernel's limit on a filter's length (`BPF_MAXINSNS`).
+pub const MAX_INSNS: usize = 4096;
+
+/// `AUDIT_ARCH_X86_64`: the `arch` of every call racewatch makes.
+const ARCH_X86_64: u32 = 0xc000_003e;
+/// The action bits of a filter's answer, and the one that lets the call through.
+const RET_ACTION_FULL: u32 = 0xffff_0000;
+const RET_ALLOW: u32 = 0x7fff_0000;
+/// `struct seccomp_data`: `nr` at 0, `arch` at 4, then the instruction pointer and the arguments.
+const DATA_LEN: u32 = 64;
+/// System call numbers judged: every x86-64 call up to this (the table ends below 512).
+const NR_END: u32 = 512;
+
+/// `(name, number)` of each `libc::SYS_*` constant named.
+macro_rules! never {
+    ($($sys:ident),* $(,)?) => { [$((stringify!($sys), libc::$sys)),*] };
+}
+
+/// System calls racewatch's code never makes on its own account (neither directly nor through a libc
+/// function it calls). A call racewatch passes on for the program (`execve` from its `exec*` wrappers)
+/// is the program's, filtered as without racewatch. A filter may answer these as it likes.
+/// Each is `(name, number)`.
+pub const NEVER: &[(&str, i64)] = &never![
+    SYS_acct,
+    SYS_add_key,
+    SYS_adjtimex,
+    SYS_bpf,
+    SYS_capset,
+    SYS_chroot,
+    SYS_clock_adjtime,
+    SYS_clock_settime,
+    SYS_delete_module,
+    SYS_execve,
+    SYS_execveat,
+    SYS_fanotify_init,
+    SYS_finit_module,
+    SYS_fsconfig,
+    SYS_fsmount,
+    SYS_fsopen,
+    SYS_fspick,
+    SYS_getpriority,
+    SYS_init_module,
+    SYS_io_uring_enter,
+    SYS_io_uring_register,
+    SYS_io_uring_setup,
+    SYS_ioperm,
+    SYS_iopl,
+    SYS_kexec_file_load,
+    SYS_kexec_load,
+    SYS_keyctl,
+    SYS_lookup_dcookie,
+    SYS_mbind,
+    SYS_migrate_pages,
+    SYS_mount,
+    SYS_mount_setattr,
+    SYS_move_mount,
+    SYS_move_pages,
+    SYS_name_to_handle_at,
+    SYS_open_by_handle_at,
+    SYS_open_tree,
+    SYS_personality,
+    SYS_pivot_root,
+    SYS_process_vm_writev,
+    SYS_ptrace,
+    SYS_quotactl,
+    SYS_reboot,
+    SYS_request_key,
+    SYS_set_mempolicy,
+    SYS_setdomainname,
+    SYS_setfsgid,
+    SYS_setfsuid,
+    SYS_setgid,
+    SYS_setgroups,
+    SYS_sethostname,
+    SYS_setpriority,
+    SYS_setregid,
+    SYS_setresgid,
+    SYS_setresuid,
+    SYS_setreuid,
+    SYS_settimeofday,
+    SYS_setuid,
+    SYS_swapoff,
+    SYS_swapon,
+    SYS_syslog,
+    SYS_sysfs,
+    SYS_umount2,
+    SYS_uselib,
+    SYS_userfaultfd,
+    SYS_ustat,
+    SYS_vhangup,
+    // The network: racewatch opens no socket.
+    SYS_accept,
+    SYS_accept4,
+    SYS_bind,
+    SYS_connect,
+    SYS_getpeername,
+    SYS_getsockname,
+    SYS_getsockopt,
+    SYS_listen,
+    SYS_recvfrom,
+    SYS_recvmmsg,
+    SYS_recvmsg,
+    SYS_sendmmsg,
+    SYS_sendmsg,
+    SYS_sendto,
+    SYS_setsockopt,
+    SYS_shutdown,
+    SYS_socket,
+    SYS_socketpair,
+];
+
+/// Whether `program` lets every system call racewatch may make through, whatever its arguments: see the
+/// module documentation.
+pub fn leaves_racewatch_alone(program: &[Insn]) -> bool {
+    if program.is_empty() || program.len() > MAX_INSNS {
+        return false;
+    }
+    (0..NR_END)
+        .filter(|&nr| !NEVER.iter().any(|&(_, never)| never == i64::from(nr)))
+        .all(|nr| run(program, nr, ARCH_X86_64).is_some_and(|answer| answer & RET_ACTION_FULL == RET_ALLOW))
+}
+
+/// Whether the filter the program passes at `fprog` (its `struct sock_fprog`) leaves racewatch alone
+/// ([`leaves_racewatch_alone`]); false when it cannot be read whole (the kernel then fails the call).
+pub fn installing_leaves_racewatch_alone(fprog: u64) -> bool {
+    read_program(fprog).is_some_and(|program| leaves_racewatch_alone(&program))
+}
+
+/// The instructions of the `struct sock_fprog` at `fprog` (`len`, then the address of the
+/// instructions), read without faulting.
+fn read_program(fprog: u64) -> Option<Vec<Insn>> {
+    let mut head = [0u8; 16];
+    if mem::read_into(fprog, &mut head) != head.len() {
+        return None;
+    }
+    let len = usize::from(u16::from_le_bytes([head[0], head[1]]));
+    let at = u64::from_le_bytes(head[8..].try_into().ok()?);
+    if len == 0 || len > MAX_INSNS {
+        return None;
+    }
+    let mut bytes = [0u8; 8 * 64];
+    let mut program = Vec::new();
+    program.try_reserve_exact(len).ok()?;
+    for first in (0..len).step_by(64) {
+        let chunk = &mut bytes[..8 * (len - first).min(64)];
+        if mem::read_into(at.checked_add(8 * first as u64)?, chunk) != chunk.len() {
+            return None;
+        }
+        program.extend(chunk.chunks_exact(8).map(|insn| Insn::from_bytes(insn.try_into().unwrap_or_default())));
+    }
+    Some(program)
+}
+
+/// The filter's answer for a call `nr` of `arch`; `None` when it looks at more than those two (the
+/// instruction pointer, an argument) or is not a program the kernel would take.
+fn run(program: &[Insn], nr: u32, arch: u32) -> Option<u32> {
+    let (mut a, mut x) = (0u32, 0u32);
+    let mut mem = [0u32; 16];
+    let mut pc = 0usize;
+    // Jumps go forward only, so a program runs at most its length.
+    for _ in 0..program.len() {
+        let insn = *program.get(pc)?;
+        pc += 1;
+        let k = insn.k;
+        match insn.code {
+            // Loads: A or X from the data (only `nr` and `arch` are known), its length, a constant, memory.
+            0x20 => {
+                a = match k {
+                    0 => nr,
+                    4 => arch,
+                    _ => return None,
+                }
+            }
+            0x80 => a = DATA_LEN,
+            0x81 => x = DATA_LEN,
+            0x00 => a = k,
+            0x01 => x = k,
+            0x60 => a = *mem.get(k as usize)?,
+            0x61 => x = *mem.get(k as usize)?,
+            0x02 => *mem.get_mut(k as usize)? = a,
+            0x03 => *mem.get_mut(k as usize)? = x,
+            // Arithmetic on A, with K or X.
+            code if code & 0x07 == 0x04 => {
+                let operand = if code & 0x08 != 0 { x } else { k };
+                a = match code & 0xf0 {
+                    0x00 => a.wrapping_add(operand),
+                    0x10 => a.wrapping_sub(operand),
+                    0x20 => a.wrapping_mul(operand),
+                    0x30 => a.checked_div(operand)?,
+                    0x40 => a | operand,
+                    0x50 => a & operand,
+                    0x60 => a.checked_shl(operand).unwrap_or(0),
+                    0x70 => a.checked_shr(operand).unwrap_or(0),
+                    0x80 => a.wrapping_neg(),
+                    0x90 => a.checked_rem(operand)?,
+                    0xa0 => a ^ operand,
+                    _ => return None,
+                };
+            }
+            // Jumps: always (by K), or on a comparison of A with K or X.
+            0x05 => pc = pc.checked_add(k as usize)?,
+            code if code & 0x07 == 0x05 => {
+                let operand = if code & 0x08 != 0 { x } else { k };
+                let taken = match code & 0xf0 {
+                    0x10 => a == operand,
+                    0x20 => a > operand,
+                    0x30 => a >= operand,
+                    0x40 => a & operand != 0,
+                    _ => return None,
+                };
+                pc += usize::from(if taken { insn.jt } else { insn.jf });
+            }
+            0x06 => return Some(k),
+            0x16 => return Some(a),
+            0x07 => x = a,
+            0x87 => a = x,
+            _ => return None,
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stmt(code: u16, k: u32) -> Insn {
+        Insn { code, jt: 0, jf: 0, k }
+    }
+    fn jeq(k: u64, jt: u8, jf: u8) -> Insn {
+        Insn { code: 0x15, jt, jf, k: k as u32 }
+    }
+    const LD_NR: u16 = 0x20;
+    const RET: u16 = 0x06;
+    const KILL_PROCESS: u32 = 0x8000_0000;
+    const TRAP: u32 = 0x0003_0000;
+    const ERRNO: u32 = 0x0005_0000;
+
+    /// The shape libseccomp gives a deny-list: the architecture, the x32 numbers, then one rule a call.
+    fn deny_list(denied: &[(i64, u32)]) -> Vec<Insn> {
+        let mut p = vec![stmt(LD_NR, 4), jeq(u64::from(ARCH_X86_64), 1, 0), stmt(RET, KILL_PROCESS), stmt(LD_NR, 0)];
+        p.push(Insn { code: 0x35, jt: 0, jf: 1, k: 0x4000_0000 }); // jge: an x32 number
+        p.push(stmt(RET, KILL_PROCESS));
+        for &(nr, action) in denied {
+            p.push(jeq(nr as u64, 0, 1));
+            p.push(stmt(RET, action));
+        }
+        p.push(stmt(RET, RET_ALLOW));
+        p
+    }
+
+    #[test]
+    fn a_deny_list_of_calls_racewatch_never_makes_leaves_it_alone() {
+        let filter = deny_list(&[
+            (libc::SYS_getpriority, ERRNO | libc::ENOTTY as u32),
+            (libc::SYS_sethostname, TRAP),
+            (libc::SYS_acct, KILL_PROCESS),
+            (libc::SYS_mount, ERRNO | 1),
+            (libc::SYS_ptrace, KILL_PROCESS),
+            (libc::SYS_socket, ERRNO | libc::EAFNOSUPPORT as u32),
+        ]);
+        assert!(leaves_racewatch_alone(&filter));
+    }
+
+    #[test]
+    fn a_filter_denying_any_call_racewatch_makes_does_not() {
+        for nr in [libc::SYS_perf_event_open, libc::SYS_ioctl, libc::SYS_mmap, libc::SYS_clone3, libc::SYS_openat] {
+            assert!(!leaves_racewatch_alone(&deny_list(&[(nr, ERRNO | 1)])), "{nr}");
+        }
+    }
+
+    #[test]
+    fn an_allow_list_does_not() {
+        let mut p = vec![stmt(LD_NR, 0)];
+        for nr in [libc::SYS_read, libc::SYS_write, libc::SYS_exit_group] {
+            p.push(jeq(nr as u64, 0, 1));
+            p.push(stmt(RET, RET_ALLOW));
+        }
+        p.push(stmt(RET, KILL_PROCESS));
+        assert!(!leaves_racewatch_alone(&p));
+    }
+
+    #[test]
+    fn a_rule_on_the_arguments_of_a_call_racewatch_makes_does_not() {
+        // ioctl allowed only for one request: the answer depends on args[1] (offset 24).
+        let p = vec![
+            stmt(LD_NR, 0),
+            jeq(libc::SYS_ioctl as u64, 0, 3),
+            stmt(LD_NR, 24),
+            jeq(0x5401, 0, 1),
+            stmt(RET, RET_ALLOW),
+            stmt(RET, RET_ALLOW),
+        ];
+        assert!(!leaves_racewatch_alone(&p));
+        // The same rule on a call racewatch never makes is fine.
+        let mut q = p.clone();
+        q[1] = jeq(libc::SYS_setsockopt as u64, 0, 3);
+        q[4] = stmt(RET, ERRNO | 1);
+        assert!(leaves_racewatch_alone(&q));
+    }
+
+    #[test]
+    fn programs_the_kernel_would_refuse_do_not() {
+        assert!(!leaves_racewatch_alone(&[]));
+        // No return at the end, a jump past the end, an unknown instruction, a division by zero in X.
+        assert!(!leaves_racewatch_alone(&[stmt(LD_NR, 0)]));
+        assert!(!leaves_racewatch_alone(&[Insn { code: 0x05, jt: 0, jf: 0, k: 5 }, stmt(RET, RET_ALLOW)]));
+        assert!(!leaves_racewatch_alone(&[stmt(0xff, 0), stmt(RET, RET_ALLOW)]));
+        assert!(!leaves_racewatch_alone(&[stmt(0x3c, 0), stmt(RET, RET_ALLOW)]));
+        // Everything allowed, whichever way it is said: RET A after arithmetic and memory.
+        let roundabout =
+            [stmt(0x00, 0x7fff), stmt(0x64, 16), stmt(0x02, 3), stmt(0x61, 3), stmt(0x87, 0), stmt(0x16, 0)];
+        assert!(leaves_racewatch_alone(&roundabout));
+    }
+
+    #[test]
+    fn the_calls_racewatch_never_makes_are_not_named_in_its_code() {
+        // Every `SYS_*` the runtime's sources name, outside this file: the calls it makes, and a few it
+        // only recognises in the program's code (hand_on.rs: the socket calls a handler ends with
+        // `EINTR`; racewatch, which opens no socket, cannot make those).
+        let recognised =
+            ["SYS_accept", "SYS_accept4", "SYS_connect", "SYS_recvfrom", "SYS_recvmsg", "SYS_sendmsg", "SYS_sendto"];
+        let mut named = std::collections::BTreeSet::new();
+        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("seccomp_filter.rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for (i, _) in text.match_indices("SYS_") {
+                        let rest = &text[i..];
+                        let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+                        named.insert(rest[..end].to_string());
+                    }
+                }
+            }
+        }
+        assert!(named.contains("SYS_perf_event_open") && named.contains("SYS_ioctl"), "{named:?}");
+        for (name, _) in NEVER {
+            assert!(!named.contains(*name) || recognised.contains(name), "racewatch's code names {name}");
+        }
+    }
+}

@@ -545,7 +545,7 @@ fn replacing(new: c_int) {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) -> c_int {
     let harmless =
-        || a2 == libc::SECCOMP_MODE_FILTER as c_ulong && seccomp_filter::installing_leaves_racewatch_alone(a3 as u64);
+        || a2 == libc::SECCOMP_MODE_FILTER as c_ulong && seccomp_filter::installing_leaves_racewatch_alone(a3);
     if option == libc::PR_SET_SECCOMP && !harmless() {
         // Strict mode and a filter set this way are the calling thread's (no `TSYNC` here).
         return detector::sandbox_call(false, || real::prctl(option, a2, a3, a4, a5));

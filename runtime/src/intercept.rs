@@ -598,6 +598,9 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
             if a == libc::PR_SET_SECCOMP as c_long
                 && b == libc::SECCOMP_MODE_FILTER as c_long
                 && seccomp_filter::installing_leaves_racewatch_alone(c as u64) => {}
+        // Strict mode with flags or arguments, which the kernel refuses (`EINVAL`): libseccomp's probe of
+        // whether `seccomp(2)` exists, made before every filter it loads.
+        libc::SYS_seccomp if a == SECCOMP_SET_MODE_STRICT && (b != 0 || c != 0) => {}
         libc::SYS_seccomp if a == SECCOMP_SET_MODE_STRICT || a == SECCOMP_SET_MODE_FILTER => {
             let whole_process = a == SECCOMP_SET_MODE_FILTER && b & SECCOMP_FILTER_FLAG_TSYNC != 0;
             return detector::sandbox_call(whole_process, || real::syscall(number, [a, b, c, d, e, f]));

@@ -159,35 +159,52 @@ pub fn leaves_racewatch_alone(program: &[Insn]) -> bool {
         .all(|nr| run(program, nr, ARCH_X86_64).is_some_and(|answer| answer & RET_ACTION_FULL == RET_ALLOW))
 }
 
-/// Whether the filter the program passes at `fprog` (its `struct sock_fprog`) leaves racewatch alone
-/// ([`leaves_racewatch_alone`]); false when it cannot be read whole (the kernel then fails the call).
+/// Whether installing the filter the program passes at `fprog` (its `struct sock_fprog`) leaves
+/// racewatch alone: the filter does ([`leaves_racewatch_alone`]), or the kernel will refuse the call and
+/// install nothing: a program it cannot read (`EFAULT`; libseccomp probes each flag with a null one
+/// before it loads a filter) or of a length it does not take (`EINVAL`).
 pub fn installing_leaves_racewatch_alone(fprog: u64) -> bool {
-    read_program(fprog).is_some_and(|program| leaves_racewatch_alone(&program))
+    match read_program(fprog) {
+        Read::Refused => true,
+        Read::Program(program) => leaves_racewatch_alone(&program),
+        Read::NoMemory => false,
+    }
+}
+
+/// What was found at a `struct sock_fprog`'s address.
+enum Read {
+    Program(Vec<Insn>),
+    /// The kernel refuses it: unreadable, or an empty or too long program.
+    Refused,
+    /// racewatch could not get the memory to read it into.
+    NoMemory,
 }
 
 /// The instructions of the `struct sock_fprog` at `fprog` (`len`, then the address of the
 /// instructions), read without faulting.
-fn read_program(fprog: u64) -> Option<Vec<Insn>> {
+fn read_program(fprog: u64) -> Read {
     let mut head = [0u8; 16];
     if mem::read_into(fprog, &mut head) != head.len() {
-        return None;
+        return Read::Refused;
     }
     let len = usize::from(u16::from_le_bytes([head[0], head[1]]));
-    let at = u64::from_le_bytes(head[8..].try_into().ok()?);
+    let at = u64::from_le_bytes([head[8], head[9], head[10], head[11], head[12], head[13], head[14], head[15]]);
     if len == 0 || len > MAX_INSNS {
-        return None;
+        return Read::Refused;
+    }
+    let mut program = Vec::new();
+    if program.try_reserve_exact(len).is_err() {
+        return Read::NoMemory;
     }
     let mut bytes = [0u8; 8 * 64];
-    let mut program = Vec::new();
-    program.try_reserve_exact(len).ok()?;
     for first in (0..len).step_by(64) {
         let chunk = &mut bytes[..8 * (len - first).min(64)];
-        if mem::read_into(at.checked_add(8 * first as u64)?, chunk) != chunk.len() {
-            return None;
+        if at.checked_add(8 * first as u64).is_none_or(|addr| mem::read_into(addr, chunk) != chunk.len()) {
+            return Read::Refused;
         }
         program.extend(chunk.chunks_exact(8).map(|insn| Insn::from_bytes(insn.try_into().unwrap_or_default())));
     }
-    Some(program)
+    Read::Program(program)
 }
 
 /// The filter's answer for a call `nr` of `arch`; `None` when it looks at more than those two (the
@@ -350,6 +367,37 @@ mod tests {
         let roundabout =
             [stmt(0x00, 0x7fff), stmt(0x64, 16), stmt(0x02, 3), stmt(0x61, 3), stmt(0x87, 0), stmt(0x16, 0)];
         assert!(leaves_racewatch_alone(&roundabout));
+    }
+
+    /// A `struct sock_fprog` as the program passes it.
+    #[repr(C)]
+    struct Fprog {
+        len: u16,
+        filter: *const [u8; 8],
+    }
+
+    fn installing(program: &[Insn]) -> bool {
+        let bytes: Vec<[u8; 8]> = program
+            .iter()
+            .map(|i| {
+                let mut b = [0u8; 8];
+                b[..2].copy_from_slice(&i.code.to_le_bytes());
+                (b[2], b[3]) = (i.jt, i.jf);
+                b[4..].copy_from_slice(&i.k.to_le_bytes());
+                b
+            })
+            .collect();
+        let fprog = Fprog { len: bytes.len() as u16, filter: bytes.as_ptr() };
+        installing_leaves_racewatch_alone(&fprog as *const Fprog as u64)
+    }
+
+    #[test]
+    fn the_program_is_read_from_memory_and_one_the_kernel_refuses_installs_nothing() {
+        assert!(installing(&deny_list(&[(libc::SYS_acct, KILL_PROCESS)])));
+        assert!(!installing(&deny_list(&[(libc::SYS_ioctl, KILL_PROCESS)])));
+        // libseccomp's probes: no program at all; and an empty one.
+        assert!(installing_leaves_racewatch_alone(0));
+        assert!(installing(&[]));
     }
 
     #[test]

@@ -23,8 +23,10 @@
  * argv[1] = "deny-list":      while two threads race, a worker puts a deny-list on itself with prctl, and
  *                             another on every thread with SECCOMP_FILTER_FLAG_TSYNC (libseccomp's shape:
  *                             the architecture, x32 numbers, then getpriority answered ENOTTY, acct and
- *                             ptrace killing the process, socket answered EAFNOSUPPORT); the threads race
- *                             on under them. racewatch makes none of those calls: it stays on. */
+ *                             ptrace killing the process, socket answered EAFNOSUPPORT), after the probes
+ *                             libseccomp makes first (strict mode with a flag, a filter flag with no
+ *                             program: EINVAL, EFAULT); the threads race on under them. racewatch makes
+ *                             none of those calls: it stays on. */
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -242,8 +244,17 @@ static void *deny_own(void *arg) {
   return NULL;
 }
 
+static int probes_refused;
+
 static void *deny_all(void *arg) {
   (void)arg;
+  /* libseccomp's probes before it loads a filter, which the kernel refuses: strict mode with a flag, and
+     each filter flag with no program. */
+  errno = 0;
+  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_STRICT, 1, NULL) == -1 && errno == EINVAL) probes_refused++;
+  errno = 0;
+  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, NULL) == -1 && errno == EFAULT)
+    probes_refused++;
   struct sock_fprog prog = deny_list();
   return (void *)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
 }
@@ -263,8 +274,8 @@ static int deny_lists(void) {
   const char *prio_result = errno_name(prio < 0 ? -1 : 0);
   errno = 0;
   int s = socket(AF_INET, SOCK_STREAM, 0);
-  printf("tsync deny-list: %s, getpriority: %s, socket: %s\n", rc == NULL ? "ok" : "failed", prio_result,
-         errno_name(s < 0 ? -1 : 0));
+  printf("probes refused: %d; tsync deny-list: %s, getpriority: %s, socket: %s\n", probes_refused,
+         rc == NULL ? "ok" : "failed", prio_result, errno_name(s < 0 ? -1 : 0));
   fflush(stdout);
   rw_race_until(rw_now() + 0.6);
   rw_join();

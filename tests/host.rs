@@ -559,7 +559,7 @@ fn cases() -> Vec<Case> {
         case("seccomp_filter_threads", "seccomp", &["filter-threads"])
             .repeat(3)
             .expect(&[
-                "filter: ok, threads created 2 joined 2, child exit 7",
+                "filter: ok, second layer ok, threads created 2 joined 2, child exit 7",
                 "SIGUSR1s taken in the sandbox: 20",
                 "done",
             ])

@@ -454,6 +454,11 @@ pub fn inherited_filter_kills(call: &str, signal: i32) {
 /// on. Every thread's, or a list with no room, switches detection off for the process, with one line.
 pub fn sandbox_call<R: Copy + Into<i64>>(whole_process: bool, call: impl FnOnce() -> R) -> R {
     let was_confined = confined::here();
+    if was_confined && !whole_process {
+        // A further layer on a thread racewatch already leaves alone: nothing changes, and racewatch's own
+        // system calls (even `gettid`) may be what the first layer kills.
+        return call();
+    }
     if whole_process || is_sandboxed() || !confined::list_current(thread::gettid()) {
         entering_sandbox();
         return call();

@@ -7,7 +7,9 @@
  * argv[1] = "tsync":          main filters every thread with SECCOMP_FILTER_FLAG_TSYNC while they race,
  *                             races on, and exits with exit(0).
  * argv[1] = "filter-threads": a worker installs an allow-list filter (kill the process on anything else)
- *                             with just the calls glibc's threads, fork and signals need; then, inside
+ *                             with just the calls glibc's threads, fork and signals need, and a deny-list
+ *                             on top of it (racewatch may not read that one: process_vm_readv would kill
+ *                             the process); then, inside
  *                             it, takes SIGUSR1s main sends it, starts two racing threads and joins
  *                             them, forks a child that starts a racing thread of its own, and returns.
  * argv[1] = "filter-exit":    a worker installs the same allow-list filter and ends the process with exit(3)
@@ -113,6 +115,29 @@ static void on_usr1(int sig) {
 static char filtered_result[160];
 static atomic_int filter_in_place;
 
+/* A deny-list as libseccomp builds one: every call allowed but a few the program must never make. */
+static struct sock_fprog deny_list(void) {
+  static struct sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getpriority, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOTTY),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_acct, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof code / sizeof code[0], code};
+  return prog;
+}
+
 /* What the worker of "filter-threads" does inside its filter (the calls it may make are listed). */
 static void *filtered(void *arg) {
   (void)arg;
@@ -121,9 +146,13 @@ static void *filtered(void *arg) {
       SYS_read,        SYS_write,   SYS_exit,       SYS_exit_group,  SYS_futex,       SYS_rt_sigreturn,
       SYS_nanosleep,   SYS_clock_nanosleep,         SYS_munmap,      SYS_madvise,     SYS_mmap,
       SYS_mprotect,    SYS_clone,   SYS_clone3,     SYS_set_robust_list,              SYS_rseq,
-      SYS_rt_sigprocmask,           SYS_sched_yield, SYS_wait4,      SYS_brk};
+      SYS_rt_sigprocmask,           SYS_sched_yield, SYS_wait4,      SYS_brk,         SYS_seccomp};
   int rc = install_filter(allowed, sizeof allowed / sizeof allowed[0], 0);
   atomic_store(&filter_in_place, 1);
+  /* A second layer on top, a deny-list, as sandboxes stack them: racewatch may not read it (that takes a
+     system call the first layer kills). */
+  struct sock_fprog layer = deny_list();
+  int layered = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &layer);
   rw_race_iterations(iterations);
   pthread_t inner[2];
   int created = 0, joined = 0;
@@ -141,7 +170,8 @@ static void *filtered(void *arg) {
   int status = -1;
   if (child > 0) waitpid(child, &status, 0);
   snprintf(filtered_result, sizeof filtered_result,
-           "filter: %s, threads created %d joined %d, child exit %d", rc == 0 ? "ok" : "failed", created, joined,
+           "filter: %s, second layer %s, threads created %d joined %d, child exit %d", rc == 0 ? "ok" : "failed",
+           layered == 0 ? "ok" : "failed", created, joined,
            child > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   return NULL;
 }
@@ -203,29 +233,6 @@ static int filter_threads(void) {
   rw_join();
   printf("done\n");
   return 0;
-}
-
-/* A deny-list as libseccomp builds one: every call allowed but a few the program must never make. */
-static struct sock_fprog deny_list(void) {
-  static struct sock_filter code[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getpriority, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOTTY),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_acct, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  struct sock_fprog prog = {sizeof code / sizeof code[0], code};
-  return prog;
 }
 
 static const char *errno_name(long rc) {

@@ -544,8 +544,7 @@ fn replacing(new: c_int) {
 /// Interposed `prctl` (variadic in C: all five argument words are passed in registers on x86-64).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn prctl(option: c_int, a2: c_ulong, a3: c_ulong, a4: c_ulong, a5: c_ulong) -> c_int {
-    let harmless = || a2 == libc::SECCOMP_MODE_FILTER as c_ulong && filter_leaves_racewatch_alone(a3);
-    if option == libc::PR_SET_SECCOMP && !harmless() {
+    if option == libc::PR_SET_SECCOMP {
         // Strict mode and a filter set this way are the calling thread's (no `TSYNC` here).
         return detector::sandbox_call(false, || real::prctl(option, a2, a3, a4, a5));
     }
@@ -576,7 +575,7 @@ fn after_prctl(option: c_long, arg: c_long, rc: c_long) {
     }
 }
 
-/// Whether the seccomp filter the program installs from `fprog` leaves racewatch alone
+/// Whether the seccomp filter the program installs on every thread from `fprog` leaves racewatch alone
 /// ([`seccomp_filter::installing_leaves_racewatch_alone`]). Not judged in a thread already under a
 /// filter racewatch could not judge, nor once racewatch stepped aside: reading the filter is a system
 /// call (`process_vm_readv`), which racewatch makes in neither.
@@ -598,11 +597,12 @@ const SECCOMP_FILTER_FLAG_TSYNC: c_long = 1;
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long {
     match number {
-        // A filter that cannot reach racewatch's own calls changes nothing for it.
-        libc::SYS_seccomp if a == SECCOMP_SET_MODE_FILTER && filter_leaves_racewatch_alone(c as u64) => {}
-        libc::SYS_prctl
-            if a == libc::PR_SET_SECCOMP as c_long
-                && b == libc::SECCOMP_MODE_FILTER as c_long
+        // A filter for every thread that cannot reach racewatch's own calls changes nothing for it. (A
+        // thread's own filter, even such a one, still leaves the thread confined: a reporter thread it
+        // started would inherit the filter, and the program's later `TSYNC` would fail on that thread.)
+        libc::SYS_seccomp
+            if a == SECCOMP_SET_MODE_FILTER
+                && b & SECCOMP_FILTER_FLAG_TSYNC != 0
                 && filter_leaves_racewatch_alone(c as u64) => {}
         // Strict mode with flags or arguments, which the kernel refuses (`EINVAL`): libseccomp's probe of
         // whether `seccomp(2)` exists, made before every filter it loads.

@@ -28,7 +28,8 @@
  *                             ptrace killing the process, socket answered EAFNOSUPPORT), after the probes
  *                             libseccomp makes first (strict mode with a flag, a filter flag with no
  *                             program: EINVAL, EFAULT); the threads race on under them. racewatch makes
- *                             none of those calls: it stays on. */
+ *                             none of those calls: it stays on (the first worker is left unsampled, as
+ *                             any thread's own sandbox). */
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>

@@ -5,7 +5,9 @@
 //! classic BPF program over `struct seccomp_data`. Many are deny-lists: a few calls the program must
 //! never make (`mount`, `ptrace`, `acct`, the socket calls) answered with an error, a `SIGSYS` or a
 //! kill, and everything else allowed. Such a filter cannot reach racewatch, which never makes those
-//! calls on its own account, so racewatch need not step aside for it.
+//! calls on its own account, so racewatch need not step aside for one on every thread (`TSYNC`). A
+//! thread's own filter still leaves that thread confined (`intercept::syscall`): a reporter thread it
+//! started would inherit the filter, and the program's next `TSYNC` would fail on it.
 //!
 //! The judgement is conservative: the filter is run for x86-64 on every system call number but those
 //! in [`NEVER`] (calls racewatch's code never makes itself; a program's own call that racewatch passes

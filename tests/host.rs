@@ -477,6 +477,10 @@ fn cases() -> Vec<Case> {
         case("exec_self_with_sigtrap_blocked", "exec_self", &[]).expect(&["exec", "child ok"]),
         // 9c. setuid/setgid (glibc signals every thread), vfork + exec, exec from a thread other than main.
         case("setxid_broadcast_reaches_every_thread", "process_ops", &["setxid"]).expect(&["setuid: 0, setgid: 0"]),
+        // 9c'. The same while the threads race on and racewatch's reporter prints (a thread of its own that
+        // glibc's broadcast waits for too), and while a sampling signal may start it.
+        case("setxid_while_the_reporter_runs", "process_ops", &["setxid-reporting"])
+            .expect(&["identity calls failed: 0"]),
         case("vfork_and_exec", "process_ops", &["vfork"])
             .expect(&["vfork children failed: 0", "a batch of 1000 more grew the resident memory by under 512 KiB: 1"]),
         case("exec_from_a_thread", "process_ops", &["exec-thread"]).expect(&["exec from a thread"]),
@@ -1633,6 +1637,7 @@ host_cases!(
     environment_without_racewatch_variables,
     concurrent_system_and_popen_from_threads,
     setxid_broadcast_reaches_every_thread,
+    setxid_while_the_reporter_runs,
     vfork_and_exec,
     exec_from_a_thread,
     min_stacks_deep_recursion,

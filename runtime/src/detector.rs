@@ -492,6 +492,7 @@ pub fn descriptors_taken() {
 
 /// `pthread_atfork` child handler: leave the parent's detector behind.
 extern "C" fn after_fork_in_child() {
+    crate::sys::setxid::forget_after_fork();
     if confined::here() {
         // Forked by a thread in a seccomp sandbox of its own: the child's one thread inherits it, and
         // every thread the child makes will too. racewatch makes no system call in this process.

@@ -24,6 +24,9 @@
 //!   `closedir`: the program's own `/proc` status files and its `task` and `fd` listings read as
 //!   without racewatch ([`proc_view`]).
 //! - `munmap`: another thread's alternate stack in the kernel stays mapped.
+//! - `setuid`, `setgid`, `seteuid`, `setegid`, `setreuid`, `setregid`, `setresuid`, `setresgid`,
+//!   `setgroups`, `initgroups`: glibc's broadcast to every thread waits until a reporter start in a
+//!   signal handler has left `pthread_create` ([`setxid`]).
 //! - `dlclose`: the unwinder's table of mapped `.eh_frame` sections is emptied
 //!   (and its readers waited for) before a module can be unmapped, and rebuilt
 //!   after.
@@ -38,7 +41,7 @@
 
 use crate::sys::ptr::{self, opt_cstr, opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
-use crate::sys::{confined, environ, fatal, fd, hand_on, handlers, signal, stacks, thread, unwind_info};
+use crate::sys::{confined, environ, fatal, fd, hand_on, handlers, setxid, signal, stacks, thread, unwind_info};
 use crate::{detector, log, proc_view, seccomp_filter};
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
@@ -1163,6 +1166,68 @@ pub extern "C" fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_in
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn setrlimit64(resource: c_int, limit: *const libc::rlimit) -> c_int {
     setrlimit(resource, limit)
+}
+
+// ---- identity changes: glibc's broadcast to every thread never meets a thread start in a handler ----
+
+/// Interposed `setuid` (see [`setxid`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setuid(uid: libc::uid_t) -> c_int {
+    setxid::change(|| real::setuid(uid))
+}
+
+/// Interposed `setgid`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setgid(gid: libc::gid_t) -> c_int {
+    setxid::change(|| real::setgid(gid))
+}
+
+/// Interposed `seteuid`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn seteuid(uid: libc::uid_t) -> c_int {
+    setxid::change(|| real::seteuid(uid))
+}
+
+/// Interposed `setegid`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setegid(gid: libc::gid_t) -> c_int {
+    setxid::change(|| real::setegid(gid))
+}
+
+/// Interposed `setreuid`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setreuid(ruid: libc::uid_t, euid: libc::uid_t) -> c_int {
+    setxid::change(|| real::setreuid(ruid, euid))
+}
+
+/// Interposed `setregid`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setregid(rgid: libc::gid_t, egid: libc::gid_t) -> c_int {
+    setxid::change(|| real::setregid(rgid, egid))
+}
+
+/// Interposed `setresuid`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setresuid(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t) -> c_int {
+    setxid::change(|| real::setresuid(ruid, euid, suid))
+}
+
+/// Interposed `setresgid`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setresgid(rgid: libc::gid_t, egid: libc::gid_t, sgid: libc::gid_t) -> c_int {
+    setxid::change(|| real::setresgid(rgid, egid, sgid))
+}
+
+/// Interposed `setgroups`.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn setgroups(size: libc::size_t, groups: *const libc::gid_t) -> c_int {
+    setxid::change(|| real::setgroups(size, groups))
+}
+
+/// Interposed `initgroups` (glibc's calls `setgroups` inside libc, past the interposed one).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn initgroups(user: *const c_char, group: libc::gid_t) -> c_int {
+    setxid::change(|| real::initgroups(user, group))
 }
 
 /// Interposed `mlockall`: with `MCL_FUTURE`, every page racewatch maps from now on is locked memory of the

@@ -865,7 +865,7 @@ pub fn on_tick_idle(idle: fn() -> bool) {
 }
 
 /// Sets the reporter up (once per process; later calls do nothing), without its thread: that is started
-/// when there is work. The thread has every signal blocked for its whole life.
+/// when there is work. The thread has every signal blocked for its whole life but glibc's `SIGSETXID`.
 pub fn start(options: &Options, on_demand: bool) {
     if THREAD.load(Ordering::Acquire) != 0 {
         return;
@@ -950,6 +950,12 @@ pub fn start_from_signal(regs: &sys::signal::Regs, now: u64) {
         return;
     }
     let Some(_control) = Control::try_take() else { return };
+    // Not while another thread changes the process's ids: glibc's broadcast would wait for this
+    // thread, which holds its signal, while `pthread_create` here waits for glibc's lock.
+    let Some(_start) = sys::setxid::begin_start() else {
+        stats::bump(stats::Counter::ReporterStartsDeferred);
+        return;
+    };
     if RESTING.load(Ordering::Acquire) {
         if let Some(thread) = spawn() {
             THREAD.store(thread, Ordering::Release);

@@ -31,6 +31,7 @@ pub mod real;
 pub mod region;
 pub mod seccomp_probe;
 pub mod secure_file;
+pub mod setxid;
 pub mod signal;
 pub mod snapshot;
 pub mod stacks;

@@ -124,6 +124,16 @@ static PTHREAD_SIGQUEUE: Real = Real::new(c"pthread_sigqueue");
 static PTHREAD_KILL: Real = Real::new(c"pthread_kill");
 static RAISE: Real = Real::new(c"raise");
 static TGKILL: Real = Real::new(c"tgkill");
+static SETUID: Real = Real::new(c"setuid");
+static SETGID: Real = Real::new(c"setgid");
+static SETEUID: Real = Real::new(c"seteuid");
+static SETEGID: Real = Real::new(c"setegid");
+static SETREUID: Real = Real::new(c"setreuid");
+static SETREGID: Real = Real::new(c"setregid");
+static SETRESUID: Real = Real::new(c"setresuid");
+static SETRESGID: Real = Real::new(c"setresgid");
+static SETGROUPS: Real = Real::new(c"setgroups");
+static INITGROUPS: Real = Real::new(c"initgroups");
 static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
 static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
 
@@ -186,6 +196,16 @@ const ALL: &[&Real] = &[
     &SCANDIRAT,
     &SCANDIRAT64,
     &MUNMAP,
+    &SETUID,
+    &SETGID,
+    &SETEUID,
+    &SETEGID,
+    &SETREUID,
+    &SETREGID,
+    &SETRESUID,
+    &SETRESGID,
+    &SETGROUPS,
+    &INITGROUPS,
     &OWN_PTHREAD_CREATE,
     &OWN_SIGACTION,
 ];
@@ -500,6 +520,56 @@ pub fn mlockall(flags: c_int) -> c_int {
 /// The real `munlockall`.
 pub fn munlockall() -> c_int {
     call!(MUNLOCKALL, -1, fn() -> c_int,)
+}
+
+/// The real `setuid`.
+pub fn setuid(uid: libc::uid_t) -> c_int {
+    call!(SETUID, -1, fn(libc::uid_t) -> c_int, uid)
+}
+
+/// The real `setgid`.
+pub fn setgid(gid: libc::gid_t) -> c_int {
+    call!(SETGID, -1, fn(libc::gid_t) -> c_int, gid)
+}
+
+/// The real `seteuid`.
+pub fn seteuid(uid: libc::uid_t) -> c_int {
+    call!(SETEUID, -1, fn(libc::uid_t) -> c_int, uid)
+}
+
+/// The real `setegid`.
+pub fn setegid(gid: libc::gid_t) -> c_int {
+    call!(SETEGID, -1, fn(libc::gid_t) -> c_int, gid)
+}
+
+/// The real `setreuid`.
+pub fn setreuid(ruid: libc::uid_t, euid: libc::uid_t) -> c_int {
+    call!(SETREUID, -1, fn(libc::uid_t, libc::uid_t) -> c_int, ruid, euid)
+}
+
+/// The real `setregid`.
+pub fn setregid(rgid: libc::gid_t, egid: libc::gid_t) -> c_int {
+    call!(SETREGID, -1, fn(libc::gid_t, libc::gid_t) -> c_int, rgid, egid)
+}
+
+/// The real `setresuid`.
+pub fn setresuid(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t) -> c_int {
+    call!(SETRESUID, -1, fn(libc::uid_t, libc::uid_t, libc::uid_t) -> c_int, ruid, euid, suid)
+}
+
+/// The real `setresgid`.
+pub fn setresgid(rgid: libc::gid_t, egid: libc::gid_t, sgid: libc::gid_t) -> c_int {
+    call!(SETRESGID, -1, fn(libc::gid_t, libc::gid_t, libc::gid_t) -> c_int, rgid, egid, sgid)
+}
+
+/// The real `setgroups`.
+pub fn setgroups(size: libc::size_t, groups: *const libc::gid_t) -> c_int {
+    call!(SETGROUPS, -1, fn(libc::size_t, *const libc::gid_t) -> c_int, size, groups)
+}
+
+/// The real `initgroups`.
+pub fn initgroups(user: *const c_char, group: libc::gid_t) -> c_int {
+    call!(INITGROUPS, -1, fn(*const c_char, libc::gid_t) -> c_int, user, group)
 }
 
 /// The real `unshare`.

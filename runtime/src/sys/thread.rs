@@ -100,6 +100,7 @@ pub fn program_threads() -> Option<u32> {
 
 /// Runs a runtime thread's body, counted again by glibc before it returns (its exit takes it off).
 extern "C" fn runtime_thread_main(body: *mut libc::c_void) -> *mut libc::c_void {
+    take_setxid();
     // SAFETY: `spawn_runtime_thread` passes exactly such a function pointer.
     let body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void = unsafe { std::mem::transmute(body) };
     let result = body(std::ptr::null_mut());
@@ -110,6 +111,7 @@ extern "C" fn runtime_thread_main(body: *mut libc::c_void) -> *mut libc::c_void 
 /// The same on a work stack of racewatch's (see [`crate::sys::stacks::run_on_work_stack`]): `slot` is
 /// the work stack's, whose body [`WORK_BODY`] holds.
 extern "C" fn runtime_thread_on_work_stack(slot: *mut libc::c_void) -> *mut libc::c_void {
+    take_setxid();
     let slot = slot as usize;
     let body = WORK_BODY[slot].load(Ordering::Acquire);
     // SAFETY: `spawn_runtime_thread` stored exactly such a function pointer for this slot.
@@ -118,6 +120,13 @@ extern "C" fn runtime_thread_on_work_stack(slot: *mut libc::c_void) -> *mut libc
     crate::sys::stacks::run_on_work_stack(slot, &mut || result = body(std::ptr::null_mut()));
     counted_again();
     result
+}
+
+/// A runtime thread takes glibc's `SIGSETXID` (all it lets through): `setuid` and its kin wait until
+/// every thread glibc made has answered it ([`crate::sys::setxid`]). glibc's handler makes one system
+/// call and touches nothing of racewatch's.
+fn take_setxid() {
+    raw::sigprocmask(libc::SIG_UNBLOCK, Some(crate::sys::setxid::SIGSETXID_BIT));
 }
 
 /// The body of the runtime thread that has work stack `slot`.
@@ -130,8 +139,9 @@ fn counted_again() {
     }
 }
 
-/// Starts a runtime thread running `body` with every signal blocked for its whole life (it inherits the
-/// full mask), and no racewatch start-up of its own (the real `pthread_create`). Returns its handle.
+/// Starts a runtime thread running `body` with every signal blocked for its whole life but glibc's
+/// `SIGSETXID` (see [`take_setxid`]), and no racewatch start-up of its own (the real `pthread_create`).
+/// Returns its handle.
 /// Its stack is the smallest glibc allows, and it runs `body` on a work stack of racewatch's (see
 /// [`crate::sys::stacks::run_on_work_stack`]); a process whose static TLS leaves no room in that gets
 /// a 256 KiB stack of glibc's instead, as before.
@@ -196,7 +206,11 @@ fn spawn_runtime_thread_with(
     work: bool,
 ) -> Option<libc::pthread_t> {
     const STACK: usize = 256 << 10;
-    let old = raw::sigprocmask(libc::SIG_SETMASK, Some(u64::MAX));
+    // Every signal but glibc's `SIGSETXID` waits while the thread is made (the new one inherits the
+    // mask): an identity change in another thread holds the lock `pthread_create` takes until this
+    // thread has answered it. In a signal handler, where it stays held, [`crate::sys::setxid`] keeps
+    // the two apart.
+    let old = raw::sigprocmask(libc::SIG_BLOCK, Some(!crate::sys::setxid::SIGSETXID_BIT));
     let mut thread = None;
     if !work {
         hand_back_small_stack();

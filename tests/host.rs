@@ -596,6 +596,7 @@ fn cases() -> Vec<Case> {
             .expect(&[
                 "own deny-list: ok, getpriority in it: ENOTTY",
                 "probes refused: 2; tsync deny-list: ok, getpriority: ENOTTY, socket: EAFNOSUPPORT",
+                "getppid and pipe2 denied: 1",
                 "done",
             ])
             .check(detection_stays_on),

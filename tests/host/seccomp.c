@@ -133,6 +133,15 @@ static struct sock_fprog deny_list(void) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EAFNOSUPPORT),
+      /* Calls a program may just as well keep from its workers: its parent, pipes, timers, files. */
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pipe2, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_timer_create, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_unlink, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
   struct sock_fprog prog = {sizeof code / sizeof code[0], code};
@@ -284,6 +293,8 @@ static int deny_lists(void) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
   printf("probes refused: %d; tsync deny-list: %s, getpriority: %s, socket: %s\n", probes_refused,
          rc == NULL ? "ok" : "failed", prio_result, errno_name(s < 0 ? -1 : 0));
+  int fds[2];
+  printf("getppid and pipe2 denied: %d\n", syscall(SYS_getppid) == -1 && pipe2(fds, 0) == -1);
   fflush(stdout);
   rw_race_until(rw_now() + 0.6);
   rw_join();

@@ -1,7 +1,6 @@
 /* A main thread that waits (poll with no descriptors) for its handler while worker threads keep the
- * CPUs busy: the
- * kernel hands a signal sent to the process (alarm, kill, sigqueue, a child's end) to the main thread
- * when it lets it through, and main relies on it. Each round arms one signal and waits; the handler
+ * CPUs busy: the kernel hands a signal sent to the process (alarm, kill, sigqueue, a child's end) to
+ * the main thread when it lets it through, and main relies on it. Each round arms one signal and waits; the handler
  * notes whether it ran in the main thread. Then what sigaction and signal read back of the handlers. */
 #include <poll.h>
 

@@ -29,7 +29,14 @@
  *                             libseccomp makes first (strict mode with a flag, a filter flag with no
  *                             program: EINVAL, EFAULT); the threads race on under them. racewatch makes
  *                             none of those calls: it stays on (the first worker is left unsampled, as
- *                             any thread's own sandbox). */
+ *                             any thread's own sandbox).
+ * argv[1] = "deny-never":     while two threads race, main puts a deny-list on every thread (TSYNC) that
+ *                             kills the process on any of 122 calls racewatch says it never makes (its
+ *                             seccomp_filter::NEVER: groups, timers, scheduling, IPC, pipes, epoll, fork,
+ *                             file metadata, sockets, …); the threads race on (at the debug rate racewatch
+ *                             reports, symbolizes and its thread comes and goes), a child forked then
+ *                             starts racing threads of its own (racewatch starts there), and both exit.
+ *                             A call of racewatch's among them would kill the process. */
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -302,6 +309,66 @@ static int deny_lists(void) {
   return 0;
 }
 
+/* A sample of seccomp_filter::NEVER across its kinds (the process dies on any of them). */
+static const int never_made[] = {
+    SYS_getppid, SYS_getpgid, SYS_getpgrp, SYS_getsid, SYS_setsid, SYS_setpgid, SYS_times, SYS_sysinfo,
+    SYS_getresuid, SYS_getresgid, SYS_getgid, SYS_getegid, SYS_getgroups, SYS_getitimer, SYS_setitimer,
+    SYS_alarm, SYS_pause, SYS_kcmp, SYS_pidfd_send_signal, SYS_clock_getres, SYS_timer_create,
+    SYS_timer_settime, SYS_timer_gettime, SYS_timer_delete, SYS_timerfd_create, SYS_timerfd_settime,
+    SYS_sched_setaffinity, SYS_sched_setscheduler, SYS_sched_getparam, SYS_sched_setattr,
+    SYS_sched_getattr, SYS_sched_rr_get_interval, SYS_mlock, SYS_munlock, SYS_mlock2, SYS_msync,
+    SYS_pkey_alloc, SYS_pkey_mprotect, SYS_process_madvise, SYS_modify_ldt, SYS_eventfd2, SYS_eventfd,
+    SYS_epoll_create1, SYS_epoll_ctl, SYS_epoll_wait, SYS_inotify_init1, SYS_inotify_add_watch,
+    SYS_io_setup, SYS_io_submit, SYS_mq_open, SYS_msgget, SYS_semget, SYS_semop, SYS_shmget, SYS_shmat,
+    SYS_pipe, SYS_pipe2, SYS_select, SYS_pselect6, SYS_signalfd4, SYS_vfork, SYS_waitid, SYS_chdir,
+    SYS_fchdir, SYS_chmod, SYS_fchmod, SYS_fchmodat, SYS_chown, SYS_fchown, SYS_lchown, SYS_fchownat,
+    SYS_copy_file_range, SYS_creat, SYS_fadvise64, SYS_fallocate, SYS_fdatasync, SYS_fsync, SYS_flock,
+    SYS_ftruncate, SYS_truncate, SYS_getxattr, SYS_fgetxattr, SYS_setxattr, SYS_listxattr, SYS_link,
+    SYS_linkat, SYS_symlink, SYS_symlinkat, SYS_unlink, SYS_rename, SYS_renameat2, SYS_mkdir, SYS_rmdir,
+    SYS_mknod, SYS_mknodat, SYS_openat2, SYS_preadv, SYS_pwrite64, SYS_pwritev, SYS_readv, SYS_readahead,
+    SYS_sendfile, SYS_splice, SYS_tee, SYS_vmsplice, SYS_statfs, SYS_sync, SYS_syncfs, SYS_umask,
+    SYS_utimensat, SYS_getdents, SYS_landlock_create_ruleset, SYS_socket, SYS_connect, SYS_bind,
+    SYS_sendto, SYS_mount, SYS_ptrace, SYS_personality, SYS_setpriority, SYS_getpriority, SYS_acct,
+};
+
+static int deny_never(void) {
+  enum { N = sizeof never_made / sizeof never_made[0] };
+  static struct sock_filter code[4 + 2 * N + 1];
+  int n = 0;
+  code[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+  code[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
+  code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  code[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+  for (int i = 0; i < N; i++) {
+    code[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)never_made[i], 0, 1);
+    code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  }
+  code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  struct sock_fprog prog = {(unsigned short)n, code};
+  rw_start(2, 3.0, 0);
+  rw_race_until(rw_now() + 0.2);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return 1;
+  long rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+  printf("tsync deny-list of %d calls: %s\n", N, rc == 0 ? "ok" : "failed");
+  fflush(stdout);
+  rw_race_until(rw_now() + 1.5);
+  pid_t child = fork();
+  if (child == 0) {
+    rw_deadline = rw_now() + 0.3;
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, rw_racer, NULL);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  printf("child: %s\n", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "exit 0" : "died");
+  rw_stop_racing();
+  rw_join();
+  printf("done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   mode = argc > 1 ? argv[1] : "strict-prctl";
   printf("mode %s\n", mode);
@@ -311,6 +378,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "filter-exit") == 0) return filter_exit();
   if (strcmp(mode, "filter-main-errno") == 0) return filter_main_errno();
   if (strcmp(mode, "deny-list") == 0) return deny_lists();
+  if (strcmp(mode, "deny-never") == 0) return deny_never();
   if (strcmp(mode, "inherited-run") == 0) {
     rw_start(2, 1.0, 0);
     rw_join();

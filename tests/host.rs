@@ -595,7 +595,8 @@ fn cases() -> Vec<Case> {
         // thread while racewatch reports, starts and ends its thread, and starts again in a forked child.
         case("seccomp_deny_list_of_calls_racewatch_never_makes", "seccomp", &["deny-never"])
             .repeat(2)
-            .expect(&["tsync deny-list of 122 calls: ok", "child: exit 0", "done"]),
+            .expect(&["tsync deny-list of 122 calls: ok", "child: exit 0", "done"])
+            .check(detection_stays_on),
         case("seccomp_deny_lists_leave_detection_on", "seccomp", &["deny-list"])
             .repeat(4)
             .expect(&[

@@ -49,18 +49,25 @@
 static int pipe_fds[2];
 static const char *mode;
 
-static int install_filter(const int *allowed, int count, unsigned flags) {
-  struct sock_filter code[64];
+/* A filter in `code` (room for 5 + 2 * count instructions): the listed calls get `listed`, every other
+ * x86-64 call `others`, other architectures a kill. Returns the number of instructions. */
+static int filter_of(const int *calls, int count, unsigned listed, unsigned others, struct sock_filter *code) {
   int n = 0;
   code[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
   code[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
   code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
   code[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
   for (int i = 0; i < count; i++) {
-    code[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)allowed[i], 0, 1);
-    code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    code[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)calls[i], 0, 1);
+    code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, listed);
   }
-  code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, others);
+  return n;
+}
+
+static int install_filter(const int *allowed, int count, unsigned flags) {
+  struct sock_filter code[64];
+  int n = filter_of(allowed, count, SECCOMP_RET_ALLOW, SECCOMP_RET_KILL_PROCESS, code);
   struct sock_fprog prog = {(unsigned short)n, code};
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
   return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
@@ -333,17 +340,8 @@ static const int never_made[] = {
 
 static int deny_never(void) {
   enum { N = sizeof never_made / sizeof never_made[0] };
-  static struct sock_filter code[4 + 2 * N + 1];
-  int n = 0;
-  code[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
-  code[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
-  code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
-  code[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
-  for (int i = 0; i < N; i++) {
-    code[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)never_made[i], 0, 1);
-    code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
-  }
-  code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  static struct sock_filter code[5 + 2 * N];
+  int n = filter_of(never_made, N, SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_ALLOW, code);
   struct sock_fprog prog = {(unsigned short)n, code};
   rw_start(2, 3.0, 0);
   rw_race_until(rw_now() + 0.2);

@@ -54,7 +54,17 @@ const NR_END: u32 = 512;
 
 /// `(name, number)` of each `libc::SYS_*` constant named.
 macro_rules! never {
-    ($($sys:ident),* $(,)?) => { [$((stringify!($sys), libc::$sys)),*] };
+    ($($sys:ident),* $(,)?) => { [$((stringify!($sys), nr::$sys)),*] };
+}
+
+/// The x86-64 system call numbers: libc's, and three old ones it does not name (the kernel answers
+/// them `ENOSYS`; deny-lists of obsolete calls, systemd's `@obsolete` among them, still list them).
+#[allow(non_upper_case_globals)]
+mod nr {
+    pub use libc::*;
+    pub const SYS_create_module: i64 = 174;
+    pub const SYS_get_kernel_syms: i64 = 177;
+    pub const SYS_query_module: i64 = 178;
 }
 
 /// System calls racewatch's code never makes on its own account (neither directly nor through a libc
@@ -295,6 +305,27 @@ pub const NEVER: &[(&str, i64)] = &never![
     SYS_landlock_add_rule,
     SYS_landlock_create_ruleset,
     SYS_landlock_restrict_self,
+    // Obsolete or never implemented on x86-64 (the kernel answers `ENOSYS`), and the I/O priority and
+    // memory policy calls.
+    SYS__sysctl,
+    SYS_afs_syscall,
+    SYS_create_module,
+    SYS_epoll_ctl_old,
+    SYS_epoll_wait_old,
+    SYS_get_kernel_syms,
+    SYS_get_mempolicy,
+    SYS_get_thread_area,
+    SYS_getpmsg,
+    SYS_ioprio_get,
+    SYS_ioprio_set,
+    SYS_nfsservctl,
+    SYS_putpmsg,
+    SYS_query_module,
+    SYS_security,
+    SYS_set_mempolicy_home_node,
+    SYS_set_thread_area,
+    SYS_tuxcall,
+    SYS_vserver,
     // The network: racewatch opens no socket.
     SYS_accept,
     SYS_accept4,

@@ -19,7 +19,7 @@
 
 use crate::detector;
 use crate::sys::real::{self, Jump};
-use crate::sys::{jump, raw, signal, stacks, thread};
+use crate::sys::{handlers, jump, raw, signal, stacks, thread};
 use std::ffi::{c_int, c_void};
 
 fn leave(which: Jump, env: *mut c_void, val: c_int) -> ! {
@@ -42,7 +42,7 @@ fn leave(which: Jump, env: *mut c_void, val: c_int) -> ! {
 
 /// Off the alternate stack: the mask (`held`: the one before every signal was held) and racewatch's
 /// alternate stack as they would be after a `sigreturn`, then the jump. One system call (two or three
-/// after leaving an alternate stack).
+/// after leaving an alternate stack; none while no handler of the program's may block `SIGTRAP`).
 fn finish(which: Jump, env: *mut c_void, val: c_int, held: Option<u64>) -> ! {
     let trap = 1u64 << (libc::SIGTRAP - 1);
     let unblock = !signal::trap_blocked();
@@ -52,7 +52,9 @@ fn finish(which: Jump, env: *mut c_void, val: c_int, held: Option<u64>) -> ! {
     stacks::rearm_alt_stack(jump::target_sp(env));
     match held {
         Some(mask) => raw::sigprocmask(libc::SIG_SETMASK, Some(if unblock { mask & !trap } else { mask })),
-        None if unblock => raw::sigprocmask(libc::SIG_UNBLOCK, Some(trap)),
+        // No system call where no handler of the program's could have blocked it (a coroutine switch or
+        // an error path that jumps: Lua's yields from C jump, one `_longjmp` each).
+        None if unblock && handlers::some_handler_may_block_trap() => raw::sigprocmask(libc::SIG_UNBLOCK, Some(trap)),
         None => None,
     };
     real::jump(which, env, val)

@@ -11,6 +11,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Signals (bit `sig - 1`) whose program-installed `sa_mask` holds `SIGTRAP` (the kernel's may differ).
 static PROGRAM_MASK_HAS_TRAP: AtomicU64 = AtomicU64::new(0);
 
+/// Signals (bit `sig - 1`) whose handler, as the kernel holds it, has `SIGTRAP` in its mask: while one
+/// runs, `SIGTRAP` is blocked in the kernel, and a jump out of it must take it out again
+/// ([`crate::longjmp`]). Kept from racewatch's adoption of the installed handlers on.
+static KERNEL_MASK_HAS_TRAP: AtomicU64 = AtomicU64::new(0);
+
+/// Whether a handler of the program's may run with `SIGTRAP` blocked in the kernel: one whose kernel
+/// mask holds it, or the program's own `SIGTRAP` handler (racewatch's handler runs it with every signal
+/// held). When not, a thread in the program's code has `SIGTRAP` blocked in the kernel only as racewatch
+/// keeps it there for the program (its virtual mask, a confined thread). Async-signal-safe.
+pub fn some_handler_may_block_trap() -> bool {
+    KERNEL_MASK_HAS_TRAP.load(Ordering::Acquire) != 0 || program_handles_trap()
+}
+
+/// Records whether the kernel's handler for the signal of `bit` (`handler`, with `mask`) blocks `SIGTRAP`.
+fn note_kernel_mask(bit: u64, handler: libc::sighandler_t, mask: &libc::sigset_t) {
+    if handler != libc::SIG_DFL && handler != libc::SIG_IGN && signal::has_trap(mask) {
+        KERNEL_MASK_HAS_TRAP.fetch_or(bit, Ordering::AcqRel);
+    } else {
+        KERNEL_MASK_HAS_TRAP.fetch_and(!bit, Ordering::AcqRel);
+    }
+}
+
 fn signal_bit(sig: c_int) -> Option<u64> {
     (sig as u32).checked_sub(1).and_then(|shift| 1u64.checked_shl(shift))
 }
@@ -32,7 +54,7 @@ fn blocks_trap_in_kernel(flags: c_int, program_blocks: bool) -> bool {
 }
 
 fn program_handles_trap() -> bool {
-    !matches!(signal::program_action().sa_sigaction, libc::SIG_DFL | libc::SIG_IGN)
+    !matches!(signal::program_handler(), libc::SIG_DFL | libc::SIG_IGN)
 }
 
 /// The program's `sigaction` for a signal other than `SIGTRAP`, once the runtime owns `SIGTRAP`.
@@ -51,6 +73,9 @@ pub fn program_sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc
     if rc != 0 {
         hand_on::record(sig, wrapped_before);
     } else {
+        if let Some((copy, _)) = &kernel {
+            note_kernel_mask(bit, copy.sa_sigaction, &copy.sa_mask);
+        }
         if let Some(old) = opt_mut(old) {
             old.sa_mask = signal::with_trap(&old.sa_mask, program_had_trap);
             hand_on::from_kernel(old, wrapped_before);
@@ -103,6 +128,7 @@ fn apply_trap_rule(adopting: bool) {
         let program_blocks = PROGRAM_MASK_HAS_TRAP.load(Ordering::Acquire) & bit != 0;
         let wanted = blocks_trap_in_kernel(current.sa_flags, program_blocks);
         if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+            note_kernel_mask(bit, handler, &current.sa_mask);
             continue;
         }
         // `stats=1`'s handler where the program has `SIG_DFL` is racewatch's own: not wrapped.
@@ -114,5 +140,6 @@ fn apply_trap_rule(adopting: bool) {
             }
             real::own_sigaction(sig, &current, std::ptr::null_mut());
         }
+        note_kernel_mask(bit, handler, &current.sa_mask);
     }
 }

@@ -307,6 +307,11 @@ fn note_libc_restorer() {
     }
 }
 
+/// The program's recorded `SIGTRAP` handler alone (`SIG_DFL`, `SIG_IGN` or a function). Async-signal-safe.
+pub fn program_handler() -> libc::sighandler_t {
+    PROGRAM_HANDLER.load(Ordering::Acquire)
+}
+
 /// The program's recorded `SIGTRAP` disposition.
 pub fn program_action() -> libc::sigaction {
     // SAFETY: zeroed sigaction is valid; the fields are then filled from the record.

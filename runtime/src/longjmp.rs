@@ -23,7 +23,15 @@ use crate::sys::{handlers, jump, raw, signal, stacks, thread};
 use std::ffi::{c_int, c_void};
 
 fn leave(which: Jump, env: *mut c_void, val: c_int) -> ! {
-    if signal::is_installed() && !detector::is_sandboxed() && thread::syscalls_allowed() {
+    // Where no handler of the program's may run with `SIGTRAP` blocked in the kernel, none runs on an
+    // alternate stack with racewatch's rule either (an `SA_ONSTACK` handler's kernel mask holds it): the
+    // jump leaves no handler whose mask or stack needs putting right (a coroutine switch, an error
+    // path: Lua's yields from C jump once each), and is the C library's alone.
+    if signal::is_installed()
+        && !detector::is_sandboxed()
+        && handlers::some_handler_may_block_trap()
+        && thread::syscalls_allowed()
+    {
         if let Some(top) = stacks::jump_off_alt_stack(jump::target_sp(env)) {
             // Every signal waits while the thread moves: a handler's frame put at the top of the
             // alternate stack (the thread is no longer on it) would overwrite this frame, which the
@@ -42,7 +50,7 @@ fn leave(which: Jump, env: *mut c_void, val: c_int) -> ! {
 
 /// Off the alternate stack: the mask (`held`: the one before every signal was held) and racewatch's
 /// alternate stack as they would be after a `sigreturn`, then the jump. One system call (two or three
-/// after leaving an alternate stack; none while no handler of the program's may block `SIGTRAP`).
+/// after leaving an alternate stack).
 fn finish(which: Jump, env: *mut c_void, val: c_int, held: Option<u64>) -> ! {
     let trap = 1u64 << (libc::SIGTRAP - 1);
     let unblock = !signal::trap_blocked();
@@ -52,9 +60,7 @@ fn finish(which: Jump, env: *mut c_void, val: c_int, held: Option<u64>) -> ! {
     stacks::rearm_alt_stack(jump::target_sp(env));
     match held {
         Some(mask) => raw::sigprocmask(libc::SIG_SETMASK, Some(if unblock { mask & !trap } else { mask })),
-        // No system call where no handler of the program's could have blocked it (a coroutine switch or
-        // an error path that jumps: Lua's yields from C jump, one `_longjmp` each).
-        None if unblock && handlers::some_handler_may_block_trap() => raw::sigprocmask(libc::SIG_UNBLOCK, Some(trap)),
+        None if unblock => raw::sigprocmask(libc::SIG_UNBLOCK, Some(trap)),
         None => None,
     };
     real::jump(which, env, val)

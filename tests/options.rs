@@ -254,3 +254,77 @@ fn a_detector_that_cannot_open_its_perf_events_leaves_the_program_alone() {
     assert!(!limited.stderr.contains(REPORT_HEADER));
     assert!(Path::new(&demo.bin).is_file());
 }
+
+/// A daemon started as root that gives up root (`setgid`/`setuid` to nobody, as `memcached -u` does),
+/// then races: its reports still reach `log_path` and its profile `coverage_path` in directories only
+/// root may write (racewatch makes the files just before the change and gives them to the new user), and
+/// nothing of racewatch reaches its stderr.
+#[test]
+fn a_program_that_gives_up_root_still_writes_its_log_and_profile() {
+    let Some(clang) = common::clang() else { return };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: not root: no user to give up");
+        return;
+    }
+    const DROP_AND_RACE: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+long counter;
+static void *work(void *arg) {
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    do {
+        for (int i = 0; i < 100000; i++) { counter++; __asm__ volatile("" ::: "memory"); }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (now.tv_sec - start.tv_sec < 2);
+    return arg;
+}
+int main(void) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) { perror("drop"); return 1; }
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, work, 0);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+    printf("uid %d euid %d\n", (int)getuid(), (int)geteuid());
+    return 0;
+}
+"#;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = scratch("options_drop_root");
+    let bin = common::build_c(&clang, &dir, "drop_and_race", DROP_AND_RACE, &["-pthread"]);
+    let (logs, profiles) = (dir.join("logs"), dir.join("profiles"));
+    std::fs::create_dir(&profiles).unwrap();
+    for d in [&dir, &profiles] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let log_path = format!("log_path={}/", logs.display());
+    let coverage_path = format!("coverage_path={}/cov", profiles.display());
+    let options = [SAMPLE_PERIOD, log_path.as_str(), coverage_path.as_str()];
+    let owned_by_nobody = |path: &Path| {
+        let meta = std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (65534, 0o600), "{}", path.display());
+        std::fs::read_to_string(path).unwrap()
+    };
+    let ((run, log), runs) = retry_for(DETECTION_BUDGET, || {
+        let _ = std::fs::remove_dir_all(&logs);
+        let run = run_under(&options, &bin, &[]);
+        assert_eq!(run.stdout, "uid 65534 euid 65534\n");
+        assert!(!run.stderr.contains("racewatch"), "racewatch output on stderr:\n{}", run.stderr);
+        let files: Vec<_> =
+            std::fs::read_dir(&logs).map(|d| d.map(|e| e.unwrap().path()).collect()).unwrap_or_default();
+        assert_eq!(files.len(), 1, "one log file, made before the change: {files:?}");
+        let log = owned_by_nobody(&files[0]);
+        let reported = log.contains(REPORT_HEADER);
+        assert_eq!(run.status.code(), Some(clean_run_status(reported)), "{log}");
+        Ok::<_, String>(reported.then_some((run, log)))
+    })
+    .unwrap_or_else(|why| panic!("{why}"));
+    eprintln!("reported after {runs} run(s)");
+    assert!(log.contains(&format!("{REPORT_HEADER} (pid={})", run.pid)), "{log}");
+    let meta = std::fs::metadata(&logs).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o711), "the log directory racewatch made as root");
+    let profile = owned_by_nobody(&profiles.join(format!("cov.{}", run.pid)));
+    assert!(profile.starts_with("racewatch-profile 1\n") && profile.contains("\nfn "), "{profile}");
+}

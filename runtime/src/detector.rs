@@ -46,6 +46,11 @@ pub fn is_running() -> bool {
     STATE.load(Ordering::Acquire) == RUNNING
 }
 
+/// Whether the detector stepped aside for this process, or was never to run in it.
+pub fn is_off() -> bool {
+    STATE.load(Ordering::Acquire) == OFF
+}
+
 /// The process whose `exit` (or `main`'s return) began: 0 until then.
 static EXITING: AtomicI32 = AtomicI32::new(0);
 

@@ -42,7 +42,7 @@
 use crate::sys::ptr::{self, opt_cstr, opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
 use crate::sys::{confined, environ, fatal, fd, hand_on, handlers, setxid, signal, stacks, thread, unwind_info};
-use crate::{detector, log, proc_view, seccomp_filter};
+use crate::{detector, handover, log, proc_view, seccomp_filter};
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
 /// Interposed `pthread_create`.
@@ -1173,7 +1173,10 @@ pub extern "C" fn setrlimit64(resource: c_int, limit: *const libc::rlimit) -> c_
 /// Interposed `setuid` (see [`setxid`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn setuid(uid: libc::uid_t) -> c_int {
-    setxid::change(|| real::setuid(uid))
+    setxid::change(|| {
+        handover::before_user_change(uid);
+        real::setuid(uid)
+    })
 }
 
 /// Interposed `setgid`.
@@ -1185,7 +1188,10 @@ pub extern "C" fn setgid(gid: libc::gid_t) -> c_int {
 /// Interposed `seteuid`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn seteuid(uid: libc::uid_t) -> c_int {
-    setxid::change(|| real::seteuid(uid))
+    setxid::change(|| {
+        handover::before_user_change(uid);
+        real::seteuid(uid)
+    })
 }
 
 /// Interposed `setegid`.
@@ -1197,7 +1203,10 @@ pub extern "C" fn setegid(gid: libc::gid_t) -> c_int {
 /// Interposed `setreuid`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn setreuid(ruid: libc::uid_t, euid: libc::uid_t) -> c_int {
-    setxid::change(|| real::setreuid(ruid, euid))
+    setxid::change(|| {
+        handover::before_user_change(euid);
+        real::setreuid(ruid, euid)
+    })
 }
 
 /// Interposed `setregid`.
@@ -1209,7 +1218,10 @@ pub extern "C" fn setregid(rgid: libc::gid_t, egid: libc::gid_t) -> c_int {
 /// Interposed `setresuid`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn setresuid(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t) -> c_int {
-    setxid::change(|| real::setresuid(ruid, euid, suid))
+    setxid::change(|| {
+        handover::before_user_change(euid);
+        real::setresuid(ruid, euid, suid)
+    })
 }
 
 /// Interposed `setresgid`.

@@ -17,6 +17,7 @@ pub mod detector;
 pub mod event;
 pub mod exit_status;
 pub mod fixed;
+pub mod handover;
 pub mod index;
 pub mod intercept;
 pub mod jit;

@@ -145,31 +145,15 @@ pub fn warn(message: fmt::Arguments<'_>) {
 type PathBuf = FixedBuf<4096>;
 
 fn log_file(target: &LogPath) -> Option<i32> {
-    let pid = thread::getpid();
-    if FILE_PID.load(Ordering::Acquire) != pid {
-        // First write of this process (or of a forked child): create its own file.
-        FILE_STATE.store(FILE_NONE, Ordering::Release);
-        FILE_PID.store(pid, Ordering::Release);
-    }
+    let pid = this_process();
     if FILE_STATE.load(Ordering::Acquire) == FILE_REFUSED {
         return None;
     }
     let mut buf = PathBuf::new();
-    let (base, formatted) = match target {
-        LogPath::Base(base) => (base, write!(buf, "{base}.{pid}\0")),
-        LogPath::Directory(prefix) => {
-            // A forked child that has not noted its own start yet: the time of its first write.
-            let start = match START_PID.load(Ordering::Acquire) == pid {
-                true => START.load(Ordering::Acquire),
-                false => crate::sys::identity::now(),
-            };
-            (prefix, write!(buf, "{prefix}{pid}.{start}.log\0"))
-        }
+    let path = match file_path(target, pid, &mut buf) {
+        Ok(path) => path,
+        Err(why) => return refuse(target.base(), why),
     };
-    if formatted.is_err() {
-        return refuse(base, "path too long");
-    }
-    let Ok(path) = CStr::from_bytes_until_nul(buf.as_bytes()) else { return refuse(base, "path has a NUL byte") };
     // Another thread is creating the file: wait briefly (a bounded wait, so that a handler that
     // interrupted that very thread, at a fatal signal, falls back to stderr instead of spinning).
     for _ in 0..1000 {
@@ -183,13 +167,84 @@ fn log_file(target: &LogPath) -> Option<i32> {
     None
 }
 
+/// Before the process becomes the user `uid` (it gives up root: `setuid`): makes its log file now, empty,
+/// and gives it to that user, who may not be allowed to create files in the log directory; a file made
+/// earlier is given too. Quiet: a file that cannot be made now is tried again, and explained, at the
+/// first write. Async-signal-safe (POSIX lets a handler call `setuid`).
+pub fn hand_to(uid: u32) {
+    let Some(target) = LOG_PATH.get() else { return };
+    let pid = this_process();
+    let mut buf = PathBuf::new();
+    let Ok(path) = file_path(target, pid, &mut buf) else { return };
+    match FILE_STATE.compare_exchange(FILE_NONE, FILE_CREATING, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => match secure_file::create_for(path.to_bytes(), uid) {
+            Ok((dev, ino)) => created(dev, ino),
+            Err(_) => FILE_STATE.store(FILE_NONE, Ordering::Release),
+        },
+        Err(FILE_CREATED) => {
+            if let Ok(file) = secure_file::reopen(path.to_bytes()) {
+                if is_ours(file) {
+                    let _ = secure_file::give(file, uid);
+                }
+                fd::close(file);
+            }
+        }
+        Err(_) => {}
+    }
+}
+
+/// This process's pid; the first call in a forked child forgets the parent's file.
+fn this_process() -> i32 {
+    let pid = thread::getpid();
+    if FILE_PID.load(Ordering::Acquire) != pid {
+        FILE_STATE.store(FILE_NONE, Ordering::Release);
+        FILE_PID.store(pid, Ordering::Release);
+    }
+    pid
+}
+
+/// The NUL-terminated path of process `pid`'s log file, formatted into `buf`.
+fn file_path<'a>(target: &LogPath, pid: i32, buf: &'a mut PathBuf) -> Result<&'a CStr, &'static str> {
+    let formatted = match target {
+        LogPath::Base(base) => write!(buf, "{base}.{pid}\0"),
+        LogPath::Directory(prefix) => {
+            // A forked child that has not noted its own start yet: the time of its first write.
+            let start = match START_PID.load(Ordering::Acquire) == pid {
+                true => START.load(Ordering::Acquire),
+                false => crate::sys::identity::now(),
+            };
+            write!(buf, "{prefix}{pid}.{start}.log\0")
+        }
+    };
+    formatted.map_err(|_| "path too long")?;
+    CStr::from_bytes_until_nul(buf.as_bytes()).map_err(|_| "path has a NUL byte")
+}
+
+impl LogPath {
+    fn base(&self) -> &str {
+        match self {
+            LogPath::Base(base) | LogPath::Directory(base) => base,
+        }
+    }
+}
+
+fn created(dev: u64, ino: u64) {
+    FILE_DEV.store(dev, Ordering::Release);
+    FILE_INO.store(ino, Ordering::Release);
+    FILE_STATE.store(FILE_CREATED, Ordering::Release);
+}
+
+/// Whether the open file `file` is the log file this process created.
+fn is_ours(file: i32) -> bool {
+    let ours = (FILE_DEV.load(Ordering::Acquire), FILE_INO.load(Ordering::Acquire));
+    secure_file::identity(file).map(|(dev, ino, _)| (dev, ino)) == Some(ours)
+}
+
 fn create(path: &CStr) -> Option<i32> {
     match secure_file::create_new(path.to_bytes()) {
         Ok(file) => {
             let (dev, ino, _) = secure_file::identity(file).unwrap_or((0, 0, 0));
-            FILE_DEV.store(dev, Ordering::Release);
-            FILE_INO.store(ino, Ordering::Release);
-            FILE_STATE.store(FILE_CREATED, Ordering::Release);
+            created(dev, ino);
             Some(file)
         }
         Err(err) => refuse(path_text(path), err),
@@ -201,8 +256,7 @@ fn reopen(path: &CStr) -> Option<i32> {
         Ok(file) => file,
         Err(err) => return refuse(path_text(path), err),
     };
-    let ours = (FILE_DEV.load(Ordering::Acquire), FILE_INO.load(Ordering::Acquire));
-    if secure_file::identity(file).map(|(dev, ino, _)| (dev, ino)) == Some(ours) {
+    if is_ours(file) {
         return Some(file);
     }
     fd::close(file);

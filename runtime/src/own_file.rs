@@ -4,8 +4,9 @@
 //! record is not written). A later write replaces the process's own file by a fresh one renamed over it,
 //! and only while it is still the file this process created. A forked child writes its own file.
 
+use crate::fixed::FixedBuf;
 use crate::sys::{secure_file, thread};
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
 
 const NONE: u8 = 0;
@@ -54,10 +55,7 @@ impl OwnFile {
     /// Writes `contents` as the whole of `<prefix>.<pid>`; returns that path. Calls do not overlap (one
     /// thread writes each file).
     pub fn write(&self, prefix: &str, contents: &str) -> Result<String, NotWritten> {
-        let pid = thread::getpid();
-        if self.pid.swap(pid, Ordering::AcqRel) != pid {
-            self.state.store(NONE, Ordering::Release);
-        }
+        let pid = self.this_process();
         let path = format!("{prefix}.{pid}");
         let ours = match self.state.load(Ordering::Acquire) {
             NONE => None,
@@ -65,10 +63,8 @@ impl OwnFile {
             _ => return Err(NotWritten::Before),
         };
         match secure_file::replace(path.as_bytes(), contents.as_bytes(), ours) {
-            Ok((dev, ino)) => {
-                self.dev.store(dev, Ordering::Release);
-                self.ino.store(ino, Ordering::Release);
-                self.state.store(WRITTEN, Ordering::Release);
+            Ok(id) => {
+                self.written(id);
                 Ok(path)
             }
             Err(why) => {
@@ -76,5 +72,37 @@ impl OwnFile {
                 Err(NotWritten::Refused(why))
             }
         }
+    }
+
+    /// Before the process becomes the user `uid` (it gives up root): creates `<prefix>.<pid>` now, empty,
+    /// and gives it to that user, so that a later [`write`](Self::write) can fill it in a directory that
+    /// user may not write to. Nothing once the file exists, or when it cannot be made (the later write
+    /// then says why). Async-signal-safe: no allocation.
+    pub fn hand_to(&self, prefix: &str, uid: u32) {
+        let pid = self.this_process();
+        if self.state.load(Ordering::Acquire) != NONE {
+            return;
+        }
+        let mut path = FixedBuf::<4096>::new();
+        if write!(path, "{prefix}.{pid}").is_ok() {
+            if let Ok(id) = secure_file::create_for(path.as_bytes(), uid) {
+                self.written(id);
+            }
+        }
+    }
+
+    /// This process's pid; a forked child forgets its parent's file.
+    fn this_process(&self) -> i32 {
+        let pid = thread::getpid();
+        if self.pid.swap(pid, Ordering::AcqRel) != pid {
+            self.state.store(NONE, Ordering::Release);
+        }
+        pid
+    }
+
+    fn written(&self, (dev, ino): (u64, u64)) {
+        self.dev.store(dev, Ordering::Release);
+        self.ino.store(ino, Ordering::Release);
+        self.state.store(WRITTEN, Ordering::Release);
     }
 }

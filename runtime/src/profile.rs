@@ -194,6 +194,12 @@ pub fn write(prefix: &str, covered: &[String]) -> Result<std::path::PathBuf, Not
     FILE.write(prefix, &text).map(std::path::PathBuf::from)
 }
 
+/// Before the process becomes the user `uid`: makes `<prefix>.<pid>` now and gives it to that user
+/// ([`OwnFile::hand_to`], [`crate::handover`]).
+pub fn hand_to(prefix: &str, uid: u32) {
+    FILE.hand_to(prefix, uid);
+}
+
 fn render(loaded: &[LoadedModule], covered: &[String]) -> String {
     let mut out = format!("{MAGIC}\npid {}\n", std::process::id());
     let Some(t) = tables() else { return out };

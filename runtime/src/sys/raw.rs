@@ -69,6 +69,11 @@ pub fn getuid() -> u32 {
     syscall6(libc::SYS_getuid, [0; 6]) as u32
 }
 
+/// The caller's effective user id.
+pub fn geteuid() -> u32 {
+    syscall6(libc::SYS_geteuid, [0; 6]) as u32
+}
+
 /// The caller's process id.
 pub fn getpid() -> i32 {
     syscall6(libc::SYS_getpid, [0; 6]) as i32

@@ -13,18 +13,22 @@
 //!   ([`identity`]).
 //! - A file rewritten whole ([`replace`]) is written to a fresh temporary file (`O_EXCL`, same directory)
 //!   renamed over the old one, after checking that the old one is still the runtime's.
-//! - Directories the runtime creates on the way (`log_path=DIR/`) get mode 0700.
+//! - Directories the runtime creates on the way (`log_path=DIR/`) get mode 0700; root's 0711, so that a
+//!   program that gives up root still reaches the files made for it there ([`create_for`]), while no
+//!   other user can list them or create anything.
 //!
 //! Everything here is async-signal-safe: raw system calls (no `errno`), no allocation (paths are copied
 //! into fixed buffers on the stack), so a fatal-signal handler may create the log file.
 
-use super::raw::syscall6;
+use super::raw::{geteuid, syscall6};
 use std::fmt;
 
 /// Mode of every file the runtime creates.
 pub const FILE_MODE: u32 = 0o600;
-/// Mode of every directory the runtime creates.
+/// Mode of every directory the runtime creates ([`ROOT_DIR_MODE`] for root).
 pub const DIR_MODE: u32 = 0o700;
+/// Mode of every directory the runtime creates as root: searchable, not listable, by other users.
+pub const ROOT_DIR_MODE: u32 = 0o711;
 
 /// Longest path handled (with symlinks expanded), as the kernel's `PATH_MAX`.
 const PATH_MAX: usize = 4096;
@@ -114,7 +118,24 @@ pub fn reopen(path: &[u8]) -> Result<i32, Refused> {
     Ok(fd)
 }
 
-/// Opens the directory `path` (walking it as the module says), creating missing components (mode 0700)
+/// Creates the file `path` as [`create_new`] does, empty, and gives it to the user `uid` (group
+/// unchanged): a process about to become that user may reopen it afterwards where it could create none.
+/// Returns its identity (device, inode).
+pub fn create_for(path: &[u8], uid: u32) -> Result<(u64, u64), Refused> {
+    let fd = create_new(path)?;
+    let given = give(fd, uid);
+    let id = identity(fd);
+    close(fd);
+    given?;
+    id.map(|(dev, ino, _)| (dev, ino)).ok_or(Refused::Os(libc::EIO))
+}
+
+/// Gives the open file `fd` to the user `uid` (`fchown`, group unchanged).
+pub fn give(fd: i32, uid: u32) -> Result<(), Refused> {
+    check(syscall6(libc::SYS_fchown, [fd as u64, u64::from(uid), u64::from(u32::MAX), 0, 0, 0])).map(drop)
+}
+
+/// Opens the directory `path` (walking it as the module says), creating missing components (0700, root's 0711)
 /// when `create`; `Ok` when it is a directory the runtime may use.
 pub fn directory(path: &[u8], create: bool) -> Result<(), Refused> {
     walk(path, create).map(drop)
@@ -148,6 +169,11 @@ pub fn replace(path: &[u8], contents: &[u8], ours: Option<(u64, u64)>) -> Result
                 break;
             }
             Err(Refused::Exists) => continue,
+            // A directory the process may no longer write (it gave up root after its file was made
+            // and given to it: [`create_for`]).
+            Err(denied @ Refused::Os(libc::EACCES | libc::EPERM)) => {
+                return fill_empty(&dir, &name, ours, contents).map_err(|_| denied)
+            }
             Err(other) => return Err(other),
         }
     }
@@ -165,6 +191,23 @@ pub fn replace(path: &[u8], contents: &[u8], ours: Option<(u64, u64)>) -> Result
     if result.is_err() {
         syscall6(libc::SYS_unlinkat, [dir.0 as u64, tmp.ptr(), 0, 0, 0, 0]);
     }
+    result
+}
+
+/// Writes `contents` into the file `name` of `dir` in place, only while it is still the file `ours` names
+/// and still empty (nothing to truncate). For a file made by [`create_for`], where no file can be created
+/// beside it for [`replace`]'s rename.
+fn fill_empty(dir: &Dir, name: &Name, ours: (u64, u64), contents: &[u8]) -> Result<(u64, u64), Refused> {
+    let flags = libc::O_WRONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_NONBLOCK;
+    let fd = check(openat(dir.0, name, flags, 0))?;
+    let result = match stat_at(fd, &Name::new(), libc::AT_EMPTY_PATH) {
+        Ok(st) if (st.st_dev, st.st_ino) == ours && st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_size == 0 => {
+            write_all(fd, contents).map(|()| ours)
+        }
+        Ok(_) => Err(Refused::Exists),
+        Err(err) => Err(err),
+    };
+    close(fd);
     result
 }
 
@@ -321,7 +364,8 @@ fn walk(path: &[u8], create: bool) -> Result<Dir, Refused> {
                 Ok(fd) => break Ok(fd),
                 Err(Refused::Os(libc::ENOENT)) if create && !made => {
                     made = true;
-                    let rc = syscall6(libc::SYS_mkdirat, [dir.0 as u64, name.ptr(), u64::from(DIR_MODE), 0, 0, 0]);
+                    let mode = if euid == 0 { ROOT_DIR_MODE } else { DIR_MODE };
+                    let rc = syscall6(libc::SYS_mkdirat, [dir.0 as u64, name.ptr(), u64::from(mode), 0, 0, 0]);
                     if rc < 0 && rc != -i64::from(libc::EEXIST) {
                         break Err(Refused::Os(-rc as i32));
                     }
@@ -416,10 +460,6 @@ fn check(rc: i64) -> Result<i32, Refused> {
     }
 }
 
-fn geteuid() -> u32 {
-    syscall6(libc::SYS_geteuid, [0; 6]) as u32
-}
-
 fn close(fd: i32) {
     syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
 }
@@ -473,7 +513,8 @@ mod tests {
         let deep = dir.join("abs/a/b/c");
         directory(bytes(&deep), true).expect("create directories");
         let meta = std::fs::metadata(dir.join("real/a/b")).unwrap();
-        assert!(meta.is_dir() && meta.permissions().mode() & 0o777 == 0o700);
+        let mode = if geteuid() == 0 { ROOT_DIR_MODE } else { DIR_MODE };
+        assert!(meta.is_dir() && meta.permissions().mode() & 0o777 == mode);
         assert_eq!(meta.uid(), geteuid());
         assert!(directory(bytes(&dir.join("real/missing")), false).is_err());
         // Another user's symlink, as a directory component or the directory itself: never followed

@@ -100,6 +100,13 @@ pub fn read_now() -> Status {
     super::raw::read_whole(c"/proc/self/status", &mut buf).map(|len| parse(&buf[..len])).unwrap_or_default()
 }
 
+/// The calling thread's own status (`/proc/thread-self/status`: its `Seccomp:` is its own filter's),
+/// read as [`read_now`] reads the process's.
+pub fn read_thread_now() -> Status {
+    let mut buf = [0u8; 4096];
+    super::raw::read_whole(c"/proc/thread-self/status", &mut buf).map(|len| parse(&buf[..len])).unwrap_or_default()
+}
+
 /// Whether a tracer is attached now, read without keeping a descriptor ([`read_now`]). False when it
 /// cannot be read.
 pub fn traced_now() -> bool {

@@ -1,0 +1,35 @@
+//! racewatch's own files in a process that gives up root.
+//!
+//! A daemon started as root that becomes another user (`memcached -u nobody`, a server's workers) may
+//! no longer create files where racewatch was told to write (`log_path`, `coverage_path`, in a
+//! directory of root's): its reports would fall back to a stderr that a daemon has pointed at
+//! `/dev/null`. So, just before such a change (`setuid`, `seteuid`, `setreuid` or `setresuid` to a user
+//! other than root, while the effective user is root), racewatch creates this process's log and
+//! coverage files, empty, and gives them to the user the process becomes; it fills them later, as that
+//! user. The directory must still let that user reach them (search permission).
+//!
+//! This is done only by a thread under no seccomp filter (its own `/proc/thread-self/status`), so that
+//! no filter ever meets the `fchown` (one of the calls a filter racewatch judges may forbid freely:
+//! [`crate::seccomp_filter::NEVER`]).
+
+use crate::sys::{confined, raw, tracer};
+use crate::{detector, log, options, profile};
+
+/// Before the program changes its effective user to `euid` (`u32::MAX`: unchanged). Async-signal-safe
+/// (POSIX lets a signal handler call `setuid`): no allocation.
+pub fn before_user_change(euid: libc::uid_t) {
+    if euid == u32::MAX || euid == 0 || detector::is_off() || detector::is_sandboxed() || confined::here() {
+        return;
+    }
+    let opts = options::get();
+    if opts.log_path.is_none() && opts.coverage_path.is_none() {
+        return;
+    }
+    if raw::geteuid() != 0 || tracer::read_thread_now().seccomp {
+        return;
+    }
+    log::hand_to(euid);
+    if let Some(prefix) = opts.coverage_path.as_deref() {
+        profile::hand_to(prefix, euid);
+    }
+}

@@ -53,7 +53,7 @@ counters! {
     ReportsDropped: "reports dropped",
     ReporterStarts: "reporter thread starts",
     ReporterStartsFromSignals: "reporter thread starts from a sampling signal",
-    ReporterStartsDeferred: "reporter starts deferred (the sampled thread was not at a spawn point)",
+    ReporterStartsDeferred: "reporter starts deferred (the sampled thread was not at a spawn point, or the ids were changing)",
     ReporterRetired: "reporter thread ends after a second without work",
     OutputDropped: "output not written",
     MemoryWaits: "allocations that waited for memory",

@@ -14,6 +14,11 @@
 
 use crate::sys::{confined, raw, tracer};
 use crate::{detector, log, options, profile};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The process and the user of the last handover (`pid << 32 | uid`): a program that moves between root
+/// and one user again and again (`seteuid` brackets) hands its files over once.
+static LAST: AtomicU64 = AtomicU64::new(0);
 
 /// Before the program changes its effective user to `euid` (`u32::MAX`: unchanged). Async-signal-safe
 /// (POSIX lets a signal handler call `setuid`): no allocation.
@@ -25,9 +30,11 @@ pub fn before_user_change(euid: libc::uid_t) {
     if opts.log_path.is_none() && opts.coverage_path.is_none() {
         return;
     }
-    if raw::geteuid() != 0 || tracer::read_thread_now().seccomp {
+    let this = u64::from(raw::getpid() as u32) << 32 | u64::from(euid);
+    if LAST.load(Ordering::Acquire) == this || raw::geteuid() != 0 || tracer::read_thread_now().seccomp {
         return;
     }
+    LAST.store(this, Ordering::Release);
     log::hand_to(euid);
     if let Some(prefix) = opts.coverage_path.as_deref() {
         profile::hand_to(prefix, euid);

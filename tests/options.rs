@@ -256,11 +256,21 @@ fn a_detector_that_cannot_open_its_perf_events_leaves_the_program_alone() {
 }
 
 /// A daemon started as root that gives up root (`setgid`/`setuid` to nobody, as `memcached -u` does),
-/// then races: its reports still reach `log_path` and its profile `coverage_path` in directories only
-/// root may write (racewatch makes the files just before the change and gives them to the new user), and
-/// nothing of racewatch reaches its stderr.
+/// then races, itself or in a child it forks as it daemonizes (the parent leaving with `_exit`): the
+/// reports still reach `log_path` and the profile `coverage_path` in directories only root may write
+/// (racewatch makes the files just before the change and gives them to the new user; a forked child
+/// that may create no file of its own uses them), and nothing of racewatch reaches stderr.
 #[test]
 fn a_program_that_gives_up_root_still_writes_its_log_and_profile() {
+    gives_up_root_then_races(false);
+}
+
+#[test]
+fn a_daemon_that_gives_up_root_then_forks_still_writes_its_log_and_profile() {
+    gives_up_root_then_races(true);
+}
+
+fn gives_up_root_then_races(daemonize: bool) {
     let Some(clang) = common::clang() else { return };
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -270,6 +280,7 @@ fn a_program_that_gives_up_root_still_writes_its_log_and_profile() {
     const DROP_AND_RACE: &str = r#"
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 long counter;
@@ -282,8 +293,17 @@ static void *work(void *arg) {
     } while (now.tv_sec - start.tv_sec < 2);
     return arg;
 }
-int main(void) {
+int main(int argc, char **argv) {
     if (setgid(65534) != 0 || setuid(65534) != 0) { perror("drop"); return 1; }
+    if (argc > 1) {
+        /* As a daemon's start: the parent leaves with _exit once its child is done. */
+        pid_t child = fork();
+        if (child > 0) {
+            int status = 0;
+            waitpid(child, &status, 0);
+            _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+        }
+    }
     pthread_t t[2];
     for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, work, 0);
     for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
@@ -292,16 +312,17 @@ int main(void) {
 }
 "#;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let dir = scratch("options_drop_root");
+    let dir = scratch(if daemonize { "options_drop_root_fork" } else { "options_drop_root" });
     let bin = common::build_c(&clang, &dir, "drop_and_race", DROP_AND_RACE, &["-pthread"]);
     let (logs, profiles) = (dir.join("logs"), dir.join("profiles"));
-    std::fs::create_dir(&profiles).unwrap();
     for d in [&dir, &profiles] {
+        std::fs::create_dir_all(d).unwrap();
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let log_path = format!("log_path={}/", logs.display());
     let coverage_path = format!("coverage_path={}/cov", profiles.display());
     let options = [SAMPLE_PERIOD, log_path.as_str(), coverage_path.as_str()];
+    let args: &[&str] = if daemonize { &["daemonize"] } else { &[] };
     let owned_by_nobody = |path: &Path| {
         let meta = std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!((meta.uid(), meta.mode() & 0o777), (65534, 0o600), "{}", path.display());
@@ -309,7 +330,10 @@ int main(void) {
     };
     let ((run, log), runs) = retry_for(DETECTION_BUDGET, || {
         let _ = std::fs::remove_dir_all(&logs);
-        let run = run_under(&options, &bin, &[]);
+        for entry in std::fs::read_dir(&profiles).unwrap() {
+            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+        let run = run_under(&options, &bin, args);
         assert_eq!(run.stdout, "uid 65534 euid 65534\n");
         assert!(!run.stderr.contains("racewatch"), "racewatch output on stderr:\n{}", run.stderr);
         let files: Vec<_> =
@@ -322,9 +346,13 @@ int main(void) {
     })
     .unwrap_or_else(|why| panic!("{why}"));
     eprintln!("reported after {runs} run(s)");
-    assert!(log.contains(&format!("{REPORT_HEADER} (pid={})", run.pid)), "{log}");
     let meta = std::fs::metadata(&logs).unwrap();
     assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o711), "the log directory racewatch made as root");
+    // The files carry the pid of the process that gave up root; what is in them, the racing process's.
     let profile = owned_by_nobody(&profiles.join(format!("cov.{}", run.pid)));
+    let racer = profile.lines().nth(1).and_then(|l| l.strip_prefix("pid ")).and_then(|p| p.parse::<u32>().ok());
+    let racer = racer.unwrap_or_else(|| panic!("{profile}"));
+    assert_eq!(racer != run.pid, daemonize, "{profile}");
+    assert!(log.contains(&format!("{REPORT_HEADER} (pid={racer})")), "{log}");
     assert!(profile.starts_with("racewatch-profile 1\n") && profile.contains("\nfn "), "{profile}");
 }

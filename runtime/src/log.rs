@@ -52,11 +52,20 @@ const FILE_CREATING: u8 = 1;
 const FILE_CREATED: u8 = 2;
 const FILE_REFUSED: u8 = 3;
 
-/// The log file of process `FILE_PID`: its state and identity.
+/// The log file of process `FILE_PID`: its state and identity, and the pid its name carries (its own, or
+/// that of the process that handed it over before giving up root, [`hand_to`]).
 static FILE_STATE: AtomicU8 = AtomicU8::new(FILE_NONE);
 static FILE_PID: AtomicI32 = AtomicI32::new(0);
 static FILE_DEV: AtomicU64 = AtomicU64::new(0);
 static FILE_INO: AtomicU64 = AtomicU64::new(0);
+static NAME_PID: AtomicI32 = AtomicI32::new(0);
+
+/// The file a process handed to the user it became ([`hand_to`]): the pid its name carries, and its
+/// identity. A forked child that may not create a file of its own in the directory appends to it.
+static HANDED_PID: AtomicI32 = AtomicI32::new(0);
+static HANDED_DEV: AtomicU64 = AtomicU64::new(0);
+static HANDED_INO: AtomicU64 = AtomicU64::new(0);
+static HANDED_START: AtomicU64 = AtomicU64::new(0);
 
 /// Sends all further output to `<path>.<pid>`, or into the directory `path` names (see the module's
 /// documentation); `host` is part of a directory log's name. The file is created on the first write.
@@ -150,16 +159,22 @@ fn log_file(target: &LogPath) -> Option<i32> {
         return None;
     }
     let mut buf = PathBuf::new();
-    let path = match file_path(target, pid, &mut buf) {
-        Ok(path) => path,
-        Err(why) => return refuse(target.base(), why),
-    };
     // Another thread is creating the file: wait briefly (a bounded wait, so that a handler that
     // interrupted that very thread, at a fatal signal, falls back to stderr instead of spinning).
     for _ in 0..1000 {
         match FILE_STATE.compare_exchange(FILE_NONE, FILE_CREATING, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return create(path),
-            Err(FILE_CREATED) => return reopen(path),
+            Ok(_) => {
+                return match file_path(target, pid, &mut buf) {
+                    Ok(path) => create(target, path),
+                    Err(why) => refuse(target.base(), why),
+                }
+            }
+            Err(FILE_CREATED) => {
+                return match file_path(target, NAME_PID.load(Ordering::Acquire), &mut buf) {
+                    Ok(path) => reopen(path),
+                    Err(why) => refuse(target.base(), why),
+                }
+            }
             Err(FILE_CREATING) => std::thread::yield_now(),
             Err(_) => return None,
         }
@@ -178,13 +193,19 @@ pub fn hand_to(uid: u32) {
     let Ok(path) = file_path(target, pid, &mut buf) else { return };
     match FILE_STATE.compare_exchange(FILE_NONE, FILE_CREATING, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => match secure_file::create_for(path.to_bytes(), uid) {
-            Ok((dev, ino)) => created(dev, ino),
+            Ok((dev, ino)) => {
+                created(dev, ino, pid);
+                handed(pid, dev, ino);
+            }
             Err(_) => FILE_STATE.store(FILE_NONE, Ordering::Release),
         },
         Err(FILE_CREATED) => {
+            let mut buf = PathBuf::new();
+            let name_pid = NAME_PID.load(Ordering::Acquire);
+            let Ok(path) = file_path(target, name_pid, &mut buf) else { return };
             if let Ok(file) = secure_file::reopen(path.to_bytes()) {
-                if is_ours(file) {
-                    let _ = secure_file::give(file, uid);
+                if is_ours(file) && secure_file::give(file, uid).is_ok() {
+                    handed(name_pid, FILE_DEV.load(Ordering::Acquire), FILE_INO.load(Ordering::Acquire));
                 }
                 fd::close(file);
             }
@@ -193,31 +214,47 @@ pub fn hand_to(uid: u32) {
     }
 }
 
-/// This process's pid; the first call in a forked child forgets the parent's file.
+fn handed(pid: i32, dev: u64, ino: u64) {
+    HANDED_START.store(start_of(pid), Ordering::Release);
+    HANDED_DEV.store(dev, Ordering::Release);
+    HANDED_INO.store(ino, Ordering::Release);
+    HANDED_PID.store(pid, Ordering::Release);
+}
+
+/// This process's pid; the first call in a forked child forgets the parent's file, and names the child's
+/// by the time of that call (a directory log's `<start>`).
 fn this_process() -> i32 {
     let pid = thread::getpid();
     if FILE_PID.load(Ordering::Acquire) != pid {
         FILE_STATE.store(FILE_NONE, Ordering::Release);
         FILE_PID.store(pid, Ordering::Release);
+        if START_PID.load(Ordering::Acquire) != pid {
+            START.store(crate::sys::identity::now(), Ordering::Release);
+            START_PID.store(pid, Ordering::Release);
+        }
     }
     pid
 }
 
-/// The NUL-terminated path of process `pid`'s log file, formatted into `buf`.
+/// The NUL-terminated path of process `pid`'s log file (this process's, or the one whose handed-over
+/// file it uses), formatted into `buf`.
 fn file_path<'a>(target: &LogPath, pid: i32, buf: &'a mut PathBuf) -> Result<&'a CStr, &'static str> {
     let formatted = match target {
         LogPath::Base(base) => write!(buf, "{base}.{pid}\0"),
         LogPath::Directory(prefix) => {
-            // A forked child that has not noted its own start yet: the time of its first write.
-            let start = match START_PID.load(Ordering::Acquire) == pid {
-                true => START.load(Ordering::Acquire),
-                false => crate::sys::identity::now(),
-            };
-            write!(buf, "{prefix}{pid}.{start}.log\0")
+            write!(buf, "{prefix}{pid}.{}.log\0", start_of(pid))
         }
     };
     formatted.map_err(|_| "path too long")?;
     CStr::from_bytes_until_nul(buf.as_bytes()).map_err(|_| "path has a NUL byte")
+}
+
+/// The `<start>` in the name of process `pid`'s directory log: this process's, or the handed-over file's.
+fn start_of(pid: i32) -> u64 {
+    match START_PID.load(Ordering::Acquire) == pid {
+        true => START.load(Ordering::Acquire),
+        false => HANDED_START.load(Ordering::Acquire),
+    }
 }
 
 impl LogPath {
@@ -228,9 +265,10 @@ impl LogPath {
     }
 }
 
-fn created(dev: u64, ino: u64) {
+fn created(dev: u64, ino: u64, name_pid: i32) {
     FILE_DEV.store(dev, Ordering::Release);
     FILE_INO.store(ino, Ordering::Release);
+    NAME_PID.store(name_pid, Ordering::Release);
     FILE_STATE.store(FILE_CREATED, Ordering::Release);
 }
 
@@ -240,15 +278,38 @@ fn is_ours(file: i32) -> bool {
     secure_file::identity(file).map(|(dev, ino, _)| (dev, ino)) == Some(ours)
 }
 
-fn create(path: &CStr) -> Option<i32> {
+fn create(target: &LogPath, path: &CStr) -> Option<i32> {
     match secure_file::create_new(path.to_bytes()) {
         Ok(file) => {
             let (dev, ino, _) = secure_file::identity(file).unwrap_or((0, 0, 0));
-            created(dev, ino);
+            created(dev, ino, thread::getpid());
             Some(file)
+        }
+        Err(err @ secure_file::Refused::Os(libc::EACCES | libc::EPERM)) => {
+            adopt_handed(target).or_else(|| refuse(path_text(path), err))
         }
         Err(err) => refuse(path_text(path), err),
     }
+}
+
+/// In a forked child that may not create a file of its own (its parent gave up root and handed its file
+/// over: a daemon's `fork` after `setuid`): the parent's file, opened for appending while it is still the
+/// one handed over. Reports name their process (`pid=`).
+fn adopt_handed(target: &LogPath) -> Option<i32> {
+    let pid = HANDED_PID.load(Ordering::Acquire);
+    if pid == 0 || pid == thread::getpid() {
+        return None;
+    }
+    let mut buf = PathBuf::new();
+    let path = file_path(target, pid, &mut buf).ok()?;
+    let file = secure_file::reopen(path.to_bytes()).ok()?;
+    let handed = (HANDED_DEV.load(Ordering::Acquire), HANDED_INO.load(Ordering::Acquire));
+    if secure_file::identity(file).map(|(dev, ino, _)| (dev, ino)) != Some(handed) {
+        fd::close(file);
+        return None;
+    }
+    created(handed.0, handed.1, pid);
+    Some(file)
 }
 
 fn reopen(path: &CStr) -> Option<i32> {

@@ -17,8 +17,35 @@ const REFUSED: u8 = 2;
 pub struct OwnFile {
     pid: AtomicI32,
     state: AtomicU8,
+    /// The file written: its identity, and the pid its name carries (this process's, or the one whose
+    /// handed-over file it filled).
+    id: Identity,
+    /// The file this process, or the parent it was forked from, made and handed over before giving up
+    /// root ([`OwnFile::hand_to`]).
+    handed: Identity,
+}
+
+/// A file's name pid, device and inode.
+struct Identity {
+    pid: AtomicI32,
     dev: AtomicU64,
     ino: AtomicU64,
+}
+
+impl Identity {
+    const fn new() -> Identity {
+        Identity { pid: AtomicI32::new(0), dev: AtomicU64::new(0), ino: AtomicU64::new(0) }
+    }
+
+    fn set(&self, pid: i32, (dev, ino): (u64, u64)) {
+        self.dev.store(dev, Ordering::Release);
+        self.ino.store(ino, Ordering::Release);
+        self.pid.store(pid, Ordering::Release);
+    }
+
+    fn get(&self) -> (i32, (u64, u64)) {
+        (self.pid.load(Ordering::Acquire), (self.dev.load(Ordering::Acquire), self.ino.load(Ordering::Acquire)))
+    }
 }
 
 /// Why the file was not written.
@@ -49,22 +76,33 @@ impl Default for OwnFile {
 
 impl OwnFile {
     pub const fn new() -> OwnFile {
-        OwnFile { pid: AtomicI32::new(0), state: AtomicU8::new(NONE), dev: AtomicU64::new(0), ino: AtomicU64::new(0) }
+        OwnFile { pid: AtomicI32::new(0), state: AtomicU8::new(NONE), id: Identity::new(), handed: Identity::new() }
     }
 
-    /// Writes `contents` as the whole of `<prefix>.<pid>`; returns that path. Calls do not overlap (one
-    /// thread writes each file).
+    /// Writes `contents` as the whole of `<prefix>.<pid>`; returns that path. In a forked child that may
+    /// not create a file there (its parent gave up root), the parent's handed-over file instead, while it
+    /// is still empty. Calls do not overlap (one thread writes each file).
     pub fn write(&self, prefix: &str, contents: &str) -> Result<String, NotWritten> {
         let pid = self.this_process();
-        let path = format!("{prefix}.{pid}");
-        let ours = match self.state.load(Ordering::Acquire) {
-            NONE => None,
-            WRITTEN => Some((self.dev.load(Ordering::Acquire), self.ino.load(Ordering::Acquire))),
+        let (name_pid, ours) = match self.state.load(Ordering::Acquire) {
+            NONE => (pid, None),
+            WRITTEN => {
+                let (name_pid, id) = self.id.get();
+                (name_pid, Some(id))
+            }
             _ => return Err(NotWritten::Before),
         };
-        match secure_file::replace(path.as_bytes(), contents.as_bytes(), ours) {
-            Ok(id) => {
-                self.written(id);
+        let path = format!("{prefix}.{name_pid}");
+        let result = match secure_file::replace(path.as_bytes(), contents.as_bytes(), ours) {
+            Ok(id) => Ok((path, name_pid, id)),
+            Err(denied @ secure_file::Refused::Os(libc::EACCES | libc::EPERM)) if ours.is_none() => {
+                self.fill_handed(prefix, pid, contents).ok_or(denied)
+            }
+            Err(why) => Err(why),
+        };
+        match result {
+            Ok((path, name_pid, id)) => {
+                self.written(name_pid, id);
                 Ok(path)
             }
             Err(why) => {
@@ -74,10 +112,22 @@ impl OwnFile {
         }
     }
 
+    /// The handed-over file of the process this one was forked from, filled with `contents` (only while
+    /// still empty: [`secure_file::replace`]).
+    fn fill_handed(&self, prefix: &str, pid: i32, contents: &str) -> Option<(String, i32, (u64, u64))> {
+        let (handed_pid, handed) = self.handed.get();
+        if handed_pid == 0 || handed_pid == pid {
+            return None;
+        }
+        let path = format!("{prefix}.{handed_pid}");
+        let id = secure_file::replace(path.as_bytes(), contents.as_bytes(), Some(handed)).ok()?;
+        Some((path, handed_pid, id))
+    }
+
     /// Before the process becomes the user `uid` (it gives up root): creates `<prefix>.<pid>` now, empty,
-    /// and gives it to that user, so that a later [`write`](Self::write) can fill it in a directory that
-    /// user may not write to. Nothing once the file exists, or when it cannot be made (the later write
-    /// then says why). Async-signal-safe: no allocation.
+    /// and gives it to that user, so that a later [`write`](Self::write) (this process's, or a forked
+    /// child's) can fill it in a directory that user may not write to. Nothing once the file exists, or
+    /// when it cannot be made (the later write then says why). Async-signal-safe: no allocation.
     pub fn hand_to(&self, prefix: &str, uid: u32) {
         let pid = self.this_process();
         if self.state.load(Ordering::Acquire) != NONE {
@@ -86,12 +136,13 @@ impl OwnFile {
         let mut path = FixedBuf::<4096>::new();
         if write!(path, "{prefix}.{pid}").is_ok() {
             if let Ok(id) = secure_file::create_for(path.as_bytes(), uid) {
-                self.written(id);
+                self.written(pid, id);
+                self.handed.set(pid, id);
             }
         }
     }
 
-    /// This process's pid; a forked child forgets its parent's file.
+    /// This process's pid; a forked child forgets its parent's file (but for the one handed over).
     fn this_process(&self) -> i32 {
         let pid = thread::getpid();
         if self.pid.swap(pid, Ordering::AcqRel) != pid {
@@ -100,9 +151,8 @@ impl OwnFile {
         pid
     }
 
-    fn written(&self, (dev, ino): (u64, u64)) {
-        self.dev.store(dev, Ordering::Release);
-        self.ino.store(ino, Ordering::Release);
+    fn written(&self, name_pid: i32, id: (u64, u64)) {
+        self.id.set(name_pid, id);
         self.state.store(WRITTEN, Ordering::Release);
     }
 }

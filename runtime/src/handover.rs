@@ -6,10 +6,12 @@
 //! `/dev/null`. So, just before such a change (`setuid`, `seteuid`, `setreuid` or `setresuid` to a user
 //! other than root, while the effective user is root), racewatch creates this process's log and
 //! coverage files, empty, and gives them to the user the process becomes; it fills them later, as that
-//! user. The directory must still let that user reach them (search permission).
+//! user; so does a child it forks afterwards, which may create no file of its own there. The directory
+//! must still let that user reach them (search permission).
 //!
-//! This is done only by a thread under no seccomp filter (its own `/proc/thread-self/status`), so that
-//! no filter ever meets the `fchown` (one of the calls a filter racewatch judges may forbid freely:
+//! This is done only by a thread known to be under no seccomp filter (its own
+//! `/proc/thread-self/status`; not where `/proc` cannot be read), so that no filter ever meets the
+//! `fchown` (one of the calls a filter racewatch judges may forbid freely:
 //! [`crate::seccomp_filter::NEVER`]).
 
 use crate::sys::{confined, raw, tracer};
@@ -31,7 +33,9 @@ pub fn before_user_change(euid: libc::uid_t) {
         return;
     }
     let this = u64::from(raw::getpid() as u32) << 32 | u64::from(euid);
-    if LAST.load(Ordering::Acquire) == this || raw::geteuid() != 0 || tracer::read_thread_now().seccomp {
+    // Unknown (no `/proc`): as under a filter.
+    let filtered = tracer::read_thread_now().is_none_or(|status| status.seccomp);
+    if LAST.load(Ordering::Acquire) == this || raw::geteuid() != 0 || filtered {
         return;
     }
     LAST.store(this, Ordering::Release);

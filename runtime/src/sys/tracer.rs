@@ -101,10 +101,10 @@ pub fn read_now() -> Status {
 }
 
 /// The calling thread's own status (`/proc/thread-self/status`: its `Seccomp:` is its own filter's),
-/// read as [`read_now`] reads the process's.
-pub fn read_thread_now() -> Status {
+/// read as [`read_now`] reads the process's; `None` when it cannot be read (no `/proc` in a chroot).
+pub fn read_thread_now() -> Option<Status> {
     let mut buf = [0u8; 4096];
-    super::raw::read_whole(c"/proc/thread-self/status", &mut buf).map(|len| parse(&buf[..len])).unwrap_or_default()
+    super::raw::read_whole(c"/proc/thread-self/status", &mut buf).map(|len| parse(&buf[..len]))
 }
 
 /// Whether a tracer is attached now, read without keeping a descriptor ([`read_now`]). False when it

@@ -33,9 +33,11 @@ pub fn before_user_change(euid: libc::uid_t) {
         return;
     }
     let this = u64::from(raw::getpid() as u32) << 32 | u64::from(euid);
+    if LAST.load(Ordering::Acquire) == this || raw::geteuid() != 0 {
+        return;
+    }
     // Unknown (no `/proc`): as under a filter.
-    let filtered = tracer::read_thread_now().is_none_or(|status| status.seccomp);
-    if LAST.load(Ordering::Acquire) == this || raw::geteuid() != 0 || filtered {
+    if tracer::read_thread_now().is_none_or(|status| status.seccomp) {
         return;
     }
     LAST.store(this, Ordering::Release);

@@ -22,6 +22,7 @@
 //! [`warn`] format into a `String`: ordinary threads only.
 
 use crate::fixed::FixedBuf;
+use crate::own_file::FileIdentity;
 use crate::stats::{self, Counter};
 use crate::sys::{fd, secure_file, thread};
 use std::ffi::CStr;
@@ -52,19 +53,15 @@ const FILE_CREATING: u8 = 1;
 const FILE_CREATED: u8 = 2;
 const FILE_REFUSED: u8 = 3;
 
-/// The log file of process `FILE_PID`: its state and identity, and the pid its name carries (its own, or
-/// that of the process that handed it over before giving up root, [`hand_to`]).
+/// The log file of process `FILE_PID`: its state, and its identity with the pid its name carries (its
+/// own, or that of the process that handed it over before giving up root, [`hand_to`]).
 static FILE_STATE: AtomicU8 = AtomicU8::new(FILE_NONE);
 static FILE_PID: AtomicI32 = AtomicI32::new(0);
-static FILE_DEV: AtomicU64 = AtomicU64::new(0);
-static FILE_INO: AtomicU64 = AtomicU64::new(0);
-static NAME_PID: AtomicI32 = AtomicI32::new(0);
+static FILE: FileIdentity = FileIdentity::new();
 
-/// The file a process handed to the user it became ([`hand_to`]): the pid its name carries, and its
-/// identity. A forked child that may not create a file of its own in the directory appends to it.
-static HANDED_PID: AtomicI32 = AtomicI32::new(0);
-static HANDED_DEV: AtomicU64 = AtomicU64::new(0);
-static HANDED_INO: AtomicU64 = AtomicU64::new(0);
+/// The file a process handed to the user it became ([`hand_to`]), and the `<start>` in its name. A
+/// forked child that may not create a file of its own in the directory appends to it.
+static HANDED: FileIdentity = FileIdentity::new();
 static HANDED_START: AtomicU64 = AtomicU64::new(0);
 
 /// Sends all further output to `<path>.<pid>`, or into the directory `path` names (see the module's
@@ -170,7 +167,7 @@ fn log_file(target: &LogPath) -> Option<i32> {
                 }
             }
             Err(FILE_CREATED) => {
-                return match file_path(target, NAME_PID.load(Ordering::Acquire), &mut buf) {
+                return match file_path(target, FILE.get().0, &mut buf) {
                     Ok(path) => reopen(path),
                     Err(why) => refuse(target.base(), why),
                 }
@@ -193,19 +190,19 @@ pub fn hand_to(uid: u32) {
     let Ok(path) = file_path(target, pid, &mut buf) else { return };
     match FILE_STATE.compare_exchange(FILE_NONE, FILE_CREATING, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => match secure_file::create_for(path.to_bytes(), uid) {
-            Ok((dev, ino)) => {
-                created(dev, ino, pid);
-                handed(pid, dev, ino);
+            Ok(id) => {
+                created(pid, id);
+                handed(pid, id);
             }
             Err(_) => FILE_STATE.store(FILE_NONE, Ordering::Release),
         },
         Err(FILE_CREATED) => {
             let mut buf = PathBuf::new();
-            let name_pid = NAME_PID.load(Ordering::Acquire);
+            let (name_pid, id) = FILE.get();
             let Ok(path) = file_path(target, name_pid, &mut buf) else { return };
             if let Ok(file) = secure_file::reopen(path.to_bytes()) {
-                if is_ours(file) && secure_file::give(file, uid).is_ok() {
-                    handed(name_pid, FILE_DEV.load(Ordering::Acquire), FILE_INO.load(Ordering::Acquire));
+                if FILE.is(file) && secure_file::give(file, uid).is_ok() {
+                    handed(name_pid, id);
                 }
                 fd::close(file);
             }
@@ -214,11 +211,9 @@ pub fn hand_to(uid: u32) {
     }
 }
 
-fn handed(pid: i32, dev: u64, ino: u64) {
+fn handed(pid: i32, id: (u64, u64)) {
     HANDED_START.store(start_of(pid), Ordering::Release);
-    HANDED_DEV.store(dev, Ordering::Release);
-    HANDED_INO.store(ino, Ordering::Release);
-    HANDED_PID.store(pid, Ordering::Release);
+    HANDED.set(pid, id);
 }
 
 /// This process's pid; the first call in a forked child forgets the parent's file, and names the child's
@@ -265,24 +260,16 @@ impl LogPath {
     }
 }
 
-fn created(dev: u64, ino: u64, name_pid: i32) {
-    FILE_DEV.store(dev, Ordering::Release);
-    FILE_INO.store(ino, Ordering::Release);
-    NAME_PID.store(name_pid, Ordering::Release);
+fn created(name_pid: i32, id: (u64, u64)) {
+    FILE.set(name_pid, id);
     FILE_STATE.store(FILE_CREATED, Ordering::Release);
-}
-
-/// Whether the open file `file` is the log file this process created.
-fn is_ours(file: i32) -> bool {
-    let ours = (FILE_DEV.load(Ordering::Acquire), FILE_INO.load(Ordering::Acquire));
-    secure_file::identity(file).map(|(dev, ino, _)| (dev, ino)) == Some(ours)
 }
 
 fn create(target: &LogPath, path: &CStr) -> Option<i32> {
     match secure_file::create_new(path.to_bytes()) {
         Ok(file) => {
             let (dev, ino, _) = secure_file::identity(file).unwrap_or((0, 0, 0));
-            created(dev, ino, thread::getpid());
+            created(thread::getpid(), (dev, ino));
             Some(file)
         }
         Err(err @ secure_file::Refused::Os(libc::EACCES | libc::EPERM)) => {
@@ -296,19 +283,18 @@ fn create(target: &LogPath, path: &CStr) -> Option<i32> {
 /// over: a daemon's `fork` after `setuid`): the parent's file, opened for appending while it is still the
 /// one handed over. Reports name their process (`pid=`).
 fn adopt_handed(target: &LogPath) -> Option<i32> {
-    let pid = HANDED_PID.load(Ordering::Acquire);
+    let (pid, id) = HANDED.get();
     if pid == 0 || pid == thread::getpid() {
         return None;
     }
     let mut buf = PathBuf::new();
     let path = file_path(target, pid, &mut buf).ok()?;
     let file = secure_file::reopen(path.to_bytes()).ok()?;
-    let handed = (HANDED_DEV.load(Ordering::Acquire), HANDED_INO.load(Ordering::Acquire));
-    if secure_file::identity(file).map(|(dev, ino, _)| (dev, ino)) != Some(handed) {
+    if !HANDED.is(file) {
         fd::close(file);
         return None;
     }
-    created(handed.0, handed.1, pid);
+    created(pid, id);
     Some(file)
 }
 
@@ -317,7 +303,7 @@ fn reopen(path: &CStr) -> Option<i32> {
         Ok(file) => file,
         Err(err) => return refuse(path_text(path), err),
     };
-    if is_ours(file) {
+    if FILE.is(file) {
         return Some(file);
     }
     fd::close(file);

@@ -19,32 +19,44 @@ pub struct OwnFile {
     state: AtomicU8,
     /// The file written: its identity, and the pid its name carries (this process's, or the one whose
     /// handed-over file it filled).
-    id: Identity,
+    id: FileIdentity,
     /// The file this process, or the parent it was forked from, made and handed over before giving up
     /// root ([`OwnFile::hand_to`]).
-    handed: Identity,
+    handed: FileIdentity,
 }
 
-/// A file's name pid, device and inode.
-struct Identity {
+/// A file of racewatch's: the pid its name carries, its device and inode. Lock-free, so a handler may
+/// read it; the pid is stored last.
+pub struct FileIdentity {
     pid: AtomicI32,
     dev: AtomicU64,
     ino: AtomicU64,
 }
 
-impl Identity {
-    const fn new() -> Identity {
-        Identity { pid: AtomicI32::new(0), dev: AtomicU64::new(0), ino: AtomicU64::new(0) }
+impl Default for FileIdentity {
+    fn default() -> Self {
+        FileIdentity::new()
+    }
+}
+
+impl FileIdentity {
+    pub const fn new() -> FileIdentity {
+        FileIdentity { pid: AtomicI32::new(0), dev: AtomicU64::new(0), ino: AtomicU64::new(0) }
     }
 
-    fn set(&self, pid: i32, (dev, ino): (u64, u64)) {
+    pub fn set(&self, pid: i32, (dev, ino): (u64, u64)) {
         self.dev.store(dev, Ordering::Release);
         self.ino.store(ino, Ordering::Release);
         self.pid.store(pid, Ordering::Release);
     }
 
-    fn get(&self) -> (i32, (u64, u64)) {
+    pub fn get(&self) -> (i32, (u64, u64)) {
         (self.pid.load(Ordering::Acquire), (self.dev.load(Ordering::Acquire), self.ino.load(Ordering::Acquire)))
+    }
+
+    /// Whether the open file `fd` is this file.
+    pub fn is(&self, fd: i32) -> bool {
+        secure_file::identity(fd).map(|(dev, ino, _)| (dev, ino)) == Some(self.get().1)
     }
 }
 
@@ -76,7 +88,12 @@ impl Default for OwnFile {
 
 impl OwnFile {
     pub const fn new() -> OwnFile {
-        OwnFile { pid: AtomicI32::new(0), state: AtomicU8::new(NONE), id: Identity::new(), handed: Identity::new() }
+        OwnFile {
+            pid: AtomicI32::new(0),
+            state: AtomicU8::new(NONE),
+            id: FileIdentity::new(),
+            handed: FileIdentity::new(),
+        }
     }
 
     /// Writes `contents` as the whole of `<prefix>.<pid>`; returns that path. In a forked child that may

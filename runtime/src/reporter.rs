@@ -903,7 +903,10 @@ pub fn start(options: &Options, on_demand: bool) {
 /// order and the thread would make every later one one higher: a program printing its children's
 /// pids there saw the difference.
 fn warm_thread_cache() {
+    /// The warm-up thread's kernel id, which it publishes.
+    static TID: AtomicI32 = AtomicI32::new(0);
     extern "C" fn nothing(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
+        TID.store(sys::thread::gettid(), Ordering::Release);
         std::ptr::null_mut()
     }
     if sys::tracer::read_now().nested_pid_namespace {
@@ -911,6 +914,12 @@ fn warm_thread_cache() {
     }
     if let Some(thread) = sys::thread::spawn_small_runtime_thread(nothing) {
         while !sys::thread::join_for(thread, 100) {}
+        // A join returns before the kernel releases the thread: until then the program's own `Threads:`
+        // counts it (host case `own_proc_files_show_the_programs_state`, 1 run in a loaded CI).
+        let tid = TID.swap(0, Ordering::AcqRel);
+        if tid != 0 {
+            sys::thread::wait_gone(tid, 100);
+        }
     }
 }
 

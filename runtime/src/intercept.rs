@@ -308,7 +308,7 @@ pub extern "C" fn sigpending(set: *mut libc::sigset_t) -> c_int {
     signal::before_program_sigpending();
     // SAFETY: the kernel writes at most 8 bytes to the program's `sigset_t` (128 bytes), or fails with
     // EFAULT, which `syscall` reports through errno as glibc's `sigpending` does.
-    unsafe { libc::syscall(libc::SYS_rt_sigpending, set as usize, 8usize) as c_int }
+    real::syscall(libc::SYS_rt_sigpending, [set as c_long, 8, 0, 0, 0, 0]) as c_int
 }
 
 /// Interposed `sigsuspend`: the program's mask for the wait is also its view of `SIGTRAP` meanwhile

@@ -39,6 +39,8 @@ pub mod sampler;
 pub mod sandbox_scan;
 pub mod seccomp_filter;
 pub mod sharing;
+#[cfg(test)]
+mod source_checks;
 pub mod spawn_point;
 pub mod stack;
 pub mod stats;

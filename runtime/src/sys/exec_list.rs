@@ -76,12 +76,8 @@ extern "C" fn exec_list(
         unsafe { *argv.add(i) = if i < count { arg(i) } else { std::ptr::null() } };
     }
     let rc = target(path, argv, envp);
-    // SAFETY: errno is saved around the unmapping of our own mapping.
-    unsafe {
-        let errno = *libc::__errno_location();
-        libc::munmap(map, bytes);
-        *libc::__errno_location() = errno;
-    }
+    // Our own mapping; a raw call leaves the exec's errno as it is.
+    crate::sys::raw::munmap(map as usize, bytes);
     rc
 }
 

@@ -106,8 +106,8 @@ extern "C" fn on_fatal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c
         && code > 0
         && !(sig == libc::SIGBUS && code == BUS_MCEERR_AO);
     if !fault {
-        // SAFETY: tgkill to this very thread; the signal is blocked while we run, so it stays pending
-        // and takes its default action (restored by SA_RESETHAND) when the handler returns.
-        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), sig) };
+        // tgkill to this very thread; the signal is blocked while we run, so it stays pending and takes
+        // its default action (restored by SA_RESETHAND) when the handler returns.
+        crate::sys::raw::tgkill(crate::sys::raw::getpid(), crate::sys::raw::gettid(), sig);
     }
 }

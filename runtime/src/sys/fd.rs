@@ -185,8 +185,9 @@ pub fn enter_private_table() {
     if PRIVATE_PIDFD.with(std::cell::Cell::get) >= 0 {
         return;
     }
-    // SAFETY: unshare(CLONE_FILES) gives this thread a copy of the descriptor table; nothing else.
-    if unsafe { libc::unshare(CLONE_FILES) } != 0 {
+    // The kernel's call, not the program's `unshare` that racewatch interposes (it would first end the
+    // reporter thread, this very thread, while the program runs on one thread).
+    if crate::sys::raw::syscall6(libc::SYS_unshare, [CLONE_FILES as u64, 0, 0, 0, 0, 0]) != 0 {
         return;
     }
     let pid = crate::sys::raw::getpid();
@@ -306,8 +307,7 @@ pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     use std::os::unix::io::FromRawFd;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: `c_path` is NUL-terminated and outlives the call.
-    let low = unsafe { libc::open(c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let low = real::open(false, c_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0);
     if low < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -356,14 +356,12 @@ fn relocate(fd: i32) -> std::io::Result<i32> {
         // back never does.
         let wanted = floor + 2 * MAX_OWN as u64;
         let raised = libc::rlimit { rlim_cur: wanted, rlim_max: limit.rlim_max.max(wanted) };
-        // SAFETY: both rlimits are live; the limits are restored right after the dup.
-        unsafe {
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                let moved = dup_at_least(fd, floor);
-                libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-                if let Ok(moved) = moved {
-                    return Ok(moved);
-                }
+        // The limits are restored right after the dup.
+        if real::setrlimit(libc::RLIMIT_NOFILE as libc::c_int, &raised) == 0 {
+            let moved = dup_at_least(fd, floor);
+            real::setrlimit(libc::RLIMIT_NOFILE as libc::c_int, &limit);
+            if let Ok(moved) = moved {
+                return Ok(moved);
             }
         }
     }
@@ -484,9 +482,8 @@ impl QuietPipe {
             libc::sigaddset(&mut pipe, libc::SIGPIPE);
             let mut old: libc::sigset_t = std::mem::zeroed();
             real::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
-            let mut pending: libc::sigset_t = std::mem::zeroed();
-            libc::sigpending(&mut pending);
-            QuietPipe { old, had_pending: libc::sigismember(&pending, libc::SIGPIPE) == 1 }
+            let pending = crate::sys::raw::sigpending().unwrap_or(0);
+            QuietPipe { old, had_pending: pending & 1 << (libc::SIGPIPE - 1) != 0 }
         }
     }
 }

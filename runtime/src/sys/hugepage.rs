@@ -55,17 +55,16 @@ impl HugeSlice {
         let start = raw as usize;
         let aligned = start.next_multiple_of(HUGE);
         let (head, tail) = (aligned - start, start + reserve - (aligned + mapped));
-        // SAFETY: both ranges lie inside the mapping just made and outside the kept part.
-        unsafe {
-            if head > 0 {
-                libc::munmap(raw, head);
-            }
-            if tail > 0 {
-                libc::munmap((aligned + mapped) as *mut libc::c_void, tail);
-            }
-            // Advice only: failure (THP disabled) leaves ordinary pages.
-            libc::madvise(aligned as *mut libc::c_void, mapped, libc::MADV_HUGEPAGE);
+        // Both ranges lie inside the mapping just made and outside the kept part.
+        if head > 0 {
+            super::raw::munmap(start, head);
         }
+        if tail > 0 {
+            super::raw::munmap(aligned + mapped, tail);
+        }
+        // SAFETY: advice only, on the kept part of the mapping just made; failure (THP disabled) leaves
+        // ordinary pages.
+        unsafe { libc::madvise(aligned as *mut libc::c_void, mapped, libc::MADV_HUGEPAGE) };
         let ptr = aligned as *mut u64;
         // SAFETY: `ptr` is page-aligned, writable, `mapped >= bytes` long and owned here.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len()) };
@@ -101,8 +100,8 @@ impl Deref for HugeSlice {
 impl Drop for HugeSlice {
     fn drop(&mut self) {
         if self.mapped > 0 {
-            // SAFETY: the mapping is ours and no borrow of it outlives `self`.
-            unsafe { libc::munmap(self.ptr.cast(), self.mapped) };
+            // The mapping is ours and no borrow of it outlives `self`.
+            super::raw::munmap(self.ptr as usize, self.mapped);
         }
     }
 }

@@ -120,6 +120,19 @@ pub fn sigprocmask(how: i32, set: Option<u64>) -> Option<u64> {
     (rc == 0).then_some(old)
 }
 
+/// The calling thread's pending signals (`rt_sigpending`, the kernel's 64-bit set: signals 1..=64 as bits
+/// 0..=63), or `None` on failure.
+pub fn sigpending() -> Option<u64> {
+    let mut pending = 0u64;
+    let rc = syscall6(libc::SYS_rt_sigpending, [&mut pending as *mut u64 as u64, 8, 0, 0, 0, 0]);
+    (rc == 0).then_some(pending)
+}
+
+/// Unmaps `[addr, addr + len)`; true when the kernel did.
+pub fn munmap(addr: usize, len: usize) -> bool {
+    syscall6(libc::SYS_munmap, [addr as u64, len as u64, 0, 0, 0, 0]) == 0
+}
+
 /// `sigaltstack`: installs `new` (when given) and returns the previous setting, or `None` on failure.
 pub fn sigaltstack(new: Option<&libc::stack_t>) -> Option<libc::stack_t> {
     let mut old = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: 0, ss_size: 0 };

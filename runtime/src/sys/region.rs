@@ -214,8 +214,8 @@ fn map_new(len: usize, use_: Use) -> Option<usize> {
 /// the region.
 pub fn unmap(addr: usize, len: usize, use_: Use) {
     let len = len.next_multiple_of(PAGE);
-    // SAFETY: `addr..addr + len` is a mapping of racewatch's that nothing uses any more.
-    if unsafe { libc::munmap(addr as *mut libc::c_void, len) } == 0 {
+    // `addr..addr + len` is a mapping of racewatch's that nothing uses any more.
+    if crate::sys::raw::munmap(addr, len) {
         with_region(use_, |region| region.give_back(addr, len));
     }
 }

@@ -496,9 +496,9 @@ pub fn virtualise_thread_mask() {
         if real::pthread_sigmask(libc::SIG_SETMASK, std::ptr::null(), &mut current) != 0 || !has_trap(&current) {
             return;
         }
-        let mut pending: libc::sigset_t = std::mem::zeroed();
-        libc::sigpending(&mut pending);
-        if has_trap(&pending) {
+        // A SIGTRAP of racewatch's that waits there is taken back first, as for the program's `sigpending`.
+        before_program_sigpending();
+        if raw::sigpending().is_some_and(|pending| pending & 1 << (libc::SIGTRAP - 1) != 0) {
             return; // A program's SIGTRAP waits there: leave it blocked, as the program wants.
         }
         set_trap_blocked(true);
@@ -521,9 +521,7 @@ pub fn before_thread_create() -> bool {
 /// back, and `SIGTRAP` leaves the kernel's mask again unless one of the program's waits there, or
 /// detection is off (the mask stays real).
 pub fn after_thread_create() {
-    let mut pending: u64 = 0;
-    let rc = raw::syscall6(libc::SYS_rt_sigpending, [&mut pending as *mut u64 as u64, 8, 0, 0, 0, 0]);
-    if rc == 0 && pending & 1 << (libc::SIGTRAP - 1) != 0 {
+    if raw::sigpending().is_some_and(|pending| pending & 1 << (libc::SIGTRAP - 1) != 0) {
         discard_own_pending_trap();
     }
     if detecting() {
@@ -595,9 +593,7 @@ pub fn before_program_sigpending() {
     if !ours_possible || !thread::syscalls_allowed() || in_borrowed_memory() {
         return;
     }
-    let mut pending: u64 = 0;
-    let rc = raw::syscall6(libc::SYS_rt_sigpending, [&mut pending as *mut u64 as u64, 8, 0, 0, 0, 0]);
-    if rc == 0 && pending & 1 << (libc::SIGTRAP - 1) != 0 {
+    if raw::sigpending().is_some_and(|pending| pending & 1 << (libc::SIGTRAP - 1) != 0) {
         discard_own_pending_trap();
     }
 }
@@ -1094,9 +1090,7 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
 /// as racewatch keeps it: a sample of racewatch's would otherwise wait there and take the place of the
 /// program's next `SIGTRAP` (the kernel does not queue a standard signal twice).
 fn release_after_wait(ctx: *mut libc::c_void) {
-    let mut pending = 0u64;
-    let read = raw::syscall6(libc::SYS_rt_sigpending, [&mut pending as *mut u64 as u64, 8, 0, 0, 0, 0]) == 0;
-    if read && pending & 1 << (libc::SIGTRAP - 1) == 0 {
+    if raw::sigpending().is_some_and(|pending| pending & 1 << (libc::SIGTRAP - 1) == 0) {
         // SAFETY: `ctx` is the kernel's ucontext for this delivery (non-null: `through_a_wait` read it);
         // the mask in it is what `sigreturn` restores.
         unsafe { libc::sigdelset(&mut (*(ctx as *mut libc::ucontext_t)).uc_sigmask, libc::SIGTRAP) };

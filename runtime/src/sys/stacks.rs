@@ -556,8 +556,7 @@ pub fn stack_would_map(attr: *const libc::pthread_attr_t) -> bool {
         return true;
     }
     let Some(mem) = crate::sys::mem::map_private(len) else { return false };
-    // SAFETY: the mapping just made, never touched.
-    unsafe { libc::munmap(mem, len) };
+    raw::munmap(mem as usize, len);
     true
 }
 

@@ -188,8 +188,8 @@ pub fn reserve_small_stack() {
 fn hand_back_small_stack() {
     let addr = SMALL_STACK_PLACE.swap(0, Ordering::AcqRel);
     if addr != 0 {
-        // SAFETY: the mapping `reserve_small_stack` made, which nothing uses.
-        unsafe { libc::munmap(addr as *mut libc::c_void, small_stack_len()) };
+        // The mapping `reserve_small_stack` made, which nothing uses.
+        raw::munmap(addr, small_stack_len());
     }
 }
 

@@ -9,8 +9,9 @@ static WORD: AtomicU32 = AtomicU32::new(0);
 /// Wakes the waiter. Async-signal-safe.
 pub fn notify() {
     WORD.fetch_add(1, Ordering::Release);
-    // SAFETY: FUTEX_WAKE on a live static word; no other memory is touched.
-    unsafe { libc::syscall(libc::SYS_futex, WORD.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1) };
+    // FUTEX_WAKE on a live static word; no other memory is touched.
+    let wake = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as u64;
+    super::raw::syscall6(libc::SYS_futex, [WORD.as_ptr() as u64, wake, 1, 0, 0, 0]);
 }
 
 /// The current value of the line: pass it to [`wait`] to sleep only if nothing was notified since.
@@ -24,16 +25,9 @@ pub fn wait(token: u32, timeout_ms: u32) {
         tv_sec: (timeout_ms / 1000) as libc::time_t,
         tv_nsec: ((timeout_ms % 1000) * 1_000_000) as libc::c_long,
     };
-    // SAFETY: FUTEX_WAIT reads the live static word and sleeps if it still equals `token`.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            WORD.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            token,
-            &ts as *const libc::timespec,
-        )
-    };
+    // FUTEX_WAIT reads the live static word and sleeps if it still equals `token`.
+    let wait = (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as u64;
+    super::raw::syscall6(libc::SYS_futex, [WORD.as_ptr() as u64, wait, u64::from(token), &ts as *const _ as u64, 0, 0]);
 }
 
 #[cfg(test)]

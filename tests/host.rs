@@ -1271,6 +1271,50 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
+/// What the processes of a hung run's group were doing, for the failure message: each thread's name,
+/// state, kernel wait channel, system call and pending and blocked signals, and gdb's backtraces where
+/// gdb is installed (CI installs it). A flake that hangs once in many runs then explains itself.
+fn hang_snapshot(group: u32) -> String {
+    let field = |path: &str| std::fs::read_to_string(path).unwrap_or_default().trim().to_string();
+    let mut out = String::new();
+    let pids = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    for pid in pids.filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
+        let stat = field(&format!("/proc/{pid}/stat"));
+        // pgrp is the fifth field, after `pid (comm) state ppid`; comm may hold spaces.
+        let Some(rest) = stat.rfind(')').map(|at| &stat[at + 1..]) else { continue };
+        if rest.split_whitespace().nth(2).and_then(|g| g.parse::<u32>().ok()) != Some(group) {
+            continue;
+        }
+        out.push_str(&format!("  process {pid}: {}\n", field(&format!("/proc/{pid}/cmdline")).replace('\0', " ")));
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+            let dir = task.path().display().to_string();
+            let status = field(&format!("{dir}/status"));
+            let pick = |key: &str| status.lines().find(|l| l.starts_with(key)).unwrap_or_default().replace('\t', " ");
+            out.push_str(&format!(
+                "    task {} {} {} wchan={} syscall={} {} {} {}\n",
+                task.file_name().to_string_lossy(),
+                field(&format!("{dir}/comm")),
+                pick("State:"),
+                field(&format!("{dir}/wchan")),
+                field(&format!("{dir}/syscall")),
+                pick("SigPnd:"),
+                pick("ShdPnd:"),
+                pick("SigBlk:"),
+            ));
+        }
+        let gdb = Command::new("timeout")
+            .args(["10", "gdb", "-nx", "-batch", "-p", &pid.to_string(), "-ex", "thread apply all bt"])
+            .stdin(Stdio::null())
+            .output();
+        if let Ok(gdb) = gdb {
+            let text = String::from_utf8_lossy(&gdb.stdout);
+            let frames = text.lines().filter(|l| l.starts_with('#') || l.starts_with("Thread "));
+            out.extend(frames.map(|l| format!("    | {l}\n")));
+        }
+    }
+    out
+}
+
 /// Runs `argv` with stdin from /dev/null, in its own process group, killed after `timeout`.
 fn execute(argv: &[OsString], launch: Launch, timeout: Duration) -> (u32, String, Vec<u8>, Vec<u8>, Duration) {
     use std::io::Read;
@@ -1326,9 +1370,10 @@ fn execute(argv: &[OsString], launch: Launch, timeout: Duration) -> (u32, String
             break describe(status);
         }
         if Instant::now() >= deadline {
+            let snapshot = hang_snapshot(pid);
             kill_group(pid);
             child.wait().expect("wait");
-            break format!("hung: killed after {} s", timeout.as_secs());
+            break format!("hung: killed after {} s\n{snapshot}", timeout.as_secs());
         }
         std::thread::sleep(Duration::from_millis(5));
     };

@@ -1301,6 +1301,9 @@ fn hang_snapshot(group: u32) -> String {
                 pick("ShdPnd:"),
                 pick("SigBlk:"),
             ));
+            // The kernel's stack (root only): what gdb cannot show where it cannot attach (a zombie main).
+            let stack = field(&format!("{dir}/stack"));
+            out.extend(stack.lines().take(6).map(|l| format!("      {l}\n")));
         }
         let gdb = Command::new("timeout")
             .args(["10", "gdb", "-nx", "-batch", "-p", &pid.to_string(), "-ex", "thread apply all bt"])

@@ -498,7 +498,7 @@ pub fn virtualise_thread_mask() {
         }
         // A SIGTRAP of racewatch's that waits there is taken back first, as for the program's `sigpending`.
         before_program_sigpending();
-        if raw::sigpending().is_some_and(|pending| pending & 1 << (libc::SIGTRAP - 1) != 0) {
+        if trap_pending() {
             return; // A program's SIGTRAP waits there: leave it blocked, as the program wants.
         }
         set_trap_blocked(true);
@@ -517,11 +517,16 @@ pub fn before_thread_create() -> bool {
     is_installed() && trap_blocked() && raw::sigprocmask(libc::SIG_BLOCK, Some(1 << (libc::SIGTRAP - 1))).is_some()
 }
 
+/// Whether a `SIGTRAP` is pending on the calling thread (`rt_sigpending`).
+fn trap_pending() -> bool {
+    raw::sigpending().is_some_and(|pending| pending & 1 << (libc::SIGTRAP - 1) != 0)
+}
+
 /// After [`before_thread_create`] blocked `SIGTRAP`: a signal of racewatch's that fired meanwhile is taken
 /// back, and `SIGTRAP` leaves the kernel's mask again unless one of the program's waits there, or
 /// detection is off (the mask stays real).
 pub fn after_thread_create() {
-    if raw::sigpending().is_some_and(|pending| pending & 1 << (libc::SIGTRAP - 1) != 0) {
+    if trap_pending() {
         discard_own_pending_trap();
     }
     if detecting() {
@@ -593,7 +598,7 @@ pub fn before_program_sigpending() {
     if !ours_possible || !thread::syscalls_allowed() || in_borrowed_memory() {
         return;
     }
-    if raw::sigpending().is_some_and(|pending| pending & 1 << (libc::SIGTRAP - 1) != 0) {
+    if trap_pending() {
         discard_own_pending_trap();
     }
 }

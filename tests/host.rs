@@ -124,6 +124,7 @@ const PROGRAMS: &[Program] = &[
         flags: &["-std=c11", "-D_XOPEN_SOURCE=700"],
     },
     Program { name: "trap_disposition", source: include_str!("host/trap_disposition.c"), metadata: true, flags: &[] },
+    Program { name: "trap_kept", source: include_str!("host/trap_kept.c"), metadata: true, flags: &[] },
     Program { name: "cpu_traps", source: include_str!("host/cpu_traps.c"), metadata: true, flags: &[] },
     Program { name: "fifo_turns", source: include_str!("host/fifo_turns.c"), metadata: true, flags: &[] },
     Program { name: "raw_trap", source: include_str!("host/raw_trap.c"), metadata: true, flags: &[] },
@@ -858,14 +859,92 @@ fn cases() -> Vec<Case> {
             "handler with SA_ONSTACK: SS_ONSTACK 1, on the alternate stack 1",
             "handler ran: 6",
         ]),
-        case("own_sigtrap_blocked_process_directed_sigtimedwait", "trap_disposition", &["sigtimedwait"]).expect(&[
-            "sigtimedwait: 5, si_code SI_USER: 1, SI_QUEUE: 0, value 0, from us: 1",
+        case("own_sigtrap_blocked_process_directed_sigtimedwait", "trap_disposition", &["sigtimedwait"])
+            .expect(&[
+                "sigtimedwait: 5, si_code SI_USER: 1, SI_QUEUE: 0, value 0, from us: 1",
+                "handler ran: 0, still pending: 0",
+            ])
+            .check(detection_stays_on),
+        case("own_sigtrap_blocked_sigqueue_payload_sigtimedwait", "trap_disposition", &["sigqueue"])
+            .expect(&[
+                "sigtimedwait: 5, si_code SI_USER: 0, SI_QUEUE: 1, value 4242, from us: 1",
+                "handler ran: 0, still pending: 0",
+            ])
+            .check(detection_stays_on),
+        // 300 SIGTRAPs sent to the process one at a time (kill, sigqueue, from a forked child) go to the
+        // thread waiting for them, each with its siginfo, and no wait ends with EINTR (CI: the sleeper
+        // woken for one that a busy thread took first, 1 run in 60).
+        case("sigtrap_waits_take_300_sent_to_the_process_sigtimedwait_worker", "trap_disposition", &[
+            "wait_rounds",
+            "sigtimedwait",
+            "worker",
+        ])
+        .expect(&[
+            "sigtimedwait: 300 of 300 arrived, 0 wrong, 0 EINTR, 0 timed out, 0 other errors",
+            "sender: 0 lost",
             "handler ran: 0, still pending: 0",
-        ]),
-        case("own_sigtrap_blocked_sigqueue_payload_sigtimedwait", "trap_disposition", &["sigqueue"]).expect(&[
-            "sigtimedwait: 5, si_code SI_USER: 0, SI_QUEUE: 1, value 4242, from us: 1",
+        ])
+        .check(detection_stays_on),
+        case("sigtrap_waits_take_300_sent_to_the_process_sigwaitinfo_main", "trap_disposition", &[
+            "wait_rounds",
+            "sigwaitinfo",
+            "main",
+        ])
+        .expect(&[
+            "sigwaitinfo: 300 of 300 arrived, 0 wrong, 0 EINTR, 0 timed out, 0 other errors",
+            "sender: 0 lost",
             "handler ran: 0, still pending: 0",
-        ]),
+        ])
+        .check(detection_stays_on),
+        case("sigtrap_waits_take_300_sent_to_the_process_sigwait_worker", "trap_disposition", &[
+            "wait_rounds",
+            "sigwait",
+            "worker",
+        ])
+        .expect(&["sigwait: 300 of 300 arrived, 0 wrong, 0 EINTR, 0 timed out, 0 other errors", "sender: 0 lost"])
+        .check(detection_stays_on),
+        case("sigtrap_waits_take_300_sent_to_the_process_raw_main", "trap_disposition", &["wait_rounds", "raw", "main"])
+            .expect(&["raw: 300 of 300 arrived, 0 wrong, 0 EINTR, 0 timed out, 0 other errors", "sender: 0 lost"])
+            .check(detection_stays_on),
+        // A SIGTRAP sent to the process while every thread blocks it waits for the process (racewatch keeps
+        // it: before, racewatch stepped aside, and a SIG_IGN set meanwhile did not discard it).
+        case("sigtrap_sent_while_all_block_goes_to_the_thread_that_unblocks_it", "trap_kept", &["unblock"])
+            .expect(&[
+                "pending before: 1, handled before: 0",
+                "handled: 1, in the thread that unblocked it: 1, SI_USER from us: 1",
+                "still pending: 0",
+            ])
+            .check(detection_stays_on),
+        case("sigtrap_sent_while_all_block_ends_a_sigsuspend_letting_it_through", "trap_kept", &["sigsuspend"])
+            .expect(&["pending before: 1", "sigsuspend: -1 EINTR, handled: 1 in main: 1", "still pending: 0"])
+            .check(detection_stays_on),
+        case("sigtrap_from_a_child_while_all_block_keeps_its_siginfo", "trap_kept", &["from_child"])
+            .expect(&[
+                "pending before: 1",
+                "sigwaitinfo: 5, from the child: 1, SI_QUEUE: 1, value 77",
+                "handled: 0, still pending: 0",
+            ])
+            .check(detection_stays_on),
+        case("sigtrap_sent_while_all_block_is_not_a_forked_childs", "trap_kept", &["fork"])
+            .expect(&["child: pending 0", "parent: pending 1"])
+            .check(detection_stays_on),
+        case("sigtrap_sent_while_all_block_is_discarded_by_sig_ign", "trap_kept", &["ignore"])
+            .expect(&["pending before: 1", "pending once ignored: 0", "handled: 0"])
+            .check(detection_stays_on),
+        case("sigtrap_sent_while_all_block_stays_pending_across_exec", "trap_kept", &["exec"])
+            .expect(&["pending before: 1", "after exec: pending 1", "after exec: sigtimedwait 5, SI_USER: 1"])
+            .check(detection_stays_on),
+        // A handler of the program's (or glibc's at a `setuid`) still ends such a wait with EINTR.
+        case("sigtrap_wait_ended_by_a_handler_sigtimedwait", "trap_disposition", &[
+            "wait_interrupted",
+            "sigtimedwait",
+            "usr1",
+        ])
+        .expect(&["wait 0: -1 EINTR", "wait 1: 5", "SIGUSR1 handled: 1, still pending: 0"]),
+        case("sigtrap_wait_ended_by_setuid_sigwaitinfo", "trap_disposition", &["wait_interrupted", "sigwaitinfo", "setxid"])
+            .expect(&["wait 0: -1 EINTR", "wait 1: 5", "SIGUSR1 handled: 0, still pending: 0"]),
+        case("sigtrap_wait_ended_by_a_handler_raw", "trap_disposition", &["wait_interrupted", "raw", "usr1"])
+            .expect(&["wait 0: -1 EINTR", "wait 1: 5", "SIGUSR1 handled: 1, still pending: 0"]),
         case("own_sigtrap_handler_int3_on_altstack", "trap_disposition", &["int3_altstack"])
             .repeat(3)
             .expect(&["SIGUSR1 handled: 100, SIGTRAP handled: 100"]),
@@ -1772,6 +1851,19 @@ host_cases!(
     own_sigtrap_handler_without_sa_onstack,
     own_sigtrap_blocked_process_directed_sigtimedwait,
     own_sigtrap_blocked_sigqueue_payload_sigtimedwait,
+    sigtrap_waits_take_300_sent_to_the_process_sigtimedwait_worker,
+    sigtrap_waits_take_300_sent_to_the_process_sigwaitinfo_main,
+    sigtrap_waits_take_300_sent_to_the_process_sigwait_worker,
+    sigtrap_waits_take_300_sent_to_the_process_raw_main,
+    sigtrap_wait_ended_by_a_handler_sigtimedwait,
+    sigtrap_sent_while_all_block_goes_to_the_thread_that_unblocks_it,
+    sigtrap_sent_while_all_block_ends_a_sigsuspend_letting_it_through,
+    sigtrap_from_a_child_while_all_block_keeps_its_siginfo,
+    sigtrap_sent_while_all_block_is_not_a_forked_childs,
+    sigtrap_sent_while_all_block_is_discarded_by_sig_ign,
+    sigtrap_sent_while_all_block_stays_pending_across_exec,
+    sigtrap_wait_ended_by_setuid_sigwaitinfo,
+    sigtrap_wait_ended_by_a_handler_raw,
     own_sigtrap_handler_int3_on_altstack,
     exec_keeps_sigtrap_blocked,
     pthread_attr_sigmask_everything_blocked,

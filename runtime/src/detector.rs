@@ -342,7 +342,8 @@ fn check_tracer(status: tracer::Status) {
     }
 }
 
-/// A signal handler stepped aside (a `kill()` of `SIGTRAP` while the program's threads block it):
+/// A signal handler stepped aside (a `kill()` of `SIGTRAP` while the program's threads block it and it
+/// reads `SIGTRAP` from a signalfd):
 /// sampling is stopped already; detection goes off for good. Runs in the reporter thread, which
 /// ends after this round.
 fn stepped_aside() {
@@ -353,8 +354,9 @@ fn stepped_aside() {
     sampler::close();
     reporter::stop_after_this_round();
     log::warn(format_args!(
-        "a SIGTRAP sent to the process reached a thread that blocks it: its threads' masks must be real \
-         for it to wait for the thread that takes it; race detection is off from here on"
+        "a SIGTRAP sent to the process reached a thread that blocks it while the program reads SIGTRAP \
+         from a signalfd: its threads' masks must be real for the signalfd to see it; race detection is off \
+         from here on"
     ));
 }
 
@@ -507,6 +509,8 @@ extern "C" fn after_fork_in_child() {
         return;
     }
     signal::note_process();
+    // A child starts with no signal pending: not the one kept for the parent's process either.
+    crate::sys::hand_on::forget_parked_trap();
     sandbox_scan::forget_after_fork();
     unwind_info::forget_readers_after_fork();
     registry::forget_readers_after_fork();

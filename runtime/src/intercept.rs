@@ -41,7 +41,9 @@
 
 use crate::sys::ptr::{self, opt_cstr, opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
-use crate::sys::{confined, environ, fatal, fd, hand_on, handlers, setxid, signal, stacks, thread, unwind_info};
+use crate::sys::{
+    confined, environ, fatal, fd, hand_on, handlers, setxid, signal, stacks, thread, trap_wait, unwind_info,
+};
 use crate::{detector, handover, log, proc_view, seccomp_filter};
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
 
@@ -308,7 +310,13 @@ pub extern "C" fn sigpending(set: *mut libc::sigset_t) -> c_int {
     signal::before_program_sigpending();
     // SAFETY: the kernel writes at most 8 bytes to the program's `sigset_t` (128 bytes), or fails with
     // EFAULT, which `syscall` reports through errno as glibc's `sigpending` does.
-    real::syscall(libc::SYS_rt_sigpending, [set as c_long, 8, 0, 0, 0, 0]) as c_int
+    let rc = real::syscall(libc::SYS_rt_sigpending, [set as c_long, 8, 0, 0, 0, 0]) as c_int;
+    if rc == 0 && signal::trap_parked() {
+        if let Some(set) = opt_mut(set) {
+            signal::add_trap(set);
+        }
+    }
+    rc
 }
 
 /// Interposed `sigsuspend`: the program's mask for the wait is also its view of `SIGTRAP` meanwhile
@@ -316,6 +324,52 @@ pub extern "C" fn sigpending(set: *mut libc::sigset_t) -> c_int {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C-unwind" fn sigsuspend(set: *const libc::sigset_t) -> c_int {
     signal::during_program_wait(opt_ref(set).map(signal::to_bits), || real::sigsuspend(set))
+}
+
+/// Interposed `sigtimedwait`: a wait for `SIGTRAP` is where a `SIGTRAP` sent to the process goes, with the
+/// `siginfo` it was sent with ([`trap_wait`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn sigtimedwait(
+    set: *const libc::sigset_t,
+    info: *mut libc::siginfo_t,
+    timeout: *const libc::timespec,
+) -> c_int {
+    trap_wait::program_sigwait(opt_ref(set).map(signal::to_bits), info, timeout, |info, timeout| {
+        real::sigtimedwait(set, info, timeout)
+    })
+}
+
+/// Interposed `sigwaitinfo`: `sigtimedwait` without a timeout, as glibc's is.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn sigwaitinfo(set: *const libc::sigset_t, info: *mut libc::siginfo_t) -> c_int {
+    sigtimedwait(set, info, std::ptr::null())
+}
+
+/// Interposed `sigwait`: `sigtimedwait` without a timeout, again after `EINTR`, with the signal stored
+/// and the error returned, as glibc's is.
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
+    loop {
+        let rc = sigtimedwait(set, std::ptr::null_mut(), std::ptr::null());
+        if rc > 0 {
+            if let Some(sig) = opt_mut(sig) {
+                *sig = rc;
+            }
+            return 0;
+        }
+        if errno() != libc::EINTR {
+            return errno();
+        }
+    }
+}
+
+/// Interposed `signalfd`: one that reads `SIGTRAP` is noted ([`signal::note_signalfd`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn signalfd(fd: c_int, mask: *const libc::sigset_t, flags: c_int) -> c_int {
+    if let Some(mask) = opt_ref(mask) {
+        signal::note_signalfd(signal::to_bits(mask));
+    }
+    real::signalfd(fd, mask, flags)
 }
 
 /// Interposed `ppoll` (see [`sigsuspend`]).
@@ -416,6 +470,9 @@ fn masked(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t, real
     if was_blocked {
         if let Some(old) = opt_mut(old) {
             signal::add_trap(old);
+        }
+        if !blocked {
+            signal::take_parked_on_unblock();
         }
     }
     rc
@@ -661,6 +718,20 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
         }
         libc::SYS_epoll_pwait if f == 8 => {
             return signal::during_program_wait(raw_mask(e), || real::syscall(number, [a, b, c, d, e, f]))
+        }
+        libc::SYS_rt_sigtimedwait if d == 8 => {
+            return trap_wait::program_sigwait(
+                raw_mask(a),
+                a_ptr::<libc::siginfo_t>(b) as *mut _,
+                a_ptr(c),
+                |info, time| real::syscall(number, [a, info as c_long, time as c_long, d, 0, 0]) as c_int,
+            )
+            .into()
+        }
+        libc::SYS_signalfd | libc::SYS_signalfd4 if c == 8 => {
+            if let Some(mask) = raw_mask(b) {
+                signal::note_signalfd(mask);
+            }
         }
         libc::SYS_perf_event_open => return perf_event_open([a, b, c, d, e, f]),
         // `SIGTRAP`s the kernel would discard, sent raw (see `pthread_kill`).

@@ -17,7 +17,17 @@
  *                  sigtimedwait for it gets it;
  *   "sigqueue":    the same with sigqueue(getpid(), SIGTRAP, 4242): the waiting thread gets the payload;
  *   "int3_altstack": an SA_ONSTACK SIGUSR1 handler on a 16 KiB alternate stack executes int3; the program's
- *                  SIGTRAP handler runs and the program continues. */
+ *                  SIGTRAP handler runs and the program continues;
+ *   "wait_rounds <call> <waiter>": SIGTRAP and SIGUSR2 blocked in every thread; <waiter> ("main" or
+ *                  "worker") takes 300 SIGTRAPs sent to the process one at a time, with <call>
+ *                  ("sigtimedwait", "sigwaitinfo", "sigwait" or "raw", the rt_sigtimedwait system call),
+ *                  while threads race; the sender (a thread, or every fifth time a forked child) waits for
+ *                  each to arrive, then ends the rounds with SIGUSR2. Prints what arrived, what looked
+ *                  wrong (a siginfo from another sender, a payload out of order), EINTRs and timeouts;
+ *   "wait_interrupted <call> <by>": a worker waits for a blocked SIGTRAP with <call> while threads race;
+ *                  main interrupts it (<by>: "usr1", a SIGUSR1 handler; "setxid", setuid(getuid()), whose
+ *                  glibc signal runs in every thread), then sends SIGTRAP: the first wait ends with EINTR
+ *                  (sigwait goes on by itself), the next one takes SIGTRAP. */
 #include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -317,6 +327,179 @@ static int timedwait(int queued) {
   return 0;
 }
 
+/* ---- wait_rounds ---- */
+
+enum { ROUNDS = 300 };
+static atomic_int arrived;
+static const char *wait_call;
+static char waited[160];
+static int lost;
+
+/* One wait for `set` with `call`; -1 with errno on failure. */
+static int wait_once(const sigset_t *set, siginfo_t *info) {
+  struct timespec ts = {2, 0};
+  if (strcmp(wait_call, "sigtimedwait") == 0) return sigtimedwait(set, info, &ts);
+  if (strcmp(wait_call, "sigwaitinfo") == 0) return sigwaitinfo(set, info);
+  if (strcmp(wait_call, "raw") == 0) return (int)syscall(SYS_rt_sigtimedwait, set, info, &ts, 8);
+  int sig = 0;
+  int err = sigwait(set, &sig);
+  info->si_code = SI_USER - 100; /* sigwait gives no siginfo */
+  if (err == 0) return sig;
+  errno = err;
+  return -1;
+}
+
+static void *round_waiter(void *arg) {
+  (void)arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTRAP);
+  sigaddset(&set, SIGUSR2);
+  int wrong = 0, eintr = 0, timeouts = 0, other = 0;
+  for (;;) {
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    int sig = wait_once(&set, &info);
+    if (sig == SIGUSR2) break;
+    if (sig < 0) {
+      if (errno == EINTR) eintr++;
+      else if (errno == EAGAIN) timeouts++;
+      else other++;
+      continue;
+    }
+    int n = atomic_load(&arrived);
+    int queued = n % 2 == 1;
+    if (info.si_code != SI_USER - 100) {
+      if (queued && (info.si_code != SI_QUEUE || info.si_value.sival_int != n)) wrong++;
+      if (!queued && info.si_code != SI_USER) wrong++;
+      if (n % 5 != 4 && info.si_pid != getpid()) wrong++;
+    }
+    atomic_store(&arrived, n + 1);
+  }
+  snprintf(waited, sizeof waited, "%s: %d of %d arrived, %d wrong, %d EINTR, %d timed out, %d other errors", wait_call,
+           atomic_load(&arrived), ROUNDS, wrong, eintr, timeouts, other);
+  return NULL;
+}
+
+/* Round `i`: SIGTRAP to this process, by kill (even) or with payload `i` (odd); every fifth from a child. */
+static void send_round(int i) {
+  pid_t self = getpid();
+  if (i % 5 == 4) {
+    pid_t child = fork();
+    if (child == 0) {
+      if (i % 2) sigqueue(self, SIGTRAP, (union sigval){.sival_int = i});
+      else kill(self, SIGTRAP);
+      _exit(0);
+    }
+    waitpid(child, NULL, 0);
+  } else if (i % 2) {
+    sigqueue(self, SIGTRAP, (union sigval){.sival_int = i});
+  } else {
+    kill(self, SIGTRAP);
+  }
+}
+
+static void *round_sender(void *arg) {
+  (void)arg;
+  for (int i = 0; i < ROUNDS; i++) {
+    send_round(i);
+    double until = rw_now() + 1.0;
+    while (atomic_load(&arrived) <= i && rw_now() < until) rw_sleep(0.0002);
+    if (atomic_load(&arrived) <= i) {
+      lost++;
+      atomic_store(&arrived, i + 1); /* the next round's checks stay in step */
+    }
+  }
+  kill(getpid(), SIGUSR2);
+  return NULL;
+}
+
+static int wait_rounds(const char *call, const char *waiter) {
+  wait_call = call;
+  set_trap(on_trap, SA_RESTART);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTRAP);
+  sigaddset(&set, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  rw_start(2, 1.5, 0);
+  pthread_t sender, worker;
+  if (strcmp(waiter, "main") == 0) {
+    pthread_create(&sender, NULL, round_sender, NULL);
+    round_waiter(NULL);
+    pthread_join(sender, NULL);
+  } else {
+    pthread_create(&worker, NULL, round_waiter, NULL);
+    round_sender(NULL);
+    pthread_join(worker, NULL);
+  }
+  rw_join();
+  sigset_t pending;
+  sigpending(&pending);
+  printf("%s\nsender: %d lost\n", waited, lost);
+  printf("handler ran: %d, still pending: %d\n", atomic_load(&traps), sigismember(&pending, SIGTRAP));
+  return 0;
+}
+
+/* ---- wait_interrupted ---- */
+
+static atomic_int usr1_seen;
+
+static void on_usr1_count(int sig) {
+  (void)sig;
+  atomic_fetch_add(&usr1_seen, 1);
+}
+
+static void *interrupted_waiter(void *arg) {
+  (void)arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTRAP);
+  for (int i = 0; i < 2; i++) {
+    siginfo_t info;
+    atomic_store(&in_call, 1);
+    int sig = wait_once(&set, &info);
+    int err = errno;
+    if (sig < 0) {
+      printf("wait %d: -1 %s\n", i, err == EINTR ? "EINTR" : err == EAGAIN ? "EAGAIN" : rw_errname(err));
+    } else {
+      printf("wait %d: %d\n", i, sig);
+      break;
+    }
+  }
+  return NULL;
+}
+
+static int wait_interrupted(const char *call, const char *by) {
+  wait_call = call;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1_count;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, NULL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTRAP);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  rw_start(2, 1.0, 0);
+  pthread_t t;
+  pthread_create(&t, NULL, interrupted_waiter, NULL);
+  while (atomic_load(&in_call) == 0) rw_sleep(0.001);
+  rw_race_until(rw_now() + 0.3);
+  if (strcmp(by, "usr1") == 0)
+    pthread_kill(t, SIGUSR1);
+  else if (setuid(getuid()) != 0)
+    printf("setuid: %s\n", rw_errname(errno));
+  rw_race_until(rw_now() + 0.3);
+  kill(getpid(), SIGTRAP);
+  pthread_join(t, NULL);
+  rw_join();
+  sigset_t pending;
+  sigpending(&pending);
+  printf("SIGUSR1 handled: %d, still pending: %d\n", atomic_load(&usr1_seen), sigismember(&pending, SIGTRAP));
+  return 0;
+}
+
 /* ---- int3_altstack ---- */
 
 static atomic_int usr1;
@@ -364,6 +547,8 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "sigtimedwait") == 0) return timedwait(0);
   if (strcmp(mode, "sigqueue") == 0) return timedwait(1);
+  if (strcmp(mode, "wait_rounds") == 0 && argc > 3) return wait_rounds(argv[2], argv[3]);
+  if (strcmp(mode, "wait_interrupted") == 0 && argc > 3) return wait_interrupted(argv[2], argv[3]);
   if (strcmp(mode, "inherited") == 0) return report_inherited(argc > 2 ? argv[2] : "");
   if (strcmp(mode, "exec_child") == 0) return exec_child();
   self_path = argv[0];

@@ -490,17 +490,14 @@ impl QuietPipe {
 
 impl Drop for QuietPipe {
     fn drop(&mut self) {
-        // SAFETY: as in `new`; sigtimedwait with a zero timeout only dequeues a pending SIGPIPE.
-        unsafe {
-            if !self.had_pending {
-                let mut pipe: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut pipe);
-                libc::sigaddset(&mut pipe, libc::SIGPIPE);
-                let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-                while libc::sigtimedwait(&pipe, std::ptr::null_mut(), &zero) == libc::SIGPIPE {}
-            }
-            real::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
+        if !self.had_pending {
+            // rt_sigtimedwait with a zero timeout only dequeues a pending SIGPIPE.
+            let pipe: u64 = 1 << (libc::SIGPIPE - 1);
+            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            let args = [&pipe as *const u64 as u64, 0, &zero as *const libc::timespec as u64, 8, 0, 0];
+            while super::raw::syscall6(libc::SYS_rt_sigtimedwait, args) == i64::from(libc::SIGPIPE) {}
         }
+        real::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
     }
 }
 

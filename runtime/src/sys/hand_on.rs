@@ -451,16 +451,7 @@ pub fn hand_trap_to(tid: i32, info: &libc::siginfo_t) -> HandedTrap {
             let _ = waiting.compare_exchange(target, 0, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
-    let Some(i) = TRAP_FOR.iter().position(|w| w.compare_exchange(0, -1, Ordering::AcqRel, Ordering::Relaxed).is_ok())
-    else {
-        return HandedTrap::Merged;
-    };
-    // SAFETY: siginfo_t is 128 plain bytes (the size is checked by the transmute).
-    let words: [u64; 16] = unsafe { std::mem::transmute(*info) };
-    for (slot, word) in TRAP_SAVED[i].iter().zip(words) {
-        slot.store(word, Ordering::Relaxed);
-    }
-    TRAP_FOR[i].store(tid, Ordering::Release);
+    let Some(i) = save_trap_for(tid, info) else { return HandedTrap::Merged };
     let pid = raw::getpid();
     if raw::queue_to_thread(pid, tid, &marked(libc::SIGTRAP, pid)) {
         return HandedTrap::Sent;
@@ -469,6 +460,45 @@ pub fn hand_trap_to(tid: i32, info: &libc::siginfo_t) -> HandedTrap {
         return HandedTrap::Failed;
     }
     HandedTrap::Sent // Taken meanwhile by the thread itself (a sample's delivery there).
+}
+
+/// Saves `info` in a free slot for `owner`; the slot's index, or `None` when every slot is taken.
+fn save_trap_for(owner: i32, info: &libc::siginfo_t) -> Option<usize> {
+    let i = TRAP_FOR.iter().position(|w| w.compare_exchange(0, -1, Ordering::AcqRel, Ordering::Relaxed).is_ok())?;
+    // SAFETY: siginfo_t is 128 plain bytes (the size is checked by the transmute).
+    let words: [u64; 16] = unsafe { std::mem::transmute(*info) };
+    for (slot, word) in TRAP_SAVED[i].iter().zip(words) {
+        slot.store(word, Ordering::Relaxed);
+    }
+    TRAP_FOR[i].store(owner, Ordering::SeqCst);
+    Some(i)
+}
+
+/// The owner of the slot of a `SIGTRAP` sent to the process that no thread lets through ([`park_trap`]).
+const PARKED: i32 = -2;
+
+/// Keeps a `SIGTRAP` sent to the process (`info`) while every thread blocks it for the program, as the
+/// process's queue of pending signals would (the kernel's masks lack `SIGTRAP`, so it cannot): the first
+/// thread that lets it through takes it ([`take_parked_trap`]). False when one waits there already (a
+/// standard signal is pending once; this one merges with it) or no slot is free. Async-signal-safe.
+pub fn park_trap(info: &libc::siginfo_t) -> bool {
+    !trap_parked() && save_trap_for(PARKED, info).is_some()
+}
+
+/// Takes the `SIGTRAP` [`park_trap`] keeps, if any. Async-signal-safe.
+pub fn take_parked_trap() -> Option<libc::siginfo_t> {
+    take_trap_for(PARKED)
+}
+
+/// Whether a `SIGTRAP` sent to the process waits for a thread that lets it through ([`park_trap`]).
+pub fn trap_parked() -> bool {
+    TRAP_FOR.iter().any(|waiting| waiting.load(Ordering::SeqCst) == PARKED)
+}
+
+/// Drops the parked `SIGTRAP` (the program ignores `SIGTRAP` from now on, or a forked child starts
+/// with no signal pending).
+pub fn forget_parked_trap() {
+    while take_parked_trap().is_some() {}
 }
 
 /// One `SIGTRAP` handed over to thread `tid` and not yet run: its `siginfo`, taken from its slot.

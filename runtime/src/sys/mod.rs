@@ -38,6 +38,7 @@ pub mod stacks;
 pub mod thread;
 pub mod tls;
 pub mod tracer;
+pub mod trap_wait;
 pub mod unwind_info;
 pub mod wake;
 pub mod xsave;

@@ -117,6 +117,8 @@ static SCANDIRAT64: Real = Real::new(c"scandirat64");
 static MUNMAP: Real = Real::new(c"munmap");
 static SIGQUEUE: Real = Real::new(c"sigqueue");
 static SIGSUSPEND: Real = Real::new(c"sigsuspend");
+static SIGTIMEDWAIT: Real = Real::new(c"sigtimedwait");
+static SIGNALFD: Real = Real::new(c"signalfd");
 static PPOLL: Real = Real::new(c"ppoll");
 static PSELECT: Real = Real::new(c"pselect");
 static EPOLL_PWAIT: Real = Real::new(c"epoll_pwait");
@@ -332,6 +334,23 @@ pub fn closefrom(low: c_int) {
 /// The real `sigsuspend`.
 pub fn sigsuspend(set: *const libc::sigset_t) -> c_int {
     call!(SIGSUSPEND, -1, extern "C-unwind" fn(*const libc::sigset_t) -> c_int, set)
+}
+
+/// The real `sigtimedwait` (a cancellation point; `sigwaitinfo` and `sigwait` are it without a timeout).
+pub fn sigtimedwait(set: *const libc::sigset_t, info: *mut libc::siginfo_t, timeout: *const libc::timespec) -> c_int {
+    call!(
+        SIGTIMEDWAIT,
+        -1,
+        extern "C-unwind" fn(*const libc::sigset_t, *mut libc::siginfo_t, *const libc::timespec) -> c_int,
+        set,
+        info,
+        timeout
+    )
+}
+
+/// The real `signalfd`.
+pub fn signalfd(fd: c_int, mask: *const libc::sigset_t, flags: c_int) -> c_int {
+    call!(SIGNALFD, -1, fn(c_int, *const libc::sigset_t, c_int) -> c_int, fd, mask, flags)
 }
 
 /// The real `ppoll`.

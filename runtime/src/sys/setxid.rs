@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Identity changes under way (in [`change`]).
 static CHANGES: AtomicU32 = AtomicU32::new(0);
+/// Identity changes begun since the process started: each sends every thread `SIGSETXID`.
+static BEGUN: AtomicU32 = AtomicU32::new(0);
 /// Thread starts under way from signal handlers (a live [`Start`]).
 static STARTS: AtomicU32 = AtomicU32::new(0);
 
@@ -52,6 +54,7 @@ pub fn begin_start() -> Option<Start> {
 /// Async-signal-safe (POSIX lets a handler call `setuid`); `errno` is `real`'s.
 pub fn change<T>(real: impl FnOnce() -> T) -> T {
     CHANGES.fetch_add(1, Ordering::SeqCst);
+    BEGUN.fetch_add(1, Ordering::SeqCst);
     let begun = super::thread::monotonic_ns();
     while STARTS.load(Ordering::SeqCst) != 0 && super::thread::monotonic_ns().saturating_sub(begun) < WAIT_NS {
         super::raw::yield_cpu();
@@ -59,6 +62,12 @@ pub fn change<T>(real: impl FnOnce() -> T) -> T {
     let result = real();
     CHANGES.fetch_sub(1, Ordering::SeqCst);
     result
+}
+
+/// How many identity changes have begun: one more since an earlier reading means glibc's handler of
+/// `SIGSETXID` may have run in every thread meanwhile (ending a wait there with `EINTR`).
+pub fn changes_begun() -> u32 {
+    BEGUN.load(Ordering::SeqCst)
 }
 
 /// In a forked child: the starts and changes under way were the parent's other threads', which do not

@@ -21,7 +21,7 @@
 //! (one raised meanwhile is delivered, flagged async, on return), and no
 //! program handler nests on top of ours on a small alternate stack.
 
-use crate::sys::{confined, hand_on, raw, real, stacks, thread};
+use crate::sys::{confined, hand_on, raw, real, stacks, thread, trap_wait};
 use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -254,6 +254,10 @@ pub fn hand_back() {
     if trap_blocked() {
         raw::sigprocmask(libc::SIG_BLOCK, Some(1 << (libc::SIGTRAP - 1)));
     }
+    // One kept for the process ([`park`]) goes to the kernel's queue.
+    if let Some(info) = take_parked() {
+        send_to_process(&info);
+    }
 }
 
 /// Whether the runtime owns `SIGTRAP` (the program's calls are then virtualised).
@@ -341,6 +345,9 @@ pub fn set_program_action(action: &libc::sigaction) {
         action.sa_restorer = unsafe { std::mem::transmute::<usize, Option<extern "C" fn()>>(restorer) };
     }
     record(&action);
+    if action.sa_sigaction == libc::SIG_IGN {
+        hand_on::forget_parked_trap(); // The kernel discards a pending signal set to be ignored.
+    }
     if INSTALLED.load(Ordering::Acquire) && kernel_restart_flag() != restart_before {
         install_kernel_action();
     }
@@ -424,16 +431,24 @@ pub fn during_program_wait<R>(mask: Option<u64>, wait: impl FnOnce() -> R) -> R 
         }
     }
     let trap = 1u64 << (libc::SIGTRAP - 1);
+    let (lets_through, program_blocked) = (mask & trap == 0, trap_blocked());
+    let restore = Restore(program_blocked, WAIT_MASK.with(|w| w.replace(Some(mask))));
+    set_trap_blocked(!lets_through);
+    if lets_through && program_blocked {
+        // One kept for the process ([`park`]): pending here, blocked for real, for the wait to let through.
+        if let Some(info) = take_parked() {
+            raw::sigprocmask(libc::SIG_BLOCK, Some(trap));
+            queue_trap_to_self(&info);
+        }
+    }
     // SIGTRAP blocked for real (a program's `SIGTRAP` was made pending) and let through by the wait: a
     // signal of racewatch's pending beside it would end the wait instead (`EINTR`, no handler run).
-    let held_for_real = mask & trap == 0
-        && trap_blocked()
+    let held_for_real = lets_through
+        && program_blocked
         && raw::sigprocmask(libc::SIG_BLOCK, None).is_some_and(|kernel| kernel & trap != 0);
     if held_for_real {
         before_program_sigpending();
     }
-    let restore = Restore(trap_blocked(), WAIT_MASK.with(|w| w.replace(Some(mask))));
-    set_trap_blocked(mask & trap != 0);
     let result = wait();
     drop(restore);
     result
@@ -586,6 +601,10 @@ pub fn block_trap_for_exec() -> bool {
         return false;
     }
     discard_own_pending_trap();
+    // One kept for the process stays pending across the `exec`, as the process's queue does.
+    if let Some(info) = take_parked() {
+        queue_trap_to_self(&info);
+    }
     true
 }
 
@@ -913,15 +932,48 @@ pub fn route_own_process_trap(code: libc::c_int, value: u64) -> Option<libc::c_i
     }
     let (pid, tid) = (raw::getpid(), raw::gettid());
     thread::known_slot(tid)?;
-    if trap_blocked_in(pid) != Some(true) {
+    let main_waits = trap_wait::waits(pid);
+    if trap_blocked_in(pid) != Some(true) && !main_waits {
         return None;
     }
     let info = raw::siginfo_from(libc::SIGTRAP, code, pid, value);
+    if main_waits {
+        return matches!(hand_on::hand_trap_to(pid, &info), hand_on::HandedTrap::Sent | hand_on::HandedTrap::Merged)
+            .then_some(0);
+    }
     if !trap_blocked() {
         queue_trap_to_self(&info);
         return Some(0);
     }
-    hand_to_a_thread_letting_it_through(&info).then_some(0)
+    if !hand_to_a_thread_letting_it_through(&info) {
+        if reads_trap_from_signalfd() {
+            return None; // Sent for real: see `chain`.
+        }
+        park(&info);
+    }
+    Some(0)
+}
+
+/// Set once the program made a signalfd that reads `SIGTRAP`.
+static TRAP_SIGNALFD: AtomicBool = AtomicBool::new(false);
+
+/// The program makes a signalfd for the signals `mask` (bits 0..=63 for signals 1..=64). One that reads
+/// `SIGTRAP` sees only what is pending in the kernel, where racewatch cannot keep a `SIGTRAP` sent to the
+/// process while every thread blocks it ([`park`]): such a signal makes racewatch step aside from then on
+/// ([`pass_on_to_process`]), and one kept already is sent to the process again.
+pub fn note_signalfd(mask: u64) {
+    if mask & 1 << (libc::SIGTRAP - 1) == 0 {
+        return;
+    }
+    TRAP_SIGNALFD.store(true, Ordering::SeqCst);
+    if let Some(info) = take_parked() {
+        send_to_process(&info);
+    }
+}
+
+/// Whether the program reads `SIGTRAP` from a signalfd ([`note_signalfd`]).
+fn reads_trap_from_signalfd() -> bool {
+    TRAP_SIGNALFD.load(Ordering::SeqCst)
 }
 
 /// A mark of `SIGTRAP`s handed over to this thread ([`hand_on::hand_trap_to`]) was taken back with the
@@ -938,8 +990,11 @@ fn hand_to_a_thread_letting_it_through(info: *const libc::siginfo_t) -> bool {
     // SAFETY: the caller's `info` is the kernel's siginfo for this delivery.
     let Some(info) = (unsafe { info.as_ref() }) else { return false };
     let me = raw::gettid();
-    for tid in thread::known_tids() {
-        if tid == me || trap_blocked_in(tid) != Some(false) || confined::is_listed(tid) {
+    // A thread asleep in a wait for `SIGTRAP` first (the kernel takes its wait's set out of its mask),
+    // then the threads that do not block it.
+    let letting = thread::known_tids().filter(|&tid| trap_blocked_in(tid) == Some(false));
+    for tid in trap_wait::waiters().chain(letting) {
+        if tid == me || confined::is_listed(tid) {
             continue;
         }
         match hand_on::hand_trap_to(tid, info) {
@@ -948,6 +1003,11 @@ fn hand_to_a_thread_letting_it_through(info: *const libc::siginfo_t) -> bool {
         }
     }
     false
+}
+
+/// Whether `info` is a signal one of the runtime's events sent (a sample or a watch trap).
+pub fn is_own_trap(info: &libc::siginfo_t) -> bool {
+    claimed(info).is_some()
 }
 
 /// The `TRAP_PERF` fields of a signal one of the runtime's events sent; `None` for any other.
@@ -1038,9 +1098,16 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
     let through_a_wait = uc.is_some_and(|uc| has_trap(&uc.uc_sigmask));
     if known && trap_blocked() && !through_a_wait && !info.is_null() && !ctx.is_null() {
         // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
-        if process_directed(unsafe { (*info).si_code }) {
+        // One sent to the process that reached a thread about to wait for it (or just done waiting) stays
+        // pending for this thread, where its wait takes it.
+        if process_directed(unsafe { (*info).si_code }) && !trap_wait::waits(raw::gettid()) {
+            // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
             if !hand_to_a_thread_letting_it_through(info) {
-                pass_on_to_process(info, ctx);
+                if reads_trap_from_signalfd() {
+                    pass_on_to_process(info, ctx);
+                } else {
+                    park(unsafe { &*info });
+                }
             }
         } else {
             make_pending(sig, info, ctx);
@@ -1151,6 +1218,51 @@ pub fn step_aside_requested() -> bool {
 /// process-directed, it reaches a thread that takes `SIGTRAP`, not necessarily the one it named.
 fn process_directed(code: libc::c_int) -> bool {
     code <= 0 && code != libc::SI_TKILL
+}
+
+/// A `SIGTRAP` sent to the process (`kill`, `sigqueue`, another process's, a timer's) that no thread lets
+/// through now: without racewatch it would wait in the process's queue for the first thread that lets it
+/// through; the kernel cannot keep it there (its masks lack `SIGTRAP`), so racewatch does
+/// ([`hand_on::park_trap`]) until a thread waits for it ([`trap_wait`]), unblocks it
+/// ([`take_parked_on_unblock`]), runs a wait whose own mask lets it through ([`during_program_wait`]) or
+/// `exec`s ([`block_trap_for_exec`]). The program's `sigpending` shows it meanwhile. Async-signal-safe.
+fn park(info: &libc::siginfo_t) {
+    if !hand_on::park_trap(info) {
+        return; // One waits already: merged, as the kernel merges a standard signal.
+    }
+    // A thread that began to let it through meanwhile looked for it before it was kept: either that thread
+    // finds it, or this one sees that thread (both look after showing themselves).
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let letting = trap_wait::waiters().next().is_some()
+        || thread::known_tids().any(|tid| trap_blocked_in(tid) == Some(false) && tid != raw::gettid());
+    if letting {
+        if let Some(parked) = hand_on::take_parked_trap() {
+            if !hand_to_a_thread_letting_it_through(&parked) {
+                hand_on::park_trap(&parked);
+            }
+        }
+    }
+}
+
+/// The `SIGTRAP` kept for the process ([`park`]), for a thread that now lets it through; taken after the
+/// thread showed that it does (its mask bit, or its listing as a waiter).
+pub fn take_parked() -> Option<libc::siginfo_t> {
+    std::sync::atomic::fence(Ordering::SeqCst);
+    hand_on::take_parked_trap()
+}
+
+/// The program unblocked `SIGTRAP` in this thread: one kept for the process ([`park`]) is delivered here,
+/// as the kernel delivers a pending signal on the way out of the mask call.
+pub fn take_parked_on_unblock() {
+    if let Some(info) = take_parked() {
+        queue_trap_to_self(&info);
+    }
+}
+
+/// Whether a `SIGTRAP` sent to the process waits for a thread that lets it through ([`park`]): the
+/// program's `sigpending` shows it.
+pub fn trap_parked() -> bool {
+    hand_on::trap_parked()
 }
 
 /// A process-directed `SIGTRAP` (`kill`, `sigqueue`, …) reached a thread that has it blocked (for the

@@ -113,6 +113,7 @@ RW_FN const char *rw_errname(int err) {
   case ELOOP: return "ELOOP";
   case ENOENT: return "ENOENT";
   case EBADF: return "EBADF";
+  case EINTR: return "EINTR";
   default: return "errno?";
   }
 }

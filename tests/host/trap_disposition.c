@@ -41,13 +41,30 @@ static void on_trap(int sig) {
   atomic_fetch_add(&traps, 1);
 }
 
-static void set_trap(void (*handler)(int), int flags) {
+static void set_handler(int sig, void (*handler)(int), int flags) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = handler;
   sa.sa_flags = flags;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGTRAP, &sa, NULL);
+  sigaction(sig, &sa, NULL);
+}
+
+static void set_trap(void (*handler)(int), int flags) { set_handler(SIGTRAP, handler, flags); }
+
+/* The set of `a` and `b` (0: none). */
+static sigset_t signal_set(int a, int b) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, a);
+  if (b) sigaddset(&set, b);
+  return set;
+}
+
+/* Blocks `a` and `b` (0: none) in this thread, and so in the threads it creates. */
+static void block(int a, int b) {
+  sigset_t set = signal_set(a, b);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 
 /* ---- no_restart ---- */
@@ -60,7 +77,7 @@ static void *reader(void *arg) {
   int err = errno;
   atomic_store(&in_call, 2);
   if (n < 0)
-    printf("read: -1 %s\n", err == EINTR ? "EINTR" : rw_errname(err));
+    printf("read: -1 %s\n", rw_errname(err));
   else
     printf("read: %zd byte(s)\n", n);
   return NULL;
@@ -284,9 +301,7 @@ static int no_onstack(void) {
 
 static void *waiter(void *arg) {
   (void)arg;
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTRAP);
+  sigset_t set = signal_set(SIGTRAP, 0);
   siginfo_t info;
   struct timespec ts = {3, 0};
   atomic_store(&in_call, 1);
@@ -303,10 +318,7 @@ static void *waiter(void *arg) {
 
 static int timedwait(int queued) {
   set_trap(on_trap, SA_RESTART);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTRAP);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  block(SIGTRAP, 0);
   rw_start(2, 1.0, 0);
   rw_race_until(rw_now() + 0.2);
   pthread_t t;
@@ -351,10 +363,7 @@ static int wait_once(const sigset_t *set, siginfo_t *info) {
 
 static void *round_waiter(void *arg) {
   (void)arg;
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTRAP);
-  sigaddset(&set, SIGUSR2);
+  sigset_t set = signal_set(SIGTRAP, SIGUSR2);
   int wrong = 0, eintr = 0, timeouts = 0, other = 0;
   for (;;) {
     siginfo_t info;
@@ -417,11 +426,7 @@ static void *round_sender(void *arg) {
 static int wait_rounds(const char *call, const char *waiter) {
   wait_call = call;
   set_trap(on_trap, SA_RESTART);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTRAP);
-  sigaddset(&set, SIGUSR2);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  block(SIGTRAP, SIGUSR2);
   rw_start(2, 1.5, 0);
   pthread_t sender, worker;
   if (strcmp(waiter, "main") == 0) {
@@ -452,16 +457,14 @@ static void on_usr1_count(int sig) {
 
 static void *interrupted_waiter(void *arg) {
   (void)arg;
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTRAP);
+  sigset_t set = signal_set(SIGTRAP, 0);
   for (int i = 0; i < 2; i++) {
     siginfo_t info;
     atomic_store(&in_call, 1);
     int sig = wait_once(&set, &info);
     int err = errno;
     if (sig < 0) {
-      printf("wait %d: -1 %s\n", i, err == EINTR ? "EINTR" : err == EAGAIN ? "EAGAIN" : rw_errname(err));
+      printf("wait %d: -1 %s\n", i, rw_errname(err));
     } else {
       printf("wait %d: %d\n", i, sig);
       break;
@@ -472,15 +475,8 @@ static void *interrupted_waiter(void *arg) {
 
 static int wait_interrupted(const char *call, const char *by) {
   wait_call = call;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_usr1_count;
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &sa, NULL);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTRAP);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  set_handler(SIGUSR1, on_usr1_count, SA_RESTART);
+  block(SIGTRAP, 0);
   rw_start(2, 1.0, 0);
   pthread_t t;
   pthread_create(&t, NULL, interrupted_waiter, NULL);

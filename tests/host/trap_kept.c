@@ -90,7 +90,7 @@ static int suspend(void) {
   sigset_t none;
   sigemptyset(&none);
   int rc = sigsuspend(&none);
-  printf("sigsuspend: %d %s, handled: %d in main: %d\n", rc, errno == EINTR ? "EINTR" : rw_errname(errno),
+  printf("sigsuspend: %d %s, handled: %d in main: %d\n", rc, rw_errname(errno),
          atomic_load(&handled), atomic_load(&handled_tid) == getpid());
   printf("still pending: %d\n", trap_pending());
   return 0;

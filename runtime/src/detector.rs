@@ -511,6 +511,7 @@ extern "C" fn after_fork_in_child() {
     signal::note_process();
     // A child starts with no signal pending: not the one kept for the parent's process either.
     crate::sys::hand_on::forget_parked_trap();
+    crate::sys::trap_wait::forget_after_fork();
     sandbox_scan::forget_after_fork();
     unwind_info::forget_readers_after_fork();
     registry::forget_readers_after_fork();

@@ -1233,8 +1233,9 @@ fn park(info: &libc::siginfo_t) {
     // A thread that began to let it through meanwhile looked for it before it was kept: either that thread
     // finds it, or this one sees that thread (both look after showing themselves).
     std::sync::atomic::fence(Ordering::SeqCst);
+    let me = raw::gettid();
     let letting = trap_wait::waiters().next().is_some()
-        || thread::known_tids().any(|tid| trap_blocked_in(tid) == Some(false) && tid != raw::gettid());
+        || thread::known_tids().any(|tid| tid != me && trap_blocked_in(tid) == Some(false));
     if letting {
         if let Some(parked) = hand_on::take_parked_trap() {
             if !hand_to_a_thread_letting_it_through(&parked) {
@@ -1254,6 +1255,9 @@ pub fn take_parked() -> Option<libc::siginfo_t> {
 /// The program unblocked `SIGTRAP` in this thread: one kept for the process ([`park`]) is delivered here,
 /// as the kernel delivers a pending signal on the way out of the mask call.
 pub fn take_parked_on_unblock() {
+    if !thread::syscalls_allowed() {
+        return; // A thread that confined itself gets no system call of racewatch's.
+    }
     if let Some(info) = take_parked() {
         queue_trap_to_self(&info);
     }

@@ -32,6 +32,13 @@ pub fn waiters() -> impl Iterator<Item = i32> {
     WAITERS.iter().map(|w| w.load(Ordering::Acquire)).filter(|&tid| tid > 0)
 }
 
+/// In a forked child: the waiters listed were the parent's other threads, which do not exist here.
+pub fn forget_after_fork() {
+    for waiter in &WAITERS {
+        waiter.store(0, Ordering::SeqCst);
+    }
+}
+
 /// Runs the program's wait for the signals `set` (bits 0..=63 for signals 1..=64), `timeout` as the
 /// program passed it: `wait(info, timeout)` makes the call and returns what the libc function returns
 /// (a signal number, or -1 with `errno`). Without `SIGTRAP` in `set`, or outside a thread racewatch
@@ -43,9 +50,12 @@ pub fn program_sigwait(
     wait: impl Fn(*mut libc::siginfo_t, *const libc::timespec) -> c_int,
 ) -> c_int {
     let trap = 1u64 << (libc::SIGTRAP - 1);
+    // No system call of racewatch's in a thread that confined itself (its filter may forbid any).
+    if set.is_none_or(|set| set & trap == 0) || !signal::is_installed() || !thread::syscalls_allowed() {
+        return wait(info, timeout);
+    }
     let tid = raw::gettid();
-    let ours = signal::is_installed() && thread::known_slot(tid).is_some();
-    if !ours || set.is_none_or(|set| set & trap == 0) {
+    if thread::known_slot(tid).is_none() {
         return wait(info, timeout);
     }
     let listed = WAITERS.iter().find(|w| w.compare_exchange(0, tid, Ordering::SeqCst, Ordering::Relaxed).is_ok());

@@ -990,10 +990,12 @@ fn hand_to_a_thread_letting_it_through(info: *const libc::siginfo_t) -> bool {
     // SAFETY: the caller's `info` is the kernel's siginfo for this delivery.
     let Some(info) = (unsafe { info.as_ref() }) else { return false };
     let me = raw::gettid();
-    // A thread asleep in a wait for `SIGTRAP` first (the kernel takes its wait's set out of its mask),
-    // then the threads that do not block it.
+    // In the kernel's order: the main thread when it lets it through, then a thread asleep in a wait for
+    // `SIGTRAP` (the kernel takes the wait's set out of its mask), then the threads that do not block it.
+    let pid = raw::getpid();
+    let main_lets_it = trap_blocked_in(pid) == Some(false) || trap_wait::waits(pid);
     let letting = thread::known_tids().filter(|&tid| trap_blocked_in(tid) == Some(false));
-    for tid in trap_wait::waiters().chain(letting) {
+    for tid in main_lets_it.then_some(pid).into_iter().chain(trap_wait::waiters()).chain(letting) {
         if tid == me || confined::is_listed(tid) {
             continue;
         }

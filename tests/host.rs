@@ -916,8 +916,21 @@ fn cases() -> Vec<Case> {
             ])
             .check(detection_stays_on),
         case("sigtrap_sent_while_all_block_ends_a_sigsuspend_letting_it_through", "trap_kept", &["sigsuspend"])
-            .expect(&["pending before: 1", "sigsuspend: -1 EINTR, handled: 1 in main: 1", "still pending: 0"])
+            .expect(&[
+                "pending before: 1",
+                "sigsuspend: -1 EINTR, handled: 1 in main: 1, from the sender: 1",
+                "still pending: 0",
+            ])
             .check(detection_stays_on),
+        case("sigtrap_from_a_child_while_all_block_ends_a_sigsuspend_with_its_siginfo", "trap_kept", &[
+            "sigsuspend_from_child",
+        ])
+        .expect(&[
+            "pending before: 1",
+            "sigsuspend: -1 EINTR, handled: 1 in main: 1, from the sender: 1",
+            "still pending: 0",
+        ])
+        .check(detection_stays_on),
         case("sigtrap_from_a_child_while_all_block_keeps_its_siginfo", "trap_kept", &["from_child"])
             .expect(&[
                 "pending before: 1",
@@ -1858,6 +1871,7 @@ host_cases!(
     sigtrap_wait_ended_by_a_handler_sigtimedwait,
     sigtrap_sent_while_all_block_goes_to_the_thread_that_unblocks_it,
     sigtrap_sent_while_all_block_ends_a_sigsuspend_letting_it_through,
+    sigtrap_from_a_child_while_all_block_ends_a_sigsuspend_with_its_siginfo,
     sigtrap_from_a_child_while_all_block_keeps_its_siginfo,
     sigtrap_sent_while_all_block_is_not_a_forked_childs,
     sigtrap_sent_while_all_block_is_discarded_by_sig_ign,

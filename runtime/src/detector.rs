@@ -500,6 +500,10 @@ pub fn descriptors_taken() {
 /// `pthread_atfork` child handler: leave the parent's detector behind.
 extern "C" fn after_fork_in_child() {
     crate::sys::setxid::forget_after_fork();
+    // A child starts with no signal pending: not the one kept for the parent's process either; the
+    // parent's waiters are not its threads.
+    crate::sys::hand_on::forget_parked_trap();
+    crate::sys::trap_wait::forget_after_fork();
     if confined::here() {
         // Forked by a thread in a seccomp sandbox of its own: the child's one thread inherits it, and
         // every thread the child makes will too. racewatch makes no system call in this process.
@@ -509,9 +513,6 @@ extern "C" fn after_fork_in_child() {
         return;
     }
     signal::note_process();
-    // A child starts with no signal pending: not the one kept for the parent's process either.
-    crate::sys::hand_on::forget_parked_trap();
-    crate::sys::trap_wait::forget_after_fork();
     sandbox_scan::forget_after_fork();
     unwind_info::forget_readers_after_fork();
     registry::forget_readers_after_fork();

@@ -311,7 +311,7 @@ pub extern "C" fn sigpending(set: *mut libc::sigset_t) -> c_int {
     // SAFETY: the kernel writes at most 8 bytes to the program's `sigset_t` (128 bytes), or fails with
     // EFAULT, which `syscall` reports through errno as glibc's `sigpending` does.
     let rc = real::syscall(libc::SYS_rt_sigpending, [set as c_long, 8, 0, 0, 0, 0]) as c_int;
-    if rc == 0 && signal::trap_parked() {
+    if rc == 0 && signal::trap_parked() && !signal::in_borrowed_memory() {
         if let Some(set) = opt_mut(set) {
             signal::add_trap(set);
         }
@@ -471,7 +471,7 @@ fn masked(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t, real
         if let Some(old) = opt_mut(old) {
             signal::add_trap(old);
         }
-        if !blocked {
+        if set.is_some() && !blocked {
             signal::take_parked_on_unblock();
         }
     }
@@ -718,6 +718,17 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
         }
         libc::SYS_epoll_pwait if f == 8 => {
             return signal::during_program_wait(raw_mask(e), || real::syscall(number, [a, b, c, d, e, f]))
+        }
+        // The kernel's 8-byte set, with a `SIGTRAP` kept for the process (see `sigpending`).
+        libc::SYS_rt_sigpending if b == 8 => {
+            signal::before_program_sigpending();
+            let rc = real::syscall(number, [a, b, c, d, e, f]);
+            if rc == 0 && signal::trap_parked() && !signal::in_borrowed_memory() {
+                if let Some(set) = opt_mut(a as usize as *mut u64) {
+                    *set |= 1 << (libc::SIGTRAP - 1);
+                }
+            }
+            return rc;
         }
         libc::SYS_rt_sigtimedwait if d == 8 => {
             return trap_wait::program_sigwait(
@@ -1020,15 +1031,15 @@ type Argv = *const *const libc::c_char;
 pub extern "C" fn execve(path: *const libc::c_char, argv: Argv, envp: Argv) -> c_int {
     let child = environ::for_explicit(envp);
     let envp = child.as_ref().map_or(envp, |c| c.as_ptr());
-    exec(|| real::execve(path, argv, envp))
+    exec(Image::New, || real::execve(path, argv, envp))
 }
 
 /// Interposed `execv`: `execve` with the program's environment (and racewatch's variables).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn execv(path: *const libc::c_char, argv: Argv) -> c_int {
     match environ::for_child(std::ptr::null()) {
-        Some(child) => exec(|| real::execve(path, argv, child.as_ptr())),
-        None => exec(|| real::execv(path, argv)),
+        Some(child) => exec(Image::New, || real::execve(path, argv, child.as_ptr())),
+        None => exec(Image::New, || real::execv(path, argv)),
     }
 }
 
@@ -1036,8 +1047,8 @@ pub extern "C" fn execv(path: *const libc::c_char, argv: Argv) -> c_int {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn execvp(file: *const libc::c_char, argv: Argv) -> c_int {
     match environ::for_child(std::ptr::null()) {
-        Some(child) => exec(|| real::execvpe(file, argv, child.as_ptr())),
-        None => exec(|| real::execvp(file, argv)),
+        Some(child) => exec(Image::New, || real::execvpe(file, argv, child.as_ptr())),
+        None => exec(Image::New, || real::execvp(file, argv)),
     }
 }
 
@@ -1046,7 +1057,7 @@ pub extern "C" fn execvp(file: *const libc::c_char, argv: Argv) -> c_int {
 pub extern "C" fn execvpe(file: *const libc::c_char, argv: Argv, envp: Argv) -> c_int {
     let child = environ::for_explicit(envp);
     let envp = child.as_ref().map_or(envp, |c| c.as_ptr());
-    exec(|| real::execvpe(file, argv, envp))
+    exec(Image::New, || real::execvpe(file, argv, envp))
 }
 
 /// Interposed `fexecve`.
@@ -1054,7 +1065,7 @@ pub extern "C" fn execvpe(file: *const libc::c_char, argv: Argv, envp: Argv) -> 
 pub extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
     let child = environ::for_explicit(envp);
     let envp = child.as_ref().map_or(envp, |c| c.as_ptr());
-    exec(|| real::fexecve(fd, argv, envp))
+    exec(Image::New, || real::fexecve(fd, argv, envp))
 }
 
 /// Interposed `posix_spawn`: the child starts with the caller's mask unless the attributes set one.
@@ -1099,14 +1110,14 @@ fn spawn(
     if sets_own_mask(attr) {
         return real_fn(pid, path, actions, attr, argv, envp);
     }
-    exec(|| real_fn(pid, path, actions, attr, argv, envp))
+    exec(Image::Child, || real_fn(pid, path, actions, attr, argv, envp))
 }
 
 /// Interposed `system`: its shell starts with the caller's mask (glibc spawns it internally), and with
 /// racewatch's variables in its environment.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn system(command: *const libc::c_char) -> c_int {
-    environ::with_child_environ(|| exec(|| real::system(command)))
+    environ::with_child_environ(|| exec(Image::Child, || real::system(command)))
 }
 
 /// Interposed `popen`: the same for its child.
@@ -1114,7 +1125,7 @@ pub extern "C" fn system(command: *const libc::c_char) -> c_int {
 pub extern "C" fn popen(command: *const libc::c_char, mode: *const libc::c_char) -> *mut libc::FILE {
     let mut stream = std::ptr::null_mut();
     environ::with_child_environ(|| {
-        exec(|| {
+        exec(Image::Child, || {
             stream = real::popen(command, mode);
             0
         })
@@ -1138,19 +1149,28 @@ fn sets_own_mask(attr: *const libc::posix_spawnattr_t) -> bool {
 /// (CPython's `subprocess`, a `clone(CLONE_VM | CLONE_VFORK)`) the kernel mask is the child's own copy
 /// of its parent's, without `SIGTRAP`: it is blocked there as the parent's thread had it, or as the
 /// child set it since.
-fn exec(call: impl FnOnce() -> c_int) -> c_int {
+fn exec(image: Image, call: impl FnOnce() -> c_int) -> c_int {
     if !signal::ignore_trap_for_exec() {
-        return exec_with_mask(call);
+        return exec_with_mask(image, call);
     }
-    let rc = exec_with_mask(call);
+    let rc = exec_with_mask(image, call);
     let errno = errno();
     signal::handle_trap_after_exec();
     set_errno(errno);
     rc
 }
 
+/// What [`exec`] runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Image {
+    /// This process's new image (`execve` and kin): a signal pending for the process stays pending there.
+    New,
+    /// A child's (`posix_spawn`, `system`, `popen`): it starts with nothing pending.
+    Child,
+}
+
 /// [`exec`] for the mask.
-fn exec_with_mask(call: impl FnOnce() -> c_int) -> c_int {
+fn exec_with_mask(image: Image, call: impl FnOnce() -> c_int) -> c_int {
     if !signal::is_installed() {
         return call();
     }
@@ -1167,7 +1187,11 @@ fn exec_with_mask(call: impl FnOnce() -> c_int) -> c_int {
     }
     // In a `vfork` child the sampling timers are the parent's, and stay as they are.
     let borrowed = signal::in_borrowed_memory();
-    let blocked = if borrowed { signal::block_trap_in_borrowed_memory() } else { signal::block_trap_for_exec() };
+    let blocked = if borrowed {
+        signal::block_trap_in_borrowed_memory()
+    } else {
+        signal::block_trap_for_exec(image == Image::New)
+    };
     let rc = call();
     // Raw: the failed exec's errno stays what the program reads.
     if blocked {

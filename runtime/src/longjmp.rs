@@ -19,10 +19,12 @@
 
 use crate::detector;
 use crate::sys::real::{self, Jump};
-use crate::sys::{handlers, jump, raw, signal, stacks, thread};
+use crate::sys::{handlers, jump, raw, signal, stacks, thread, trap_wait};
 use std::ffi::{c_int, c_void};
 
 fn leave(which: Jump, env: *mut c_void, val: c_int) -> ! {
+    // A jump out of a handler that interrupted a wait for `SIGTRAP` leaves that wait behind.
+    trap_wait::before_jump();
     // Where no handler of the program's may run with `SIGTRAP` blocked in the kernel, none runs on an
     // alternate stack with racewatch's rule either (an `SA_ONSTACK` handler's kernel mask holds it): the
     // jump leaves no handler whose mask or stack needs putting right (a coroutine switch, an error

@@ -4,6 +4,7 @@
  *                 that worker, with the kill's siginfo;
  *   "sigsuspend": main sends it, then waits in sigsuspend with a mask that lets it through: the handler
  *                 runs there and sigsuspend returns EINTR;
+ *   "sigsuspend_from_child": the same, sent by a forked child: the handler reads the child's pid;
  *   "from_child": a forked child sends it (sigqueue, payload 77); main takes it with sigwaitinfo: the
  *                 child's pid and payload;
  *   "fork":       main sends it, then forks: the child starts with nothing pending, the parent keeps it;
@@ -83,15 +84,28 @@ static int unblock(void) {
 
 /* ---- sigsuspend ---- */
 
-static int suspend(void) {
-  kill(getpid(), SIGTRAP);
+/* Sends the process SIGTRAP from a forked child (sigqueue, payload `value`); returns the child's pid. */
+static pid_t send_from_child(int value) {
+  pid_t parent = getpid();
+  pid_t child = fork();
+  if (child == 0) {
+    sigqueue(parent, SIGTRAP, (union sigval){.sival_int = value});
+    _exit(0);
+  }
+  waitpid(child, NULL, 0);
+  return child;
+}
+
+static int suspend(int from_child) {
+  pid_t sender = from_child ? send_from_child(78) : getpid();
+  if (!from_child) kill(getpid(), SIGTRAP);
   rw_race_until(rw_now() + 0.2);
   printf("pending before: %d\n", trap_pending());
   sigset_t none;
   sigemptyset(&none);
   int rc = sigsuspend(&none);
-  printf("sigsuspend: %d %s, handled: %d in main: %d\n", rc, rw_errname(errno),
-         atomic_load(&handled), atomic_load(&handled_tid) == getpid());
+  printf("sigsuspend: %d %s, handled: %d in main: %d, from the sender: %d\n", rc, rw_errname(errno),
+         atomic_load(&handled), atomic_load(&handled_tid) == getpid(), atomic_load(&handled_pid) == sender);
   printf("still pending: %d\n", trap_pending());
   return 0;
 }
@@ -99,13 +113,7 @@ static int suspend(void) {
 /* ---- from_child ---- */
 
 static int from_child(void) {
-  pid_t parent = getpid();
-  pid_t child = fork();
-  if (child == 0) {
-    sigqueue(parent, SIGTRAP, (union sigval){.sival_int = 77});
-    _exit(0);
-  }
-  waitpid(child, NULL, 0);
+  pid_t child = send_from_child(77);
   rw_race_until(rw_now() + 0.2);
   printf("pending before: %d\n", trap_pending());
   sigset_t set = trap_set();
@@ -186,7 +194,9 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "unblock") == 0)
     rc = unblock();
   else if (strcmp(mode, "sigsuspend") == 0)
-    rc = suspend();
+    rc = suspend(0);
+  else if (strcmp(mode, "sigsuspend_from_child") == 0)
+    rc = suspend(1);
   else if (strcmp(mode, "from_child") == 0)
     rc = from_child();
   else if (strcmp(mode, "fork") == 0)

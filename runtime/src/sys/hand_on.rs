@@ -482,8 +482,17 @@ const PARKED: i32 = -2;
 /// thread that lets it through takes it ([`take_parked_trap`]). False when one waits there already (a
 /// standard signal is pending once; this one merges with it) or no slot is free. Async-signal-safe.
 pub fn park_trap(info: &libc::siginfo_t) -> bool {
-    !trap_parked() && save_trap_for(PARKED, info).is_some()
+    // One at a time: two parked at once would both be delivered, where the kernel merges them.
+    if PARKING.compare_exchange(false, true, Ordering::SeqCst, Ordering::Relaxed).is_err() {
+        return false;
+    }
+    let parked = !trap_parked() && save_trap_for(PARKED, info).is_some();
+    PARKING.store(false, Ordering::SeqCst);
+    parked
 }
+
+/// Set while [`park_trap`] looks for a parked `SIGTRAP` and keeps one.
+static PARKING: AtomicBool = AtomicBool::new(false);
 
 /// Takes the `SIGTRAP` [`park_trap`] keeps, if any. Async-signal-safe.
 pub fn take_parked_trap() -> Option<libc::siginfo_t> {

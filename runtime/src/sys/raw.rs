@@ -128,13 +128,15 @@ pub fn sigpending() -> Option<u64> {
     (rc == 0).then_some(pending)
 }
 
-/// Whether signal `sig` runs a handler in the kernel's disposition (not `SIG_DFL` or `SIG_IGN`); `None`
-/// when the kernel does not say (an invalid number).
+/// Whether signal `sig` runs a handler in the kernel's disposition (not `SIG_DFL` or `SIG_IGN`), or ran
+/// a one-shot one (`SIG_DFL` with `SA_RESETHAND` still in the flags: the kernel resets only the handler);
+/// `None` when the kernel does not say (an invalid number).
 pub fn has_handler(sig: i32) -> Option<bool> {
     // The kernel's `struct sigaction` on x86-64: handler, flags, restorer, 8-byte mask.
     let mut old = [0u64; 4];
     let rc = syscall6(libc::SYS_rt_sigaction, [sig as u64, 0, old.as_mut_ptr() as u64, 8, 0, 0]);
-    (rc == 0).then(|| old[0] != libc::SIG_DFL as u64 && old[0] != libc::SIG_IGN as u64)
+    let one_shot = old[0] == libc::SIG_DFL as u64 && old[1] & libc::SA_RESETHAND as u64 != 0;
+    (rc == 0).then(|| one_shot || (old[0] != libc::SIG_DFL as u64 && old[0] != libc::SIG_IGN as u64))
 }
 
 /// Unmaps `[addr, addr + len)`; true when the kernel did.

@@ -432,15 +432,6 @@ pub fn during_program_wait<R>(mask: Option<u64>, wait: impl FnOnce() -> R) -> R 
     }
     let trap = 1u64 << (libc::SIGTRAP - 1);
     let (lets_through, program_blocked) = (mask & trap == 0, trap_blocked());
-    let restore = Restore(program_blocked, WAIT_MASK.with(|w| w.replace(Some(mask))));
-    set_trap_blocked(!lets_through);
-    if lets_through && program_blocked {
-        // One kept for the process ([`park`]): pending here, blocked for real, for the wait to let through.
-        if let Some(info) = take_parked() {
-            raw::sigprocmask(libc::SIG_BLOCK, Some(trap));
-            queue_trap_to_self(&info);
-        }
-    }
     // SIGTRAP blocked for real (a program's `SIGTRAP` was made pending) and let through by the wait: a
     // signal of racewatch's pending beside it would end the wait instead (`EINTR`, no handler run).
     let held_for_real = lets_through
@@ -448,6 +439,18 @@ pub fn during_program_wait<R>(mask: Option<u64>, wait: impl FnOnce() -> R) -> R 
         && raw::sigprocmask(libc::SIG_BLOCK, None).is_some_and(|kernel| kernel & trap != 0);
     if held_for_real {
         before_program_sigpending();
+    }
+    let restore = Restore(program_blocked, WAIT_MASK.with(|w| w.replace(Some(mask))));
+    set_trap_blocked(!lets_through);
+    if lets_through && program_blocked && thread::syscalls_allowed() {
+        // One kept for the process ([`park`]): pending here, blocked for real, for the wait to let through
+        // (no sample of racewatch's meanwhile: it would take the one place a pending SIGTRAP has).
+        if let Some(info) = take_parked() {
+            hold_sampling(true);
+            raw::sigprocmask(libc::SIG_BLOCK, Some(trap));
+            queue_trap_to_self(&info);
+            hold_sampling(false);
+        }
     }
     let result = wait();
     drop(restore);
@@ -593,7 +596,7 @@ pub fn block_trap_in_borrowed_memory() -> bool {
 /// between the take-back and the `exec` would stay pending into the new image (set 17 p15: its
 /// `sigtimedwait` took racewatch's signal instead of the program's, 2 runs in 10). False when the mask
 /// could not be changed.
-pub fn block_trap_for_exec() -> bool {
+pub fn block_trap_for_exec(new_image: bool) -> bool {
     let trap = 1u64 << (libc::SIGTRAP - 1);
     hold_sampling(true);
     if raw::sigprocmask(libc::SIG_BLOCK, Some(trap)).is_none() {
@@ -601,9 +604,12 @@ pub fn block_trap_for_exec() -> bool {
         return false;
     }
     discard_own_pending_trap();
-    // One kept for the process stays pending across the `exec`, as the process's queue does.
-    if let Some(info) = take_parked() {
-        queue_trap_to_self(&info);
+    // One kept for the process stays pending across the `exec`, as the process's queue does (a spawned
+    // child starts with nothing pending: it stays kept for the process).
+    if new_image {
+        if let Some(info) = take_parked() {
+            queue_trap_to_self(&info);
+        }
     }
     true
 }
@@ -966,6 +972,9 @@ pub fn note_signalfd(mask: u64) {
         return;
     }
     TRAP_SIGNALFD.store(true, Ordering::SeqCst);
+    if !thread::syscalls_allowed() || in_borrowed_memory() {
+        return; // The next SIGTRAP sent to the process steps aside; the one kept stays for its taker.
+    }
     if let Some(info) = take_parked() {
         send_to_process(&info);
     }
@@ -989,22 +998,30 @@ fn mark_again() {
 fn hand_to_a_thread_letting_it_through(info: *const libc::siginfo_t) -> bool {
     // SAFETY: the caller's `info` is the kernel's siginfo for this delivery.
     let Some(info) = (unsafe { info.as_ref() }) else { return false };
-    let me = raw::gettid();
-    // In the kernel's order: the main thread when it lets it through, then a thread asleep in a wait for
-    // `SIGTRAP` (the kernel takes the wait's set out of its mask), then the threads that do not block it.
-    let pid = raw::getpid();
-    let main_lets_it = trap_blocked_in(pid) == Some(false) || trap_wait::waits(pid);
-    let letting = thread::known_tids().filter(|&tid| trap_blocked_in(tid) == Some(false));
-    for tid in main_lets_it.then_some(pid).into_iter().chain(trap_wait::waiters()).chain(letting) {
-        if tid == me || confined::is_listed(tid) {
-            continue;
-        }
+    for tid in receivers() {
         match hand_on::hand_trap_to(tid, info) {
             hand_on::HandedTrap::Sent | hand_on::HandedTrap::Merged => return true,
             hand_on::HandedTrap::Failed => {}
         }
     }
     false
+}
+
+/// The threads other than this one that a `SIGTRAP` sent to the process may be handed to, in the kernel's
+/// order: the main thread when it lets it through, then a thread asleep in a wait for `SIGTRAP` (the
+/// kernel takes the wait's set out of its mask), then the threads that do not block it. Threads that
+/// confined themselves, and ones racewatch no longer knows (a main thread that called `pthread_exit`),
+/// are left out.
+fn receivers() -> impl Iterator<Item = i32> {
+    let (me, pid) = (raw::gettid(), raw::getpid());
+    let main_lets_it = trap_blocked_in(pid) == Some(false) || trap_wait::waits(pid);
+    let letting = thread::known_tids().filter(|&tid| trap_blocked_in(tid) == Some(false));
+    main_lets_it
+        .then_some(pid)
+        .into_iter()
+        .chain(trap_wait::waiters())
+        .chain(letting)
+        .filter(move |&tid| tid != me && !confined::is_listed(tid) && thread::known_slot(tid).is_some())
 }
 
 /// Whether `info` is a signal one of the runtime's events sent (a sample or a watch trap).
@@ -1229,22 +1246,25 @@ fn process_directed(code: libc::c_int) -> bool {
 /// ([`take_parked_on_unblock`]), runs a wait whose own mask lets it through ([`during_program_wait`]) or
 /// `exec`s ([`block_trap_for_exec`]). The program's `sigpending` shows it meanwhile. Async-signal-safe.
 fn park(info: &libc::siginfo_t) {
-    if !hand_on::park_trap(info) {
-        return; // One waits already: merged, as the kernel merges a standard signal.
-    }
-    // A thread that began to let it through meanwhile looked for it before it was kept: either that thread
-    // finds it, or this one sees that thread (both look after showing themselves).
-    std::sync::atomic::fence(Ordering::SeqCst);
-    let me = raw::gettid();
-    let letting = trap_wait::waiters().next().is_some()
-        || thread::known_tids().any(|tid| tid != me && trap_blocked_in(tid) == Some(false));
-    if letting {
-        if let Some(parked) = hand_on::take_parked_trap() {
-            if !hand_to_a_thread_letting_it_through(&parked) {
-                hand_on::park_trap(&parked);
-            }
+    let mut info = *info;
+    // Bounded: each round, a thread showed that it lets the signal through and then did not take it.
+    for _ in 0..4 {
+        if !hand_on::park_trap(&info) {
+            return; // One waits already: merged, as the kernel merges a standard signal.
         }
+        // A thread that began to let it through meanwhile looked for it before it was kept: either that
+        // thread finds it, or this one sees that thread (both look after showing themselves).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if receivers().next().is_none() {
+            return;
+        }
+        let Some(parked) = hand_on::take_parked_trap() else { return };
+        if hand_to_a_thread_letting_it_through(&parked) {
+            return;
+        }
+        info = parked;
     }
+    hand_on::park_trap(&info);
 }
 
 /// The `SIGTRAP` kept for the process ([`park`]), for a thread that now lets it through; taken after the

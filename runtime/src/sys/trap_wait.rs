@@ -15,11 +15,13 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use crate::sys::{hand_on, raw, setxid, signal, thread};
+use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Threads in one of the program's waits for `SIGTRAP` (0: a free slot). Full: a further waiter is not
-/// listed and gets a process-directed `SIGTRAP` as before (handed round, then racewatch steps aside).
+/// listed, and a `SIGTRAP` sent to the process that no listed or unblocking thread takes is kept for the
+/// process ([`signal::take_parked`]), which that waiter takes only at its next wait.
 static WAITERS: [AtomicI32; 16] = [const { AtomicI32::new(0) }; 16];
 
 /// Whether thread `tid` waits for `SIGTRAP` in one of the program's waits. Async-signal-safe.
@@ -58,58 +60,96 @@ pub fn program_sigwait(
     if thread::known_slot(tid).is_none() {
         return wait(info, timeout);
     }
-    let listed = WAITERS.iter().find(|w| w.compare_exchange(0, tid, Ordering::SeqCst, Ordering::Relaxed).is_ok());
+    let _listed = Listed::new(tid);
     let start = thread::monotonic_ns();
     let changes = setxid::changes_begun();
+    // The kernel writes the program's `info` (its EFAULT is the program's); without one, a local.
     // SAFETY: zeroed siginfo is a valid out-parameter for the kernel to fill.
-    let mut taken: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let mut local: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let out = if info.is_null() { &mut local as *mut libc::siginfo_t } else { info };
     let mut rest = None;
     // One sent to the process while no thread let it through waits in racewatch's keeping: taken at once, as
     // the kernel's wait takes one pending.
-    let parked = signal::take_parked();
-    let rc = loop {
-        if let Some(parked) = parked {
-            taken = parked;
-            break libc::SIGTRAP;
+    if let Some(parked) = signal::take_parked() {
+        // SAFETY: `out` is the program's out-parameter or the local.
+        unsafe { *out = parked };
+        return libc::SIGTRAP;
+    }
+    loop {
+        let rc = wait(out, rest.as_ref().map_or(timeout, |rest| rest as *const libc::timespec));
+        // SAFETY: the kernel filled `out` when the wait returned a signal.
+        let ours = rc == libc::SIGTRAP && {
+            let taken = unsafe { *out };
+            hand_on::is_trap_mark(&taken) || signal::is_own_trap(&taken)
+        };
+        let (eintr, timed_out) = (rc == -1 && errno() == libc::EINTR, rc == -1 && errno() == libc::EAGAIN);
+        if eintr && !woken_for_a_trap_taken_elsewhere(tid, set.unwrap_or(0), changes) || !(eintr || timed_out || ours) {
+            // The program's signal, a handler's EINTR, or an error: one handed over here meanwhile whose mark
+            // merged with a SIGTRAP already pending here is marked again, for the next wait or the handler.
+            hand_on::mark_again(tid);
+            return rc;
         }
-        let rc = wait(&mut taken, rest.as_ref().map_or(timeout, |rest| rest as *const libc::timespec));
-        if rc == -1 && errno() == libc::EINTR {
-            if !woken_for_a_trap_taken_elsewhere(tid, set.unwrap_or(0), changes) {
-                break rc;
-            }
-        } else if rc != libc::SIGTRAP {
-            break rc;
-        } else if hand_on::is_trap_mark(&taken) {
-            if let Some(handed) = hand_on::take_trap_for(tid) {
-                taken = handed;
-                // Others handed over meanwhile merged with this mark: it comes again for them.
-                hand_on::mark_again(tid);
-                break rc;
-            }
-        } else if !signal::is_own_trap(&taken) {
-            break rc;
+        // A mark, a signal of racewatch's, a wake for nothing of the program's, or the end of the time: one
+        // handed over here is the program's (its mark may have merged with a SIGTRAP already pending here).
+        if let Some(handed) = hand_on::take_trap_for(tid) {
+            // SAFETY: as above.
+            unsafe { *out = handed };
+            hand_on::mark_again(tid);
+            return libc::SIGTRAP;
         }
-        // Woken for nothing of the program's, a mark whose signals already ran, or a signal of racewatch's:
-        // wait for the rest of the time.
         match remaining(timeout, start) {
             Some(None) => {}
             Some(Some(left)) => rest = Some(left),
             None => {
                 // SAFETY: errno is this thread's; a wait that times out says `EAGAIN`.
                 unsafe { *libc::__errno_location() = libc::EAGAIN };
-                break -1;
+                return -1;
             }
         }
-    };
-    if let Some(slot) = listed {
-        slot.store(0, Ordering::Release);
     }
-    if rc > 0 && !info.is_null() {
-        // SAFETY: a non-null `info` is the program's out-parameter for this call, which the kernel
-        // accepted for writing (the wait returned a signal).
-        unsafe { *info = taken };
+}
+
+thread_local! {
+    /// Whether this thread is listed in [`WAITERS`] (a jump out of a handler leaves the wait behind).
+    static LISTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// This thread's place in [`WAITERS`] for the time of a wait; given up when the wait returns or is
+/// unwound (a `pthread_cancel` in the wait, a cancellation point).
+struct Listed(Option<&'static AtomicI32>);
+
+impl Listed {
+    fn new(tid: i32) -> Listed {
+        forget_me(tid);
+        let slot = WAITERS.iter().find(|w| w.compare_exchange(0, tid, Ordering::SeqCst, Ordering::Relaxed).is_ok());
+        LISTED.with(|l| l.set(slot.is_some()));
+        Listed(slot)
     }
-    rc
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0 {
+            slot.store(0, Ordering::SeqCst);
+        }
+        LISTED.with(|l| l.set(false));
+    }
+}
+
+/// Drops every entry of thread `tid` from [`WAITERS`].
+fn forget_me(tid: i32) {
+    for waiter in &WAITERS {
+        let _ = waiter.compare_exchange(tid, 0, Ordering::SeqCst, Ordering::Relaxed);
+    }
+}
+
+/// The program jumps (`longjmp` and kin) in this thread: a wait it leaves behind (from a handler that
+/// interrupted it) no longer takes `SIGTRAP`. No system call unless the thread is listed.
+pub fn before_jump() {
+    if LISTED.with(Cell::get) {
+        LISTED.with(|l| l.set(false));
+        forget_me(raw::gettid());
+    }
 }
 
 /// The wait for `set` ended with `EINTR` in thread `tid`: whether no handler of the program's can have

@@ -766,6 +766,18 @@ fn cases() -> Vec<Case> {
         case("cancel_async_while_racing", "cancel", &["async"]).repeat(5).expect(&["joined: 320, cancelled: 320"]),
         // A cancel still pending when the worker returns (it reached no cancellation point): racewatch's
         // waits as the last thread but one ends (the reporter rests) must not act on it.
+        // A thread cancelled in one of the waits racewatch interposes.
+        case("cancel_in_every_interposed_wait", "cancel", &["waits"]).repeat(2).expect(&[
+            "sigtimedwait: cancelled 1, cleanup ran 1",
+            "sigwaitinfo: cancelled 1, cleanup ran 1",
+            "sigwait: cancelled 1, cleanup ran 1",
+            "sigsuspend: cancelled 1, cleanup ran 1",
+            "ppoll: cancelled 1, cleanup ran 1",
+            "pselect: cancelled 1, cleanup ran 1",
+            "epoll_pwait: cancelled 1, cleanup ran 1",
+            "pthread_join: cancelled 1, cleanup ran 1",
+            "open: cancelled 1, cleanup ran 1",
+        ]),
         case("cancel_pending_at_thread_return", "cancel", &["pending"])
             .repeat(5)
             .expect(&["returned: 20, cancelled: 0"]),
@@ -1839,6 +1851,7 @@ host_cases!(
     address_space_across_first_threads_under_rlimit_as,
     cancel_deferred_while_racing,
     cancel_async_while_racing,
+    cancel_in_every_interposed_wait,
     cancel_pending_at_thread_return,
     siglongjmp_sigsegv_probes,
     siglongjmp_sigalrm_timeouts_and_probes,

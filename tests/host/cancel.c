@@ -5,8 +5,16 @@
  *   "async":    PTHREAD_CANCEL_ASYNCHRONOUS threads racing in a loop with no system call at all;
  *   "pending":  one worker at a time, the program's only other thread, racing with no cancellation point
  *               and returning: cancelled at once, it returns normally (a deferred cancel waits for a
- *               cancellation point it never reaches), and its end makes racewatch's reporter rest. */
+ *               cancellation point it never reaches), and its end makes racewatch's reporter rest;
+ *   "waits":    SIGTRAP blocked; a thread at a time blocks in one wait (sigtimedwait, sigwaitinfo and sigwait
+ *               for SIGTRAP; sigsuspend, ppoll, pselect, epoll_pwait with an empty mask; pthread_join, open
+ *               of a FIFO) while two threads race, and is cancelled there: its cleanup handler runs and the
+ *               join reads PTHREAD_CANCELED (before, racewatch's clean-up of its own interposed waits made
+ *               the unwinder abort the process). */
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/stat.h>
 
 #define ROUNDS 80
 #define THREADS 4
@@ -70,8 +78,83 @@ static int pending_at_return(void) {
   return 0;
 }
 
+/* ---- waits ---- */
+
+static const char *const waits[] = {"sigtimedwait", "sigwaitinfo", "sigwait", "sigsuspend", "ppoll",
+                                    "pselect",      "epoll_pwait", "pthread_join", "open"};
+static char fifo[64];
+static atomic_int cleaned;
+
+static void cleanup(void *arg) {
+  (void)arg;
+  atomic_store(&cleaned, 1);
+}
+
+static void *sleeper(void *arg) {
+  (void)arg;
+  sleep(100);
+  return NULL;
+}
+
+static void *waiter(void *arg) {
+  const char *how = arg;
+  pthread_cleanup_push(cleanup, NULL);
+  sigset_t trap, none;
+  sigemptyset(&trap);
+  sigaddset(&trap, SIGTRAP);
+  sigemptyset(&none);
+  siginfo_t info;
+  struct timespec ts = {100, 0};
+  int sig;
+  atomic_store(&started, 1);
+  if (!strcmp(how, "sigtimedwait")) sigtimedwait(&trap, &info, &ts);
+  else if (!strcmp(how, "sigwaitinfo")) sigwaitinfo(&trap, &info);
+  else if (!strcmp(how, "sigwait")) sigwait(&trap, &sig);
+  else if (!strcmp(how, "sigsuspend")) sigsuspend(&none);
+  else if (!strcmp(how, "ppoll")) ppoll(NULL, 0, &ts, &none);
+  else if (!strcmp(how, "pselect")) pselect(0, NULL, NULL, NULL, &ts, &none);
+  else if (!strcmp(how, "epoll_pwait")) {
+    struct epoll_event ev;
+    epoll_pwait(epoll_create1(EPOLL_CLOEXEC), &ev, 1, 100000, &none);
+  } else if (!strcmp(how, "pthread_join")) {
+    pthread_t t;
+    pthread_create(&t, NULL, sleeper, NULL);
+    pthread_join(t, NULL);
+  } else if (!strcmp(how, "open"))
+    open(fifo, O_RDONLY | O_CLOEXEC);
+  pthread_cleanup_pop(0);
+  return NULL;
+}
+
+static int cancelled_waits(void) {
+  snprintf(fifo, sizeof fifo, "/tmp/rw-cancel-fifo-%d", (int)getpid());
+  mkfifo(fifo, 0600);
+  sigset_t trap;
+  sigemptyset(&trap);
+  sigaddset(&trap, SIGTRAP);
+  pthread_sigmask(SIG_BLOCK, &trap, NULL);
+  rw_start(2, 30.0, 0);
+  for (size_t i = 0; i < sizeof waits / sizeof *waits; i++) {
+    atomic_store(&started, 0);
+    atomic_store(&cleaned, 0);
+    pthread_t t;
+    pthread_create(&t, NULL, waiter, (void *)waits[i]);
+    while (!atomic_load(&started)) rw_sleep(0.001);
+    rw_sleep(0.1);
+    pthread_cancel(t);
+    void *ret = NULL;
+    pthread_join(t, &ret);
+    printf("%s: cancelled %d, cleanup ran %d\n", waits[i], ret == PTHREAD_CANCELED, atomic_load(&cleaned));
+  }
+  unlink(fifo);
+  rw_stop_racing();
+  rw_join();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "deferred";
+  if (strcmp(mode, "waits") == 0) return cancelled_waits();
   if (strcmp(mode, "pending") == 0) return pending_at_return();
   int async = strcmp(mode, "async") == 0;
   if (pipe2(empty_pipe, O_NONBLOCK | O_CLOEXEC) != 0) return 1;

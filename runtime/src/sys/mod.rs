@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod bystander;
+pub mod cancel;
 pub mod code;
 pub mod confined;
 pub mod cputime;

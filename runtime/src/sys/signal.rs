@@ -21,7 +21,7 @@
 //! (one raised meanwhile is delivered, flagged async, on return), and no
 //! program handler nests on top of ours on a small alternate stack.
 
-use crate::sys::{confined, hand_on, raw, real, stacks, thread, trap_wait};
+use crate::sys::{cancel, confined, hand_on, raw, real, stacks, thread, trap_wait};
 use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -423,13 +423,6 @@ pub fn during_program_wait<R>(mask: Option<u64>, wait: impl FnOnce() -> R) -> R 
     let Some(mask) = mask.filter(|_| is_installed() && thread::known_slot(raw::gettid()).is_some()) else {
         return wait();
     };
-    struct Restore(bool, Option<u64>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            WAIT_MASK.with(|w| w.set(self.1));
-            set_trap_blocked(self.0);
-        }
-    }
     let trap = 1u64 << (libc::SIGTRAP - 1);
     let (lets_through, program_blocked) = (mask & trap == 0, trap_blocked());
     // SIGTRAP blocked for real (a program's `SIGTRAP` was made pending) and let through by the wait: a
@@ -440,7 +433,9 @@ pub fn during_program_wait<R>(mask: Option<u64>, wait: impl FnOnce() -> R) -> R 
     if held_for_real {
         before_program_sigpending();
     }
-    let restore = Restore(program_blocked, WAIT_MASK.with(|w| w.replace(Some(mask))));
+    // Put back when the wait returns, or when the thread is cancelled in it (nothing to drop here: see
+    // `cancel`).
+    let mut restore = (program_blocked, WAIT_MASK.with(|w| w.replace(Some(mask))));
     set_trap_blocked(!lets_through);
     if lets_through && program_blocked && thread::syscalls_allowed() {
         // One kept for the process ([`park`]): pending here, blocked for real, for the wait to let through
@@ -452,9 +447,18 @@ pub fn during_program_wait<R>(mask: Option<u64>, wait: impl FnOnce() -> R) -> R 
             hold_sampling(false);
         }
     }
-    let result = wait();
-    drop(restore);
+    let arg = &mut restore as *mut (bool, Option<u64>) as *mut libc::c_void;
+    let result = cancel::on_cancel(restore_after_wait, arg, wait);
+    restore_after_wait(arg);
     result
+}
+
+/// After [`during_program_wait`]'s wait (`arg`: the program's bit and the wait mask to put back).
+extern "C" fn restore_after_wait(arg: *mut libc::c_void) {
+    // SAFETY: `arg` is `during_program_wait`'s tuple, alive in its frame while the wait runs or unwinds.
+    let (blocked, mask) = unsafe { *(arg as *const (bool, Option<u64>)) };
+    WAIT_MASK.with(|w| w.set(mask));
+    set_trap_blocked(blocked);
 }
 
 /// Records the program's `SIGTRAP` mask bit of a thread that starts (its entry in [`BLOCKED_TIDS`] set

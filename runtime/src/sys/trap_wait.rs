@@ -14,7 +14,7 @@
 // as in `real`.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
-use crate::sys::{hand_on, raw, setxid, signal, thread};
+use crate::sys::{cancel, hand_on, raw, setxid, signal, thread};
 use std::cell::Cell;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -60,7 +60,23 @@ pub fn program_sigwait(
     if thread::known_slot(tid).is_none() {
         return wait(info, timeout);
     }
-    let _listed = Listed::new(tid);
+    // Listed for the wait; unlisted when it returns, or when the thread is cancelled in it (nothing to
+    // drop in these frames: see `cancel`).
+    let mut listed = (list(tid), tid);
+    let arg = &mut listed as *mut (Option<&'static AtomicI32>, i32) as *mut std::ffi::c_void;
+    let rc = cancel::on_cancel(unlist, arg, || listed_wait(tid, set.unwrap_or(0), info, timeout, wait));
+    unlist(arg);
+    rc
+}
+
+/// [`program_sigwait`] for a listed thread `tid`.
+fn listed_wait(
+    tid: i32,
+    set: u64,
+    info: *mut libc::siginfo_t,
+    timeout: *const libc::timespec,
+    wait: impl Fn(*mut libc::siginfo_t, *const libc::timespec) -> c_int,
+) -> c_int {
     let start = thread::monotonic_ns();
     let changes = setxid::changes_begun();
     // The kernel writes the program's `info` (its EFAULT is the program's); without one, a local.
@@ -83,7 +99,7 @@ pub fn program_sigwait(
             hand_on::is_trap_mark(&taken) || signal::is_own_trap(&taken)
         };
         let (eintr, timed_out) = (rc == -1 && errno() == libc::EINTR, rc == -1 && errno() == libc::EAGAIN);
-        if eintr && !woken_for_a_trap_taken_elsewhere(tid, set.unwrap_or(0), changes) || !(eintr || timed_out || ours) {
+        if eintr && !woken_for_a_trap_taken_elsewhere(tid, set, changes) || !(eintr || timed_out || ours) {
             // The program's signal, a handler's EINTR, or an error: one handed over here meanwhile whose mark
             // merged with a SIGTRAP already pending here is marked again, for the next wait or the handler.
             hand_on::mark_again(tid);
@@ -114,26 +130,23 @@ thread_local! {
     static LISTED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// This thread's place in [`WAITERS`] for the time of a wait; given up when the wait returns or is
-/// unwound (a `pthread_cancel` in the wait, a cancellation point).
-struct Listed(Option<&'static AtomicI32>);
-
-impl Listed {
-    fn new(tid: i32) -> Listed {
-        forget_me(tid);
-        let slot = WAITERS.iter().find(|w| w.compare_exchange(0, tid, Ordering::SeqCst, Ordering::Relaxed).is_ok());
-        LISTED.with(|l| l.set(slot.is_some()));
-        Listed(slot)
-    }
+/// Takes a place in [`WAITERS`] for thread `tid` (none when all are taken).
+fn list(tid: i32) -> Option<&'static AtomicI32> {
+    forget_me(tid);
+    let slot = WAITERS.iter().find(|w| w.compare_exchange(0, tid, Ordering::SeqCst, Ordering::Relaxed).is_ok());
+    LISTED.with(|l| l.set(slot.is_some()));
+    slot
 }
 
-impl Drop for Listed {
-    fn drop(&mut self) {
-        if let Some(slot) = self.0 {
-            slot.store(0, Ordering::SeqCst);
-        }
-        LISTED.with(|l| l.set(false));
+/// Gives the place [`list`] took back (`arg`: the place and the thread's id), unless a jump gave it up
+/// already (another thread may hold it since).
+extern "C" fn unlist(arg: *mut std::ffi::c_void) {
+    // SAFETY: `arg` is `program_sigwait`'s pair, alive in its frame while the wait runs or unwinds.
+    let (slot, tid) = unsafe { *(arg as *const (Option<&'static AtomicI32>, i32)) };
+    if let Some(slot) = slot {
+        let _ = slot.compare_exchange(tid, 0, Ordering::SeqCst, Ordering::Relaxed);
     }
+    LISTED.with(|l| l.set(false));
 }
 
 /// Drops every entry of thread `tid` from [`WAITERS`].

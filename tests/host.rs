@@ -2255,6 +2255,30 @@ fn races_after_a_program_closed_every_descriptor_are_reported() {
     eprintln!("a race after the closes reported in run {runs}");
 }
 
+/// A race found after `main` called `pthread_exit` is printed on stderr: the reporter reaches the
+/// process's stderr through a live thread (the process's pidfd names the main thread, whose descriptor
+/// table is gone; before, such a report was counted as not written, set 31 p03).
+#[test]
+fn races_after_main_called_pthread_exit_are_reported() {
+    if skip_detection() {
+        return;
+    }
+    let Some(bin) = program("pthread_exit_main") else { return };
+    let case = case("pthread_exit_main_detects", "pthread_exit_main", &["workers"]);
+    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
+    let mut attempt = 0;
+    let (_, runs) = retry_for(Duration::from_secs(60), || {
+        attempt += 1;
+        let run = run_case(&case, Mode::Sampled, &bin, &format!("{attempt}-"), &[]);
+        if run.stdout != plain.stdout {
+            return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+        }
+        Ok(run.stderr.contains(REPORT_HEADER).then_some(()))
+    })
+    .unwrap_or_else(|why| panic!("pthread_exit_main: {why}"));
+    eprintln!("a race after main's pthread_exit reported in run {runs}");
+}
+
 /// A module `dlopen`ed while the program's (race-free) threads run, with a function that would install a seccomp
 /// filter with its own `syscall` instruction: the reporter's periodic check sees that the loader's
 /// counts of loaded modules changed, finds the instruction, and detection goes off before the program

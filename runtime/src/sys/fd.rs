@@ -218,13 +218,36 @@ pub fn with_stderr<T>(f: impl FnOnce(i32) -> T) -> Option<T> {
     if pidfd < 0 {
         return Some(f(2));
     }
-    let fd = crate::sys::raw::syscall6(libc::SYS_pidfd_getfd, [pidfd as u64, 2, 0, 0, 0, 0]);
+    let mut fd = crate::sys::raw::syscall6(libc::SYS_pidfd_getfd, [pidfd as u64, 2, 0, 0, 0, 0]);
+    if fd < 0 {
+        fd = stderr_through_a_thread();
+    }
     if fd < 0 {
         return None;
     }
     let result = f(fd as i32);
     real::close(fd as i32);
     Some(result)
+}
+
+/// The process's descriptor 2 taken through one of its live threads (`PIDFD_THREAD`, Linux 6.9): the
+/// process's pidfd names the main thread, whose table is gone once `main` called `pthread_exit` (a
+/// report then was not written). Negative when none gives it.
+fn stderr_through_a_thread() -> i64 {
+    const PIDFD_THREAD: u64 = libc::O_EXCL as u64;
+    let me = crate::sys::raw::gettid();
+    for tid in crate::sys::thread::known_tids().filter(|&tid| tid != me) {
+        let thread = crate::sys::raw::syscall6(libc::SYS_pidfd_open, [tid as u64, PIDFD_THREAD, 0, 0, 0, 0]);
+        if thread < 0 {
+            continue;
+        }
+        let fd = crate::sys::raw::syscall6(libc::SYS_pidfd_getfd, [thread as u64, 2, 0, 0, 0, 0]);
+        real::close(thread as i32);
+        if fd >= 0 {
+            return fd;
+        }
+    }
+    -1
 }
 
 /// Closes the runtime's descriptor `fd` in the process's table and has the private table's copy

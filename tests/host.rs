@@ -125,6 +125,7 @@ const PROGRAMS: &[Program] = &[
     },
     Program { name: "trap_disposition", source: include_str!("host/trap_disposition.c"), metadata: true, flags: &[] },
     Program { name: "trap_kept", source: include_str!("host/trap_kept.c"), metadata: true, flags: &[] },
+    Program { name: "sigqueue_thread", source: include_str!("host/sigqueue_thread.c"), metadata: true, flags: &[] },
     Program { name: "cpu_traps", source: include_str!("host/cpu_traps.c"), metadata: true, flags: &[] },
     Program { name: "fifo_turns", source: include_str!("host/fifo_turns.c"), metadata: true, flags: &[] },
     Program { name: "raw_trap", source: include_str!("host/raw_trap.c"), metadata: true, flags: &[] },
@@ -766,6 +767,9 @@ fn cases() -> Vec<Case> {
         case("cancel_async_while_racing", "cancel", &["async"]).repeat(5).expect(&["joined: 320, cancelled: 320"]),
         // A cancel still pending when the worker returns (it reached no cancellation point): racewatch's
         // waits as the last thread but one ends (the reporter rests) must not act on it.
+        // Signals sent to one thread (pthread_kill, pthread_sigqueue) run there.
+        case("pthread_sigqueue_to_a_worker_runs_there", "sigqueue_thread", &[])
+            .expect(&["handled 300, on another thread 0, wrong payload 0, lost 0"]),
         // A thread cancelled in one of the waits racewatch interposes.
         case("cancel_in_every_interposed_wait", "cancel", &["waits"]).repeat(2).expect(&[
             "sigtimedwait: cancelled 1, cleanup ran 1",
@@ -1851,6 +1855,7 @@ host_cases!(
     address_space_across_first_threads_under_rlimit_as,
     cancel_deferred_while_racing,
     cancel_async_while_racing,
+    pthread_sigqueue_to_a_worker_runs_there,
     cancel_in_every_interposed_wait,
     cancel_pending_at_thread_return,
     siglongjmp_sigsegv_probes,

@@ -800,7 +800,14 @@ pub extern "C" fn pthread_sigqueue(thread: libc::pthread_t, sig: c_int, value: l
     if sig == libc::SIGTRAP && ignored_by(thread) {
         return 0;
     }
-    retried_if_full(|| real::pthread_sigqueue(thread, sig, value), |rc| rc == libc::EAGAIN)
+    // Its `SI_QUEUE` looks like `sigqueue`'s to the process: noted, so the thread runs it itself.
+    let tid = signal::is_installed().then(|| crate::sys::creation::tid_of(thread)).flatten();
+    let noted = tid.is_some_and(|tid| hand_on::note_directed(tid, sig));
+    let rc = retried_if_full(|| real::pthread_sigqueue(thread, sig, value), |rc| rc == libc::EAGAIN);
+    if rc != 0 && noted {
+        hand_on::undo_directed(tid.unwrap_or(0), sig);
+    }
+    rc
 }
 
 /// Whether raw `kill`/`tkill`/`tgkill` arguments send `SIGTRAP` to a thread of this process that would

@@ -304,9 +304,10 @@ pub fn tid_of(thread: u64) -> Option<i32> {
     if thread == this_thread() {
         return Some(raw::gettid());
     }
+    // A descriptor glibc reused names an ended thread's record too: the live one is the thread.
     let mut found = None;
     each_record(|record| {
-        found = Some(record.tid).filter(|_| record.thread == thread);
+        found = Some(record.tid).filter(|&tid| record.thread == thread && raw::thread_alive(tid));
         found.is_none()
     });
     found

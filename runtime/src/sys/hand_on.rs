@@ -37,7 +37,7 @@
 //! `EINTR` ([`end_wait`]).
 
 use crate::sys::{mem, raw, stacks, tracer};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Signals whose program handlers are wrapped: those a process is sent by `kill`, `sigqueue`, `alarm`,
 /// its terminal or a child, which programs wait for in `pause`/`sigsuspend`. Not the faults, the
@@ -296,7 +296,9 @@ extern "C-unwind" fn decide(
     // SAFETY: a non-null `info` is the kernel's siginfo for this delivery, this handler's to change.
     if let Some(delivered) = unsafe { info.as_mut() }.filter(|_| wraps(sig)) {
         // The process and thread ids (two system calls) only when there is something to decide.
-        let may_hand_over = sent_to_process(sig, delivered.si_code) && crate::sys::signal::detecting();
+        let may_hand_over = sent_to_process(sig, delivered.si_code)
+            && crate::sys::signal::detecting()
+            && !(delivered.si_code == libc::SI_QUEUE && take_directed(sig));
         let slot_taken = SAVED_BUSY[sig as usize].load(Ordering::Acquire);
         if (may_hand_over || slot_taken || delivered.si_code == libc::SI_QUEUE)
             && handed_over_or_taken(sig, delivered, ctx, flags, may_hand_over)
@@ -388,6 +390,59 @@ pub fn call_program_handler(
 /// thread (`raise`, `pthread_kill`, a timer of its own) or by a subsystem (`SI_TIMER`, `SI_SIGIO`, ...).
 fn sent_to_process(sig: i32, code: i32) -> bool {
     matches!(code, libc::SI_QUEUE | libc::SI_USER | libc::SI_KERNEL) || (sig == libc::SIGCHLD && code > 0)
+}
+
+/// Signals of [`WRAPPED`] the program sent to one of its own threads with `pthread_sigqueue`, on their
+/// way: the thread and signal (`tid << 8 | sig`) and how many. Their `SI_QUEUE` is also `sigqueue`'s to
+/// the process, which a worker hands over to the main thread; these must run where they were sent.
+const DIRECTED_SLOTS: usize = 16;
+static DIRECTED: [AtomicU64; DIRECTED_SLOTS] = [const { AtomicU64::new(0) }; DIRECTED_SLOTS];
+static DIRECTED_COUNT: [AtomicU32; DIRECTED_SLOTS] = [const { AtomicU32::new(0) }; DIRECTED_SLOTS];
+/// How many are on their way in all (no system call in [`take_directed`] while none are).
+static DIRECTED_ANY: AtomicU32 = AtomicU32::new(0);
+
+fn directed_key(tid: i32, sig: i32) -> u64 {
+    (tid as u32 as u64) << 8 | sig as u8 as u64
+}
+
+/// The program sends `sig` to its thread `tid` with `pthread_sigqueue`: noted before the send, so that the
+/// thread runs it itself ([`take_directed`]). False when it is not noted (the table is full, or `sig` is
+/// not wrapped); [`undo_directed`] when the send failed.
+pub fn note_directed(tid: i32, sig: i32) -> bool {
+    if !wraps(sig) || tid <= 0 {
+        return false;
+    }
+    let key = directed_key(tid, sig);
+    let slot = DIRECTED.iter().position(|k| k.load(Ordering::Acquire) == key).or_else(|| {
+        DIRECTED.iter().position(|k| k.compare_exchange(0, key, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+    });
+    let Some(i) = slot else { return false };
+    DIRECTED_COUNT[i].fetch_add(1, Ordering::AcqRel);
+    DIRECTED_ANY.fetch_add(1, Ordering::AcqRel);
+    true
+}
+
+/// A send [`note_directed`] noted failed.
+pub fn undo_directed(tid: i32, sig: i32) {
+    take_directed_for(directed_key(tid, sig));
+}
+
+/// Whether this `SI_QUEUE` delivery of `sig` is one the program sent this very thread ([`note_directed`]);
+/// taken from the count. Async-signal-safe.
+fn take_directed(sig: i32) -> bool {
+    DIRECTED_ANY.load(Ordering::Acquire) != 0 && take_directed_for(directed_key(raw::gettid(), sig))
+}
+
+fn take_directed_for(key: u64) -> bool {
+    let Some(i) = DIRECTED.iter().position(|k| k.load(Ordering::Acquire) == key) else { return false };
+    let taken = DIRECTED_COUNT[i].fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok();
+    if taken {
+        DIRECTED_ANY.fetch_sub(1, Ordering::AcqRel);
+        if DIRECTED_COUNT[i].load(Ordering::Acquire) == 0 {
+            let _ = DIRECTED[i].compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+    taken
 }
 
 /// The `sigqueue` value that marks a signal handed over to the main thread (with the process's pid).

@@ -2383,7 +2383,7 @@ fn a_plugin_opened_by_relative_path_and_reloaded_in_place() {
            usleep(us); dlclose(h); printf(\"round 1 done\\n\"); return 0; }\n",
         &["-ldl"],
     );
-    let (run, runs) = retry_for(Duration::from_secs(20), || {
+    let (run, runs) = retry_for(Duration::from_secs(60), || {
         let mut cmd = common::racewatch();
         cmd.current_dir(&dir).args(["run", "-o", "sample_period_us=1000", "-o", "fail_on_race=0", "--"]);
         cmd.arg(&host).arg("1.5");

@@ -747,6 +747,11 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
         libc::SYS_perf_event_open => return perf_event_open([a, b, c, d, e, f]),
         // `SIGTRAP`s the kernel would discard, sent raw (see `pthread_kill`).
         libc::SYS_kill | libc::SYS_tkill | libc::SYS_tgkill if trap_sent_and_ignored(number, [a, b, c]) => return 0,
+        libc::SYS_tkill | libc::SYS_tgkill => {
+            if let Some(rc) = trap_to_own_thread(number, [a, b, c]) {
+                return rc.into();
+            }
+        }
         libc::SYS_setrlimit => limiting(0, a as c_int, a_ptr(b)),
         libc::SYS_prlimit64 => limiting(a as libc::pid_t, b as c_int, a_ptr(c)),
         libc::SYS_unshare | libc::SYS_setns => detector::before_single_threaded_call(),
@@ -821,12 +826,31 @@ fn trap_sent_and_ignored(number: c_long, [a, b, c]: [c_long; 3]) -> bool {
     }
 }
 
+/// A `SIGTRAP` that raw `tkill`/`tgkill` arguments send to another thread of this process, handed over
+/// ([`signal::send_trap_to_thread`]): `Some(0)` when it was; `None` to make the call.
+fn trap_to_own_thread(number: c_long, [a, b, c]: [c_long; 3]) -> Option<c_int> {
+    let (tid, sig) = match number {
+        libc::SYS_tkill => (a, b),
+        _ if signal::is_own_process(a as libc::pid_t) => (b, c),
+        _ => return None,
+    };
+    (sig == libc::SIGTRAP as c_long).then(|| signal::send_trap_to_thread(tid as libc::pid_t)).flatten()
+}
+
 /// Interposed `pthread_kill`: a `SIGTRAP` the kernel would discard (the program ignores it and the thread
-/// does not block it) is not sent ([`signal::discarded_as_ignored`]).
+/// does not block it) is not sent ([`signal::discarded_as_ignored`]); one to another thread that lets it
+/// through is handed over, so that no sample of racewatch's pending there swallows it
+/// ([`signal::send_trap_to_thread`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn pthread_kill(thread: libc::pthread_t, sig: c_int) -> c_int {
-    if sig == libc::SIGTRAP && ignored_by(thread) {
-        return 0;
+    if sig == libc::SIGTRAP && signal::is_installed() {
+        let tid = crate::sys::creation::tid_of(thread);
+        if tid.is_some_and(signal::discarded_as_ignored) {
+            return 0;
+        }
+        if let Some(rc) = tid.and_then(signal::send_trap_to_thread) {
+            return rc;
+        }
     }
     real::pthread_kill(thread, sig)
 }
@@ -856,6 +880,9 @@ pub extern "C" fn gsignal(sig: c_int) -> c_int {
 pub extern "C" fn tgkill(tgid: libc::pid_t, tid: libc::pid_t, sig: c_int) -> c_int {
     if trap_sent_and_ignored(libc::SYS_tgkill, [tgid.into(), tid.into(), sig.into()]) {
         return 0;
+    }
+    if let Some(rc) = trap_to_own_thread(libc::SYS_tgkill, [tgid.into(), tid.into(), sig.into()]) {
+        return rc;
     }
     real::tgkill(tgid, tid, sig)
 }

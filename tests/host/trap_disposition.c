@@ -27,7 +27,11 @@
  *   "wait_interrupted <call> <by>": a worker waits for a blocked SIGTRAP with <call> while threads race;
  *                  main interrupts it (<by>: "usr1", a SIGUSR1 handler; "setxid", setuid(getuid()), whose
  *                  glibc signal runs in every thread), then sends SIGTRAP: the first wait ends with EINTR
- *                  (sigwait goes on by itself), the next one takes SIGTRAP. */
+ *                  (sigwait goes on by itself), the next one takes SIGTRAP;
+ *   "ping <call>":  main sends SIGTRAP to a busy racing worker 300 times, one at a time, with <call>
+ *                  ("pthread_kill", "tgkill" or "tkill", the raw system call), and waits up to 0.5 s for
+ *                  the worker's handler to count each; prints how many were handled, with a siginfo that
+ *                  was not the kernel's for the call or on another thread, and lost. */
 #include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -539,12 +543,59 @@ static int int3_altstack(void) {
   return 0;
 }
 
+/* ---- ping ---- */
+
+static atomic_int pinged, ping_wrong, ping_tid;
+
+static void on_ping(int sig, siginfo_t *info, void *ctx) {
+  (void)sig, (void)ctx;
+  int ours = info->si_code == SI_TKILL && info->si_pid == getpid() && info->si_uid == getuid();
+  if (!ours || (int)syscall(SYS_gettid) != atomic_load(&ping_tid)) atomic_fetch_add(&ping_wrong, 1);
+  atomic_fetch_add(&pinged, 1);
+}
+
+static void *ping_target(void *arg) {
+  atomic_store(&ping_tid, (int)syscall(SYS_gettid));
+  rw_race_until(rw_now() + 120);
+  return arg;
+}
+
+static int ping(const char *call) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_ping;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTRAP, &sa, NULL);
+  rw_start(1, 120, 0);
+  pthread_t target;
+  pthread_create(&target, NULL, ping_target, NULL);
+  while (atomic_load(&ping_tid) == 0) rw_sleep(0.001);
+  int tid = atomic_load(&ping_tid), lost = 0;
+  for (int i = 0; i < ROUNDS; i++) {
+    int before = atomic_load(&pinged);
+    if (strcmp(call, "pthread_kill") == 0) pthread_kill(target, SIGTRAP);
+    else if (strcmp(call, "tgkill") == 0) tgkill(getpid(), tid, SIGTRAP);
+    else syscall(SYS_tkill, tid, SIGTRAP);
+    double until = rw_now() + 0.5;
+    while (atomic_load(&pinged) == before && rw_now() < until) rw_sleep(0.0001);
+    if (atomic_load(&pinged) == before) lost++;
+  }
+  rw_stop_racing();
+  pthread_join(target, NULL);
+  rw_join();
+  printf("%s: %d sent, %d handled, %d wrong, %d lost\n", call, ROUNDS, atomic_load(&pinged), atomic_load(&ping_wrong),
+         lost);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "sigtimedwait") == 0) return timedwait(0);
   if (strcmp(mode, "sigqueue") == 0) return timedwait(1);
   if (strcmp(mode, "wait_rounds") == 0 && argc > 3) return wait_rounds(argv[2], argv[3]);
   if (strcmp(mode, "wait_interrupted") == 0 && argc > 3) return wait_interrupted(argv[2], argv[3]);
+  if (strcmp(mode, "ping") == 0 && argc > 2) return ping(argv[2]);
   if (strcmp(mode, "inherited") == 0) return report_inherited(argc > 2 ? argv[2] : "");
   if (strcmp(mode, "exec_child") == 0) return exec_child();
   self_path = argv[0];

@@ -964,6 +964,30 @@ pub fn route_own_process_trap(code: libc::c_int, value: u64) -> Option<libc::c_i
     Some(0)
 }
 
+/// The program sends `SIGTRAP` to another of its threads (`pthread_kill`, `tgkill`, `tkill`), `tid`, which
+/// lets it through. Sent for real, it would merge with a sample of racewatch's pending there (a standard
+/// signal is pending once per thread) and never reach the program's handler: at the debug rate a program
+/// sending a busy worker 100 in turn, each after the last was handled, lost one in about 12 and waited for
+/// ever. So its `siginfo` (`SI_TKILL`, the sender's pid and uid, as the kernel makes it) is handed over
+/// ([`hand_on::hand_trap_to`]), whose mark racewatch's handler there looks for after each of its own
+/// signals. One already waiting there takes this one in, as the kernel's pending signal would. `Some(0)`
+/// when handed over; `None` to send it for real (not a thread racewatch knows, it blocks `SIGTRAP` for the
+/// program, detection is off, or every slot is taken).
+pub fn send_trap_to_thread(tid: libc::pid_t) -> Option<libc::c_int> {
+    if !is_installed() || !detecting() || !thread::syscalls_allowed() || in_borrowed_memory() {
+        return None;
+    }
+    let usable = tid != raw::gettid() && thread::known_slot(tid).is_some() && !confined::is_listed(tid);
+    if !usable || trap_blocked_in(tid) != Some(false) {
+        return None;
+    }
+    if hand_on::trap_waits_for(tid) {
+        return Some(0);
+    }
+    let info = raw::siginfo_from(libc::SIGTRAP, libc::SI_TKILL, raw::getpid(), 0);
+    matches!(hand_on::hand_trap_to(tid, &info), hand_on::HandedTrap::Sent).then_some(0)
+}
+
 /// Set once the program made a signalfd that reads `SIGTRAP`.
 static TRAP_SIGNALFD: AtomicBool = AtomicBool::new(false);
 

@@ -414,10 +414,15 @@ pub fn before_nofile_limit(soft: u64, hard: u64) {
 /// The program could not create a thread for lack of room (`EAGAIN`: `RLIMIT_NPROC`, the system's
 /// thread limit) while the reporter thread takes one: the reporter prints what is queued and ends, with
 /// one warning, and the program gets the room back. Reports found later are printed at exit by the
-/// exiting thread. True when a reporter thread was ended (the program's call is then tried again).
+/// exiting thread. True when a reporter thread was ended, or one of racewatch's threads that ended a
+/// moment ago may still count (the program's call is then tried again).
 pub fn give_back_reporter_thread() -> bool {
-    if !is_running() || !reporter::has_thread() {
+    if !is_running() {
         return false;
+    }
+    if !reporter::has_or_starts_thread() {
+        // A runtime thread that just ended may still count for the kernel: tried again a moment later.
+        return thread::runtime_thread_leaving();
     }
     reporter::shutdown();
     log::warn(format_args!(

@@ -813,6 +813,7 @@ fn retire_if_idle(busy_at: u64) -> bool {
     unsafe { libc::pthread_detach(libc::pthread_self()) };
     sys::thread::unmark_runtime_thread();
     sys::alloc::set_patient_thread(0, while_waiting_for_memory);
+    sys::thread::note_leaving(sys::thread::gettid());
     THREAD.store(0, Ordering::Release);
     REPORTER_TID.store(0, Ordering::Release);
     sys::fd::forget_private_table();
@@ -827,7 +828,10 @@ fn retire_if_idle(busy_at: u64) -> bool {
 /// the program's can list the task directory before the id is known.
 fn spawn() -> Option<libc::pthread_t> {
     REPORTER_TID.store(0, Ordering::Release);
-    let thread = sys::thread::spawn_runtime_thread(reporter_main)?;
+    STARTING.store(true, Ordering::Release);
+    let thread = sys::thread::spawn_runtime_thread(reporter_main);
+    STARTING.store(thread.is_some(), Ordering::Release);
+    let thread = thread?;
     stats::bump(stats::Counter::ReporterStarts);
     let deadline = sys::thread::monotonic_ns() + 100_000_000;
     while REPORTER_TID.load(Ordering::Acquire) == 0 && sys::thread::monotonic_ns() < deadline {
@@ -918,6 +922,7 @@ fn warm_thread_cache() {
         // counts it (host case `own_proc_files_show_the_programs_state`, 1 run in a loaded CI).
         let tid = TID.swap(0, Ordering::AcqRel);
         if tid != 0 {
+            sys::thread::note_leaving(tid);
             sys::thread::wait_gone(tid, 100);
         }
     }
@@ -968,6 +973,7 @@ pub fn start_from_signal(regs: &sys::signal::Regs, now: u64) {
     if RESTING.load(Ordering::Acquire) {
         if let Some(thread) = spawn() {
             THREAD.store(thread, Ordering::Release);
+            STARTING.store(false, Ordering::Release);
             RESTING.store(false, Ordering::Release);
             stats::bump(stats::Counter::ReporterStartsFromSignals);
         }
@@ -1074,6 +1080,7 @@ fn wake_from_rest() {
         // Without a thread (no memory or no room for one) it rests on: the next try starts it.
         if let Some(thread) = spawn() {
             THREAD.store(thread, Ordering::Release);
+            STARTING.store(false, Ordering::Release);
             RESTING.store(false, Ordering::Release);
         }
     }
@@ -1112,6 +1119,15 @@ fn while_waiting_for_memory() {
 pub fn has_thread() -> bool {
     THREAD.load(Ordering::Acquire) != 0
 }
+
+/// Whether a reporter thread runs or is being started.
+pub fn has_or_starts_thread() -> bool {
+    has_thread() || STARTING.load(Ordering::Acquire)
+}
+
+/// Set from the reporter thread's creation until the thread that created it records it ([`THREAD`]): a
+/// program thread told `EAGAIN` meanwhile has it ended ([`shutdown`] waits for its creator).
+static STARTING: AtomicBool = AtomicBool::new(false);
 
 /// Whether `tid` is the reporter thread (never sampled).
 pub fn is_reporter_thread(tid: i32) -> bool {

@@ -2,7 +2,7 @@
 //! and the set of the runtime's own threads, which are never sampled.
 
 use crate::sys::{creation, raw, real};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 /// The kernel thread id of the caller.
 pub fn gettid() -> i32 {
@@ -685,6 +685,34 @@ pub fn wait_gone(tid: i32, timeout_ms: u64) {
     while raw::syscall6(libc::SYS_tgkill, [pid, u64::from(tid as u32), 0, 0, 0, 0]) == 0 && monotonic_ns() < deadline {
         sleep_us(20);
     }
+}
+
+/// Runtime threads that ended (the reporter retiring, the warm-up thread joined) and that the kernel may
+/// still count for a moment against the program's thread limits (`RLIMIT_NPROC`, threads-max): their
+/// kernel ids and when they ended (monotonic ns).
+const LEAVING_SLOTS: usize = 4;
+static LEAVING_TID: [AtomicI32; LEAVING_SLOTS] = [const { AtomicI32::new(0) }; LEAVING_SLOTS];
+static LEAVING_AT: [AtomicU64; LEAVING_SLOTS] = [const { AtomicU64::new(0) }; LEAVING_SLOTS];
+static LEAVING_NEXT: AtomicUsize = AtomicUsize::new(0);
+/// How long after its end a runtime thread is taken to be possibly still counted.
+const LEAVING_NS: u64 = 1_000_000_000;
+
+/// Notes that runtime thread `tid` ended or is ending now ([`runtime_thread_leaving`]).
+pub fn note_leaving(tid: i32) {
+    let i = LEAVING_NEXT.fetch_add(1, Ordering::Relaxed) % LEAVING_SLOTS;
+    LEAVING_AT[i].store(monotonic_ns(), Ordering::Relaxed);
+    LEAVING_TID[i].store(tid, Ordering::Release);
+}
+
+/// Whether a runtime thread that ended within the last second is still there for the kernel: a program
+/// told `EAGAIN` by `pthread_create` then tries again, as it would not have been told without racewatch.
+pub fn runtime_thread_leaving() -> bool {
+    let (now, pid) = (monotonic_ns(), u64::from(getpid() as u32));
+    (0..LEAVING_SLOTS).any(|i| {
+        let tid = LEAVING_TID[i].load(Ordering::Acquire);
+        let recent = now.saturating_sub(LEAVING_AT[i].load(Ordering::Relaxed)) < LEAVING_NS;
+        tid > 0 && recent && raw::syscall6(libc::SYS_tgkill, [pid, u64::from(tid as u32), 0, 0, 0, 0]) == 0
+    })
 }
 
 /// Capacity of the runtime-thread table.

@@ -78,6 +78,13 @@ const PROGRAMS: &[Program] = &[
     Program { name: "process_ops", source: include_str!("host/process_ops.c"), metadata: true, flags: &[] },
     Program { name: "small_stacks", source: include_str!("host/small_stacks.c"), metadata: true, flags: &[] },
     Program { name: "tls_footprint", source: include_str!("host/tls_footprint.c"), metadata: true, flags: &[] },
+    Program { name: "big_tls", source: include_str!("host/big_tls.c"), metadata: true, flags: &[] },
+    Program {
+        name: "huge_tls",
+        source: include_str!("host/big_tls.c"),
+        metadata: true,
+        flags: &["-DTLS_BYTES=1048576"],
+    },
     Program { name: "privilege_mark", source: include_str!("host/privilege_mark.c"), metadata: true, flags: &[] },
     Program { name: "altstack", source: include_str!("host/altstack.c"), metadata: true, flags: &[] },
     Program { name: "altstack_depth", source: include_str!("host/altstack_depth.c"), metadata: true, flags: &[] },
@@ -531,6 +538,11 @@ fn cases() -> Vec<Case> {
         // racewatch's thread-local variables are not in glibc's static TLS block (carved from every thread's
         // stack) and take no slot of a thread's TLS vector (the program's malloc).
         case("thread_stacks_and_tls_vectors_as_without_racewatch", "tls_footprint", &[]).repeat(2).expect(&["done"]),
+        // A 240 KiB `__thread` array, which glibc carves from every thread stack it maps: racewatch's
+        // reporter thread asks for that room on top of its own (before: it overflowed, SIGSEGV).
+        case("a_large_static_tls_block_leaves_the_reporter_its_stack", "big_tls", &[])
+            .repeat(3)
+            .expect(&["threads that wrote their own array: 2; main's first byte: 7"]),
         // Opening racewatch's perf events (as root: a capability check that succeeds) does not mark the
         // program's thread as having used a superuser privilege (set 22 p11).
         case("no_privilege_mark_on_the_program_threads", "privilege_mark", &[]).expect(&["a worker's mark: 0"]),
@@ -1817,6 +1829,7 @@ host_cases!(
     exec_from_a_thread,
     min_stacks_deep_recursion,
     thread_stacks_and_tls_vectors_as_without_racewatch,
+    a_large_static_tls_block_leaves_the_reporter_its_stack,
     no_privilege_mark_on_the_program_threads,
     sigaltstack_sigusr1_handler,
     alternate_stack_written_as_deep_as_without_racewatch,
@@ -2297,6 +2310,32 @@ fn races_after_main_called_pthread_exit_are_reported() {
     })
     .unwrap_or_else(|why| panic!("pthread_exit_main: {why}"));
     eprintln!("a race after main's pthread_exit reported in run {runs}");
+}
+
+/// Races in programs whose static thread-local block is large (240 KiB, 1 MiB of `__thread` arrays) are
+/// printed: the reporter thread's stack has room for that block on top of its own (before: with 240 KiB
+/// it overflowed, with 1 MiB it never started and every report was dropped without a word).
+#[test]
+fn races_in_programs_with_large_tls_blocks_are_reported() {
+    if skip_detection() {
+        return;
+    }
+    for name in ["big_tls", "huge_tls"] {
+        let Some(bin) = program(name) else { return };
+        let case = case("large_tls_detects", name, &[]);
+        let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
+        let mut attempt = 0;
+        let (_, runs) = retry_for(Duration::from_secs(60), || {
+            attempt += 1;
+            let run = run_case(&case, Mode::Sampled, &bin, &format!("{attempt}-"), &[]);
+            if run.stdout != plain.stdout || run.status != plain.status {
+                return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
+            }
+            Ok(run.stderr.contains(REPORT_HEADER).then_some(()))
+        })
+        .unwrap_or_else(|why| panic!("{name}: {why}"));
+        eprintln!("{name}: a race reported in run {runs}");
+    }
 }
 
 /// A module `dlopen`ed while the program's (race-free) threads run, with a function that would install a seccomp

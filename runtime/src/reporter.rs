@@ -885,6 +885,7 @@ pub fn start(options: &Options, on_demand: bool) {
     STOP.store(false, Ordering::Release);
     // Found now, outside any signal handler: a start from one ([`start_from_signal`]) looks nothing up.
     let _ = sys::thread::runtime_threads_uncounted();
+    sys::thread::note_static_tls();
     RESTING.store(true, Ordering::Release);
     if on_demand {
         warm_thread_cache();

@@ -79,6 +79,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "small_stacks", source: include_str!("host/small_stacks.c"), metadata: true, flags: &[] },
     Program { name: "tls_footprint", source: include_str!("host/tls_footprint.c"), metadata: true, flags: &[] },
     Program { name: "big_tls", source: include_str!("host/big_tls.c"), metadata: true, flags: &[] },
+    Program { name: "environ_kept", source: include_str!("host/environ_kept.c"), metadata: true, flags: &[] },
     Program {
         name: "huge_tls",
         source: include_str!("host/big_tls.c"),
@@ -540,6 +541,10 @@ fn cases() -> Vec<Case> {
         case("thread_stacks_and_tls_vectors_as_without_racewatch", "tls_footprint", &[]).repeat(2).expect(&["done"]),
         // A 240 KiB `__thread` array, which glibc carves from every thread stack it maps: racewatch's
         // reporter thread asks for that room on top of its own (before: it overflowed, SIGSEGV).
+        // The environment array `system()` runs with stays intact for a thread that read `environ`
+        // meanwhile (before: freed as the call ended).
+        case("environment_read_during_system_stays_intact", "environ_kept", &[])
+            .expect(&["entries of the array read during system(): changed 0"]),
         case("a_large_static_tls_block_leaves_the_reporter_its_stack", "big_tls", &[])
             .repeat(3)
             .expect(&["threads that wrote their own array: 2; main's first byte: 7"]),
@@ -1830,6 +1835,7 @@ host_cases!(
     min_stacks_deep_recursion,
     thread_stacks_and_tls_vectors_as_without_racewatch,
     a_large_static_tls_block_leaves_the_reporter_its_stack,
+    environment_read_during_system_stays_intact,
     no_privilege_mark_on_the_program_threads,
     sigaltstack_sigusr1_handler,
     alternate_stack_written_as_deep_as_without_racewatch,

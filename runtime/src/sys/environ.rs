@@ -285,14 +285,22 @@ struct Swap {
     original: *mut *mut c_char,
     /// [`for_child`]'s array, which `environ` points at meanwhile.
     swapped: *mut *mut c_char,
+    /// That array, kept after the calls: another thread may still be reading it.
     child: Option<ChildEnv>,
+    /// The program's array and its entries when `child` was made from them.
+    made_from: (*mut *mut c_char, Vec<*const c_char>),
 }
 
 // SAFETY: the pointers are the process's environment arrays, read and written only under `SWAP`'s lock.
 unsafe impl Send for Swap {}
 
-static SWAP: spin::Mutex<Swap> =
-    spin::Mutex::new(Swap { calls: 0, original: std::ptr::null_mut(), swapped: std::ptr::null_mut(), child: None });
+static SWAP: spin::Mutex<Swap> = spin::Mutex::new(Swap {
+    calls: 0,
+    original: std::ptr::null_mut(),
+    swapped: std::ptr::null_mut(),
+    child: None,
+    made_from: (std::ptr::null_mut(), Vec::new()),
+});
 
 /// Runs `call`, a libc function that starts a child with the program's `environ` internally (`system`,
 /// `popen`), with `environ` pointing at [`for_child`]'s array meanwhile. Calls from several threads at
@@ -300,22 +308,37 @@ static SWAP: spin::Mutex<Swap> =
 /// each of three threads swapped each other's arrays, and one child lost its command's exit status). A
 /// program thread that sets a variable during the calls gets a new array from glibc, built from that
 /// one: racewatch's variables are taken out of it again afterwards.
+///
+/// The array is never freed, as glibc never frees an environment array `setenv` replaced: another thread
+/// may have read `environ` meanwhile and still walk it (its `getenv`, or an `exec` from a `vfork` child,
+/// whose environment racewatch builds from it: set 32 p35, both `vfork` children of a round beside
+/// `system` and `popen` threads killed by `SIGSEGV`, 1 run in about 350). It is kept for the next calls
+/// while the program's environment is the same array with the same entries, and left to leak when the
+/// program changed it.
 pub fn with_child_environ<R>(call: impl FnOnce() -> R) -> R {
     {
         let mut swap = SWAP.lock();
         if swap.calls == 0 {
-            let Some(child) = for_child(std::ptr::null()) else {
-                drop(swap);
-                return call();
-            };
             // SAFETY: `environ` is a process global the program may set; racewatch swaps it for the calls
-            // (under the lock); `child` outlives the swap (kept in `SWAP`, leaked when still referenced).
-            unsafe {
-                swap.original = environ;
-                swap.swapped = child.as_ptr() as *mut *mut c_char;
-                environ = swap.swapped;
+            // (under the lock); the arrays it points at meanwhile are never freed (see above).
+            let current = unsafe { environ };
+            let unchanged = swap.child.is_some()
+                && swap.made_from.0 == current
+                && !current.is_null()
+                && entries(current).eq(swap.made_from.1.iter().copied());
+            if !unchanged {
+                let Some(child) = for_child(std::ptr::null()) else {
+                    drop(swap);
+                    return call();
+                };
+                std::mem::forget(swap.child.replace(child));
+                let made = if current.is_null() { Vec::new() } else { entries(current).collect() };
+                swap.made_from = (current, made);
             }
-            swap.child = Some(child);
+            swap.original = current;
+            swap.swapped = swap.child.as_ref().map_or(std::ptr::null(), ChildEnv::as_ptr) as *mut *mut c_char;
+            // SAFETY: as above.
+            unsafe { environ = swap.swapped };
         }
         swap.calls += 1;
     }
@@ -323,15 +346,13 @@ pub fn with_child_environ<R>(call: impl FnOnce() -> R) -> R {
     let mut swap = SWAP.lock();
     swap.calls -= 1;
     if swap.calls == 0 {
-        let child = swap.child.take();
         // SAFETY: as above.
         unsafe {
             if environ == swap.swapped {
                 environ = swap.original;
-                drop(child);
             } else {
                 // The program's `setenv` copied the array: its new one may hold racewatch's strings.
-                std::mem::forget(child);
+                std::mem::forget(swap.child.take());
                 let own = OWN_PRELOAD.load(Ordering::Acquire);
                 let own = (!own.is_null()).then(|| CStr::from_ptr(own).to_bytes());
                 clean(environ, &|item: &[u8]| own == Some(item));

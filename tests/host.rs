@@ -2294,18 +2294,16 @@ fn races_after_a_program_closed_every_descriptor_are_reported() {
     eprintln!("a race after the closes reported in run {runs}");
 }
 
-/// A race that starts after `main` called `pthread_exit` is found and printed on stderr: the sampler
-/// reads the code it follows through a live thread's id (the process id names the main thread, whose
-/// memory is gone: every read failed, and 770 of 781 samples found nothing to follow), and the reporter
-/// reaches the process's stderr through a live thread (the process's pidfd names the main thread, whose
-/// descriptor table is gone; before, such a report was counted as not written, set 31 p03).
+/// A race found after `main` called `pthread_exit` is printed on stderr: the reporter reaches the
+/// process's stderr through a live thread (the process's pidfd names the main thread, whose descriptor
+/// table is gone; before, such a report was counted as not written, set 31 p03).
 #[test]
 fn races_after_main_called_pthread_exit_are_reported() {
     if skip_detection() {
         return;
     }
     let Some(bin) = program("pthread_exit_main") else { return };
-    let case = case("pthread_exit_main_detects", "pthread_exit_main", &["late-workers"]);
+    let case = case("pthread_exit_main_detects", "pthread_exit_main", &["workers"]);
     let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
     let mut attempt = 0;
     let (_, runs) = retry_for(Duration::from_secs(60), || {

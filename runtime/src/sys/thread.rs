@@ -2,7 +2,7 @@
 //! and the set of the runtime's own threads, which are never sampled.
 
 use crate::sys::{creation, raw, real};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// The kernel thread id of the caller.
 pub fn gettid() -> i32 {
@@ -104,7 +104,7 @@ extern "C" fn runtime_thread_main(body: *mut libc::c_void) -> *mut libc::c_void 
     // SAFETY: `spawn_runtime_thread` passes exactly such a function pointer.
     let body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void = unsafe { std::mem::transmute(body) };
     let result = body(std::ptr::null_mut());
-    counted_again();
+    counted_again_or_park();
     result
 }
 
@@ -118,7 +118,7 @@ extern "C" fn runtime_thread_on_work_stack(slot: *mut libc::c_void) -> *mut libc
     let body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void = unsafe { std::mem::transmute(body) };
     let mut result = std::ptr::null_mut();
     crate::sys::stacks::run_on_work_stack(slot, &mut || result = body(std::ptr::null_mut()));
-    counted_again();
+    counted_again_or_park();
     result
 }
 
@@ -132,12 +132,36 @@ fn take_setxid() {
 /// The body of the runtime thread that has work stack `slot`.
 static WORK_BODY: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
 
-/// A runtime thread about to end is counted by glibc again (its exit takes it off the count).
-fn counted_again() {
-    if let Some(count) = libc_thread_count() {
-        count.fetch_add(1, Ordering::AcqRel);
+/// A runtime thread about to end is counted by glibc again (its exit takes it off the count). Not when
+/// the count is 0: every program thread has been taken off it, so the last one is in glibc's `exit(0)`
+/// (whose exit hooks end this thread: racewatch's destructor drains the reporter). Counted again then,
+/// this thread's own end would take the count to 0 once more, and glibc would run `exit(0)` here too:
+/// the second exit ended the process before the first had flushed the program's `stdout` (set 31 p03,
+/// an `atexit` handler's line lost in 2 runs of 30). The thread stays then, parked, until the process
+/// is gone; [`join_for`] takes it as ended.
+fn counted_again_or_park() {
+    let Some(count) = libc_thread_count() else { return };
+    let mut seen = count.load(Ordering::Acquire);
+    while seen != 0 {
+        match count.compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return,
+            Err(now) => seen = now,
+        }
+    }
+    // SAFETY: pthread_self has no preconditions.
+    PARKED_FOR_EXIT.store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
+    static NEVER: AtomicU32 = AtomicU32::new(0);
+    loop {
+        // Every signal but glibc's `SIGSETXID` is blocked here; its handler returns into this wait.
+        raw::syscall6(
+            libc::SYS_futex,
+            [NEVER.as_ptr() as u64, (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as u64, 0, 0, 0, 0],
+        );
     }
 }
+
+/// The runtime thread parked while the process exits ([`counted_again_or_park`]); 0: none.
+static PARKED_FOR_EXIT: AtomicU64 = AtomicU64::new(0);
 
 /// Starts a runtime thread running `body` with every signal blocked for its whole life but glibc's
 /// `SIGSETXID` (see [`take_setxid`]), and no racewatch start-up of its own (the real `pthread_create`).
@@ -705,6 +729,9 @@ pub fn set_name(name: &std::ffi::CStr) {
 
 /// Waits up to `timeout_ms` for a runtime thread to end; false when it did not.
 pub fn join_for(thread: libc::pthread_t, timeout_ms: u64) -> bool {
+    if PARKED_FOR_EXIT.load(Ordering::Acquire) == thread as u64 {
+        return true; // Ended for the process, which is exiting (see `counted_again_or_park`).
+    }
     let mut deadline = clock(libc::CLOCK_REALTIME);
     // SAFETY: pthread_timedjoin_np takes a thread of ours and a live deadline.
     unsafe {

@@ -149,7 +149,7 @@ fn counted_again_or_park() {
         }
     }
     // SAFETY: pthread_self has no preconditions.
-    PARKED_FOR_EXIT.store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
+    PARKED_FOR_EXIT.store(unsafe { libc::pthread_self() }, Ordering::Release);
     static NEVER: AtomicU32 = AtomicU32::new(0);
     loop {
         // Every signal but glibc's `SIGSETXID` is blocked here; its handler returns into this wait.
@@ -729,7 +729,7 @@ pub fn set_name(name: &std::ffi::CStr) {
 
 /// Waits up to `timeout_ms` for a runtime thread to end; false when it did not.
 pub fn join_for(thread: libc::pthread_t, timeout_ms: u64) -> bool {
-    if PARKED_FOR_EXIT.load(Ordering::Acquire) == thread as u64 {
+    if PARKED_FOR_EXIT.load(Ordering::Acquire) == thread {
         return true; // Ended for the process, which is exiting (see `counted_again_or_park`).
     }
     let mut deadline = clock(libc::CLOCK_REALTIME);

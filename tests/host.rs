@@ -2312,19 +2312,26 @@ fn races_after_main_called_pthread_exit_are_reported() {
         return;
     }
     let Some(bin) = program("pthread_exit_main") else { return };
-    let case = case("pthread_exit_main_detects", "pthread_exit_main", &["late-workers"]);
-    let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
+    let runs =
+        reported_within_a_minute(&case("pthread_exit_main_detects", "pthread_exit_main", &["late-workers"]), &bin);
+    eprintln!("a race after main's pthread_exit reported in run {runs}");
+}
+
+/// Runs `case` at the debug rate until a race report is printed (at most a minute), each run's status and
+/// stdout those of the run without racewatch; the number of runs it took.
+fn reported_within_a_minute(case: &Case, bin: &Path) -> usize {
+    let plain = run_case(case, Mode::Direct, bin, "", &[]);
     let mut attempt = 0;
     let (_, runs) = retry_for(Duration::from_secs(60), || {
         attempt += 1;
-        let run = run_case(&case, Mode::Sampled, &bin, &format!("{attempt}-"), &[]);
-        if run.stdout != plain.stdout {
+        let run = run_case(case, Mode::Sampled, bin, &format!("{attempt}-"), &[]);
+        if run.stdout != plain.stdout || run.status != plain.status {
             return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
         }
         Ok(run.stderr.contains(REPORT_HEADER).then_some(()))
     })
-    .unwrap_or_else(|why| panic!("pthread_exit_main: {why}"));
-    eprintln!("a race after main's pthread_exit reported in run {runs}");
+    .unwrap_or_else(|why| panic!("{}: {why}", case.program));
+    runs
 }
 
 /// Races in programs whose static thread-local block is large (240 KiB, 1 MiB of `__thread` arrays) are
@@ -2337,18 +2344,7 @@ fn races_in_programs_with_large_tls_blocks_are_reported() {
     }
     for name in ["big_tls", "huge_tls"] {
         let Some(bin) = program(name) else { return };
-        let case = case("large_tls_detects", name, &[]);
-        let plain = run_case(&case, Mode::Direct, &bin, "", &[]);
-        let mut attempt = 0;
-        let (_, runs) = retry_for(Duration::from_secs(60), || {
-            attempt += 1;
-            let run = run_case(&case, Mode::Sampled, &bin, &format!("{attempt}-"), &[]);
-            if run.stdout != plain.stdout || run.status != plain.status {
-                return Err(format!("{}: {}\n{}", run.status, run.stdout, run.stderr));
-            }
-            Ok(run.stderr.contains(REPORT_HEADER).then_some(()))
-        })
-        .unwrap_or_else(|why| panic!("{name}: {why}"));
+        let runs = reported_within_a_minute(&case("large_tls_detects", name, &[]), &bin);
         eprintln!("{name}: a race reported in run {runs}");
     }
 }

@@ -417,6 +417,9 @@ fn cases() -> Vec<Case> {
         case("signalfd_sigtrap_blocked_everywhere", "signalfd", &["trap"])
             .repeat(10)
             .expect(&["read: SIGTRAP 1, SIGUSR1 1, other 0; still pending: 0"]),
+        case("signalfd_sigtrap_from_a_child_names_the_child", "signalfd", &["child-trap"])
+            .repeat(5)
+            .expect(&["read: signal 5, code 0, sent by the child: 1"]),
         // 3. A dedicated sigwait thread for SIGHUP.
         case("sigwait_thread_sighup", "sighup_thread", &[]).expect(&["SIGHUP count: 3"]),
         // 4. setitimer + a SIGALRM handler that siglongjmps out of racy code, 20 times.
@@ -610,11 +613,11 @@ fn cases() -> Vec<Case> {
         // TSYNC one; so did every libseccomp load, at its probes): nothing to step aside for; every thread
         // is sampled on under the TSYNC one, which also goes on every thread when a race was reported
         // (the reporter thread must not carry the first worker's own filter: TSYNC failed on it).
-        // A deny-list of 122 calls racewatch says it never makes, killing the process on each, on every
+        // A deny-list of 121 calls racewatch says it never makes, killing the process on each, on every
         // thread while racewatch reports, starts and ends its thread, and starts again in a forked child.
         case("seccomp_deny_list_of_calls_racewatch_never_makes", "seccomp", &["deny-never"])
             .repeat(2)
-            .expect(&["tsync deny-list of 122 calls: ok", "child: exit 0", "done"])
+            .expect(&["tsync deny-list of 121 calls: ok", "child: exit 0", "done"])
             .check(detection_stays_on),
         case("seccomp_deny_lists_leave_detection_on", "seccomp", &["deny-list"])
             .repeat(4)
@@ -1813,6 +1816,7 @@ host_cases!(
     sigwait_sigterm_after_threads,
     signalfd_sigchld,
     signalfd_sigtrap_blocked_everywhere,
+    signalfd_sigtrap_from_a_child_names_the_child,
     sigwait_thread_sighup,
     itimer_siglongjmp,
     unshare_newuser_single_threaded,

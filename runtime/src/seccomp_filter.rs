@@ -159,7 +159,6 @@ pub const NEVER: &[(&str, i64)] = &never![
     SYS_getresgid,
     SYS_getresuid,
     SYS_kcmp,
-    SYS_pidfd_send_signal,
     SYS_clock_getres,
     SYS_timer_create,
     SYS_timer_delete,

@@ -31,7 +31,7 @@
  *                             none of those calls: it stays on (the first worker is left unsampled, as
  *                             any thread's own sandbox).
  * argv[1] = "deny-never":     while two threads race, main puts a deny-list on every thread (TSYNC) that
- *                             kills the process on any of 122 calls racewatch says it never makes (its
+ *                             kills the process on any of 121 calls racewatch says it never makes (its
  *                             seccomp_filter::NEVER: groups, timers, scheduling, IPC, pipes, epoll, fork,
  *                             file metadata, sockets, …); the threads race on (at the debug rate racewatch
  *                             reports, symbolizes and its thread comes and goes), a child forked then
@@ -320,7 +320,7 @@ static int deny_lists(void) {
 static const int never_made[] = {
     SYS_getppid, SYS_getpgid, SYS_getpgrp, SYS_getsid, SYS_setsid, SYS_setpgid, SYS_times, SYS_sysinfo,
     SYS_getresuid, SYS_getresgid, SYS_getgid, SYS_getegid, SYS_getgroups, SYS_getitimer, SYS_setitimer,
-    SYS_alarm, SYS_pause, SYS_kcmp, SYS_pidfd_send_signal, SYS_clock_getres, SYS_timer_create,
+    SYS_alarm, SYS_pause, SYS_kcmp, SYS_clock_getres, SYS_timer_create,
     SYS_timer_settime, SYS_timer_gettime, SYS_timer_delete, SYS_timerfd_create, SYS_timerfd_settime,
     SYS_sched_setaffinity, SYS_sched_setscheduler, SYS_sched_getparam, SYS_sched_setattr,
     SYS_sched_getattr, SYS_sched_rr_get_interval, SYS_mlock, SYS_munlock, SYS_mlock2, SYS_msync,

@@ -56,8 +56,52 @@ static int trap_mode(void) {
   return 0;
 }
 
+/* With "child-trap": SIGTRAP blocked everywhere and read through a signalfd by a reader thread, while two
+ * threads race; main leaves with pthread_exit (so no thread's id is the pid), and a forked child sends the
+ * process SIGTRAP. The reader names the sender: the child, as without racewatch. Before (set 31 p02b), the
+ * SIGTRAP that reached a racing thread was sent to the process again by kill, naming the process itself. */
+static int child_trap_sfd;
+static pid_t child_trap_pid;
+
+static void *child_trap_reader(void *arg) {
+  (void)arg;
+  struct pollfd p = {child_trap_sfd, POLLIN, 0};
+  int ready = poll(&p, 1, 5000);
+  struct signalfd_siginfo si;
+  if (ready != 1 || read(child_trap_sfd, &si, sizeof si) != (ssize_t)sizeof si) {
+    printf("no SIGTRAP read within 5 s\n");
+    return NULL;
+  }
+  int status;
+  rw_wait_child(child_trap_pid, 3.0, &status);
+  printf("read: signal %u, code %d, sent by the child: %d\n", si.ssi_signo, si.ssi_code,
+         si.ssi_pid == (uint32_t)child_trap_pid);
+  return NULL;
+}
+
+static void child_trap_mode(void) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTRAP);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+  child_trap_sfd = signalfd(-1, &set, SFD_CLOEXEC);
+  rw_start(2, 0.8, 0);
+  fflush(stdout);
+  child_trap_pid = fork();
+  if (child_trap_pid == 0) {
+    rw_sleep(0.3);
+    kill(getppid(), SIGTRAP);
+    _exit(0);
+  }
+  pthread_t reader;
+  pthread_create(&reader, NULL, child_trap_reader, NULL);
+  pthread_detach(reader);
+  pthread_exit(NULL);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "trap")) return trap_mode();
+  if (argc > 1 && !strcmp(argv[1], "child-trap")) child_trap_mode();
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGCHLD);

@@ -52,6 +52,34 @@ pub fn queue_to_thread(pid: i32, tid: i32, info: &libc::siginfo_t) -> bool {
     syscall6(libc::SYS_rt_tgsigqueueinfo, args) == 0
 }
 
+/// `pidfd_send_signal`'s pidfd for the calling thread, without a descriptor (Linux 6.15).
+pub const PIDFD_SELF_THREAD: i32 = -10000;
+/// `pidfd_send_signal`'s flag: to the thread group of the pidfd's thread (Linux 6.9).
+pub const PIDFD_SIGNAL_THREAD_GROUP: u64 = 1 << 1;
+/// `pidfd_open`'s flag for a pidfd naming a thread (Linux 6.9; `O_EXCL`'s value).
+const PIDFD_THREAD: u64 = libc::O_EXCL as u64;
+
+/// Sends `sig` with `info` (any code and sender, as the kernel lets a thread send to itself) to the
+/// whole process through a pidfd naming the calling thread: as `rt_sigqueueinfo` would from the main
+/// thread. False on a kernel without thread pidfds (before 6.9). Async-signal-safe.
+pub fn send_to_own_process(sig: i32, info: *const libc::siginfo_t) -> bool {
+    let send = |pidfd: i32| {
+        let args = [pidfd as u64, sig as u64, info as u64, PIDFD_SIGNAL_THREAD_GROUP, 0, 0];
+        syscall6(libc::SYS_pidfd_send_signal, args) == 0
+    };
+    if send(PIDFD_SELF_THREAD) {
+        return true;
+    }
+    // 6.9 to 6.14: a descriptor for the moment.
+    let pidfd = syscall6(libc::SYS_pidfd_open, [gettid() as u64, PIDFD_THREAD, 0, 0, 0, 0]);
+    if pidfd < 0 {
+        return false;
+    }
+    let sent = send(pidfd as i32);
+    syscall6(libc::SYS_close, [pidfd as u64, 0, 0, 0, 0, 0]);
+    sent
+}
+
 /// The `siginfo` the kernel makes for a signal `sig` that process `pid` (as the caller's real user) sends
 /// with `code` (`SI_USER`, `SI_QUEUE`, …) and the `sigqueue` value `value`.
 pub fn siginfo_from(sig: i32, code: i32, pid: i32, value: u64) -> libc::siginfo_t {

@@ -127,6 +127,7 @@ const CALLS: &[&str] = &[
     "pidfd_open",
     "pidfd_getfd",
     "close_range",
+    "pidfd_send_signal",
     "write",
 ];
 
@@ -238,6 +239,10 @@ fn one_call(k: usize) {
             if CALLS[k] == "pidfd_getfd" && pidfd >= 0 {
                 syscall6(libc::SYS_pidfd_getfd, [pidfd as u64, 2, 0, 0, 0, 0]);
             }
+        }
+        "pidfd_send_signal" => {
+            let pidfd = super::raw::PIDFD_SELF_THREAD as u64;
+            syscall6(libc::SYS_pidfd_send_signal, [pidfd, 0, 0, super::raw::PIDFD_SIGNAL_THREAD_GROUP, 0, 0]);
         }
         "close_range" => {
             let fd = syscall6(libc::SYS_fcntl, [2, libc::F_DUPFD_CLOEXEC as u64, 64, 0, 0, 0]);

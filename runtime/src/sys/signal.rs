@@ -1345,11 +1345,17 @@ fn pass_on_to_process(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
 /// Sends a process-directed `SIGTRAP` with `info` to the process again.
 fn send_to_process(info: *const libc::siginfo_t) {
     let (pid, info) = (raw::getpid() as u64, info as u64);
-    if raw::syscall6(libc::SYS_rt_sigqueueinfo, [pid, libc::SIGTRAP as u64, info, 0, 0, 0]) != 0 {
-        // A non-negative code (`kill`'s `SI_USER`) is accepted only from the thread whose id is the
-        // pid: sent again by `kill`, the signal names this process as its sender.
-        raw::syscall6(libc::SYS_kill, [pid, libc::SIGTRAP as u64, 0, 0, 0, 0]);
+    if raw::syscall6(libc::SYS_rt_sigqueueinfo, [pid, libc::SIGTRAP as u64, info, 0, 0, 0]) == 0 {
+        return;
     }
+    // A non-negative code (`kill`'s `SI_USER`) is accepted by `rt_sigqueueinfo` only from the thread
+    // whose id is the pid. A pidfd naming the calling thread may send it to the whole process with
+    // its own `siginfo` (Linux 6.9: a thread's pidfd; 6.15: one without a descriptor).
+    if raw::send_to_own_process(libc::SIGTRAP, info as *const libc::siginfo_t) {
+        return;
+    }
+    // An older kernel: sent again by `kill`, the signal names this process as its sender.
+    raw::syscall6(libc::SYS_kill, [pid, libc::SIGTRAP as u64, 0, 0, 0, 0]);
 }
 
 /// The program has `SIGTRAP` blocked: queue this foreign one to the thread again and return with

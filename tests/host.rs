@@ -954,6 +954,9 @@ fn cases() -> Vec<Case> {
         case("sigtrap_pings_to_a_busy_worker_raw_tkill", "trap_disposition", &["ping", "tkill"])
             .expect(&["tkill: 300 sent, 300 handled, 0 wrong, 0 lost"])
             .check(detection_stays_on),
+        case("sigtrap_to_the_process_and_to_its_only_taker_both_run", "trap_disposition", &["ping", "both"])
+            .expect(&["both: 600 sent, 600 handled, 0 wrong, 0 lost"])
+            .check(detection_stays_on),
         // A SIGTRAP sent to the process while every thread blocks it waits for the process (racewatch keeps
         // it: before, racewatch stepped aside, and a SIG_IGN set meanwhile did not discard it).
         case("sigtrap_sent_while_all_block_goes_to_the_thread_that_unblocks_it", "trap_kept", &["unblock"])
@@ -1930,6 +1933,7 @@ host_cases!(
     sigtrap_pings_to_a_busy_worker_pthread_kill,
     sigtrap_pings_to_a_busy_worker_tgkill,
     sigtrap_pings_to_a_busy_worker_raw_tkill,
+    sigtrap_to_the_process_and_to_its_only_taker_both_run,
     sigtrap_wait_ended_by_a_handler_sigtimedwait,
     sigtrap_sent_while_all_block_goes_to_the_thread_that_unblocks_it,
     sigtrap_sent_while_all_block_ends_a_sigsuspend_letting_it_through,

@@ -31,7 +31,10 @@
  *   "ping <call>":  main sends SIGTRAP to a busy racing worker 300 times, one at a time, with <call>
  *                  ("pthread_kill", "tgkill" or "tkill", the raw system call), and waits up to 0.5 s for
  *                  the worker's handler to count each; prints how many were handled, with a siginfo that
- *                  was not the kernel's for the call or on another thread, and lost. */
+ *                  was not the kernel's for the call or on another thread, and lost. Main blocks SIGTRAP;
+ *                  only the worker lets it through. With <call> "both", each round also sends the process
+ *                  SIGTRAP (kill) just before the pthread_kill: the kernel keeps the two in the process's
+ *                  and the thread's queues, and the worker's handler runs twice. */
 #include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -546,15 +549,21 @@ static int int3_altstack(void) {
 /* ---- ping ---- */
 
 static atomic_int pinged, ping_wrong, ping_tid;
+static int ping_both;
 
 static void on_ping(int sig, siginfo_t *info, void *ctx) {
   (void)sig, (void)ctx;
-  int ours = info->si_code == SI_TKILL && info->si_pid == getpid() && info->si_uid == getuid();
+  int code_ok = info->si_code == SI_TKILL || (ping_both && info->si_code == SI_USER);
+  int ours = code_ok && info->si_pid == getpid() && info->si_uid == getuid();
   if (!ours || (int)syscall(SYS_gettid) != atomic_load(&ping_tid)) atomic_fetch_add(&ping_wrong, 1);
   atomic_fetch_add(&pinged, 1);
 }
 
 static void *ping_target(void *arg) {
+  sigset_t trap;
+  sigemptyset(&trap);
+  sigaddset(&trap, SIGTRAP);
+  pthread_sigmask(SIG_UNBLOCK, &trap, NULL);
   atomic_store(&ping_tid, (int)syscall(SYS_gettid));
   rw_race_until(rw_now() + 120);
   return arg;
@@ -567,6 +576,13 @@ static int ping(const char *call) {
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTRAP, &sa, NULL);
+  /* Only the target lets SIGTRAP through (it unblocks it itself), so a SIGTRAP sent to the process goes
+   * there too. */
+  ping_both = strcmp(call, "both") == 0;
+  sigset_t trap;
+  sigemptyset(&trap);
+  sigaddset(&trap, SIGTRAP);
+  pthread_sigmask(SIG_BLOCK, &trap, NULL);
   rw_start(1, 120, 0);
   pthread_t target;
   pthread_create(&target, NULL, ping_target, NULL);
@@ -574,18 +590,20 @@ static int ping(const char *call) {
   int tid = atomic_load(&ping_tid), lost = 0;
   for (int i = 0; i < ROUNDS; i++) {
     int before = atomic_load(&pinged);
-    if (strcmp(call, "pthread_kill") == 0) pthread_kill(target, SIGTRAP);
+    if (ping_both) kill(getpid(), SIGTRAP);
+    if (strcmp(call, "pthread_kill") == 0 || ping_both) pthread_kill(target, SIGTRAP);
     else if (strcmp(call, "tgkill") == 0) tgkill(getpid(), tid, SIGTRAP);
     else syscall(SYS_tkill, tid, SIGTRAP);
+    int expected = before + 1 + ping_both;
     double until = rw_now() + 0.5;
-    while (atomic_load(&pinged) == before && rw_now() < until) rw_sleep(0.0001);
-    if (atomic_load(&pinged) == before) lost++;
+    while (atomic_load(&pinged) < expected && rw_now() < until) rw_sleep(0.0001);
+    if (atomic_load(&pinged) < expected) lost += expected - atomic_load(&pinged);
   }
   rw_stop_racing();
   pthread_join(target, NULL);
   rw_join();
-  printf("%s: %d sent, %d handled, %d wrong, %d lost\n", call, ROUNDS, atomic_load(&pinged), atomic_load(&ping_wrong),
-         lost);
+  printf("%s: %d sent, %d handled, %d wrong, %d lost\n", call, ROUNDS * (1 + ping_both), atomic_load(&pinged),
+         atomic_load(&ping_wrong), lost);
   return 0;
 }
 

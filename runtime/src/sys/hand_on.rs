@@ -583,6 +583,17 @@ pub fn trap_waits_for(tid: i32) -> bool {
     TRAP_FOR.iter().any(|waiting| waiting.load(Ordering::Acquire) == tid)
 }
 
+/// Whether a `SIGTRAP` sent to thread `tid` itself (`SI_TKILL`, [`super::signal::send_trap_to_thread`])
+/// waits in a slot: another sent to it merges with that one, as in the thread's own queue of pending
+/// signals, but not with one sent to the process and handed over, which the kernel would have kept in
+/// the process's queue. Async-signal-safe.
+pub fn thread_trap_waits_for(tid: i32) -> bool {
+    TRAP_FOR.iter().zip(&TRAP_SAVED).any(|(waiting, saved)| {
+        // si_code is the low half of the second word.
+        waiting.load(Ordering::Acquire) == tid && saved[1].load(Ordering::Relaxed) as u32 as i32 == libc::SI_TKILL
+    })
+}
+
 /// Queues the mark to thread `tid` again when `SIGTRAP`s handed over to it wait (the mark was taken back
 /// with its pending signals). Async-signal-safe.
 pub fn mark_again(tid: i32) {

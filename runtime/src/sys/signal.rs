@@ -970,7 +970,8 @@ pub fn route_own_process_trap(code: libc::c_int, value: u64) -> Option<libc::c_i
 /// sending a busy worker 100 in turn, each after the last was handled, lost one in about 12 and waited for
 /// ever. So its `siginfo` (`SI_TKILL`, the sender's pid and uid, as the kernel makes it) is handed over
 /// ([`hand_on::hand_trap_to`]), whose mark racewatch's handler there looks for after each of its own
-/// signals. One already waiting there takes this one in, as the kernel's pending signal would. `Some(0)`
+/// signals. One sent to the thread already waiting there takes this one in, as the thread's pending signal
+/// would (one sent to the process and handed over does not: the kernel keeps that in the process's queue). `Some(0)`
 /// when handed over; `None` to send it for real (not a thread racewatch knows, it blocks `SIGTRAP` for the
 /// program, detection is off, or every slot is taken).
 pub fn send_trap_to_thread(tid: libc::pid_t) -> Option<libc::c_int> {
@@ -981,7 +982,7 @@ pub fn send_trap_to_thread(tid: libc::pid_t) -> Option<libc::c_int> {
     if !usable || trap_blocked_in(tid) != Some(false) {
         return None;
     }
-    if hand_on::trap_waits_for(tid) {
+    if hand_on::thread_trap_waits_for(tid) {
         return Some(0);
     }
     let info = raw::siginfo_from(libc::SIGTRAP, libc::SI_TKILL, raw::getpid(), 0);

@@ -417,6 +417,9 @@ fn cases() -> Vec<Case> {
         case("signalfd_sigtrap_blocked_everywhere", "signalfd", &["trap"])
             .repeat(10)
             .expect(&["read: SIGTRAP 1, SIGUSR1 1, other 0; still pending: 0"]),
+        case("signalfd_sigtrap_raised_while_blocked_reads_only_the_programs", "signalfd", &["raise"])
+            .repeat(5)
+            .expect(&["read: SIGTRAP 20, SIGRTMIN 20, SIGCHLD 20, out of turn 0, missing 0"]),
         case("signalfd_sigtrap_from_a_child_names_the_child", "signalfd", &["child-trap"])
             .repeat(5)
             .expect(&["read: signal 5, code 0, sent by the child: 1"]),
@@ -954,6 +957,9 @@ fn cases() -> Vec<Case> {
         case("sigtrap_pings_to_a_busy_worker_raw_tkill", "trap_disposition", &["ping", "tkill"])
             .expect(&["tkill: 300 sent, 300 handled, 0 wrong, 0 lost"])
             .check(detection_stays_on),
+        case("sigtrap_raised_while_blocked_is_discarded_by_sig_ign", "trap_disposition", &["ignore_pending"])
+            .repeat(3)
+            .expect(&["raised while blocked: pending 1, SigPnd 1", "after SIG_IGN: pending 0, SigPnd 0"]),
         case("sigtrap_to_the_process_and_to_its_only_taker_both_run", "trap_disposition", &["ping", "both"])
             .expect(&["both: 600 sent, 600 handled, 0 wrong, 0 lost"])
             .check(detection_stays_on),
@@ -1820,6 +1826,7 @@ host_cases!(
     signalfd_sigchld,
     signalfd_sigtrap_blocked_everywhere,
     signalfd_sigtrap_from_a_child_names_the_child,
+    signalfd_sigtrap_raised_while_blocked_reads_only_the_programs,
     sigwait_thread_sighup,
     itimer_siglongjmp,
     unshare_newuser_single_threaded,
@@ -1934,6 +1941,7 @@ host_cases!(
     sigtrap_pings_to_a_busy_worker_tgkill,
     sigtrap_pings_to_a_busy_worker_raw_tkill,
     sigtrap_to_the_process_and_to_its_only_taker_both_run,
+    sigtrap_raised_while_blocked_is_discarded_by_sig_ign,
     sigtrap_wait_ended_by_a_handler_sigtimedwait,
     sigtrap_sent_while_all_block_goes_to_the_thread_that_unblocks_it,
     sigtrap_sent_while_all_block_ends_a_sigsuspend_letting_it_through,

@@ -254,8 +254,8 @@ fn program_thread_ending(left: u32) {
 /// The reporter thread's periodic check (every 100 ms, or sooner while a thread runs alone); returns the
 /// ms until the next.
 fn on_tick() -> u32 {
-    if signal::step_aside_requested() {
-        stepped_aside();
+    if let Some(why) = signal::step_aside_requested() {
+        stepped_aside(why);
     }
     // A module `dlopen`ed since (no callback of ours runs when it has no covered code).
     if let Some(found) = sandbox_scan::scan_new_modules() {
@@ -342,21 +342,24 @@ fn check_tracer(status: tracer::Status) {
     }
 }
 
-/// A signal handler stepped aside (a `kill()` of `SIGTRAP` while the program's threads block it and it
-/// reads `SIGTRAP` from a signalfd):
+/// A signal handler stepped aside while the program reads `SIGTRAP` from a signalfd (a `kill()` of
+/// `SIGTRAP` while the program's threads block it, or a `SIGTRAP` raised in a thread that blocks it):
 /// sampling is stopped already; detection goes off for good. Runs in the reporter thread, which
 /// ends after this round.
-fn stepped_aside() {
+fn stepped_aside(why: signal::StepAside) {
     if STATE.compare_exchange(RUNNING, OFF, Ordering::AcqRel, Ordering::Acquire).is_err() {
         return;
     }
     signal::wait_until_quiet(1000);
     sampler::close();
     reporter::stop_after_this_round();
+    let what = match why {
+        signal::StepAside::SentToProcess => "a SIGTRAP sent to the process reached a thread that blocks it",
+        signal::StepAside::PendingOnThread => "a SIGTRAP sent to a thread that blocks it waits there",
+    };
     log::warn(format_args!(
-        "a SIGTRAP sent to the process reached a thread that blocks it while the program reads SIGTRAP \
-         from a signalfd: its threads' masks must be real for the signalfd to see it; race detection is off \
-         from here on"
+        "{what} while the program reads SIGTRAP from a signalfd: its threads' masks must be real for the \
+         signalfd to see it alone; race detection is off from here on"
     ));
 }
 

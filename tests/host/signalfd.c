@@ -99,8 +99,58 @@ static void child_trap_mode(void) {
   pthread_exit(NULL);
 }
 
+/* With "raise": an event loop reads SIGTRAP, SIGCHLD and SIGRTMIN from a signalfd, all blocked everywhere,
+ * while two threads race; main, in 60 rounds, raises SIGTRAP, queues itself SIGRTMIN with a payload, or
+ * forks a child that exits 3, in turn, and reads each back. Every read is the program's own. Before
+ * (set 33 p03), once the first raised SIGTRAP had waited there with SIGTRAP blocked for real, a sample
+ * of racewatch's taken in main waited beside the next one, and the program read it (code TRAP_PERF) in
+ * place of one of its own, 2 to 3 runs of 5 at the debug rate. */
+static int raise_mode(void) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTRAP);
+  sigaddset(&set, SIGCHLD);
+  sigaddset(&set, SIGRTMIN);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+  int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+  rw_start(2, 30, 0);
+  int trap = 0, chld = 0, rt = 0, wrong = 0, missing = 0;
+  for (int i = 0; i < 60; i++) {
+    if (i % 3 == 0) {
+      raise(SIGTRAP);
+    } else if (i % 3 == 1) {
+      union sigval v = {.sival_int = 7};
+      sigqueue(getpid(), SIGRTMIN, v);
+    } else {
+      fflush(stdout);
+      if (fork() == 0) _exit(3);
+    }
+    struct pollfd p = {sfd, POLLIN, 0};
+    struct signalfd_siginfo si;
+    if (poll(&p, 1, 2000) != 1 || read(sfd, &si, sizeof si) != (ssize_t)sizeof si) {
+      missing++;
+      continue;
+    }
+    if (si.ssi_signo == SIGTRAP && i % 3 == 0 && si.ssi_code == SI_TKILL) {
+      trap++;
+    } else if ((int)si.ssi_signo == SIGRTMIN && i % 3 == 1 && si.ssi_int == 7) {
+      rt++;
+    } else if (si.ssi_signo == SIGCHLD && i % 3 == 2 && si.ssi_status == 3) {
+      chld++;
+      while (waitpid(-1, NULL, WNOHANG) > 0) continue;
+    } else {
+      wrong++;
+    }
+  }
+  rw_stop_racing();
+  rw_join();
+  printf("read: SIGTRAP %d, SIGRTMIN %d, SIGCHLD %d, out of turn %d, missing %d\n", trap, rt, chld, wrong, missing);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "trap")) return trap_mode();
+  if (argc > 1 && !strcmp(argv[1], "raise")) return raise_mode();
   if (argc > 1 && !strcmp(argv[1], "child-trap")) child_trap_mode();
   sigset_t set;
   sigemptyset(&set);

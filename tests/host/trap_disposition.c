@@ -28,6 +28,8 @@
  *                  main interrupts it (<by>: "usr1", a SIGUSR1 handler; "setxid", setuid(getuid()), whose
  *                  glibc signal runs in every thread), then sends SIGTRAP: the first wait ends with EINTR
  *                  (sigwait goes on by itself), the next one takes SIGTRAP;
+ *   "ignore_pending": main blocks SIGTRAP while two threads race, raises it (pending on main), then sets it
+ *                  to SIG_IGN, which discards it: sigpending and SigPnd show it before and not after;
  *   "ping <call>":  main sends SIGTRAP to a busy racing worker 300 times, one at a time, with <call>
  *                  ("pthread_kill", "tgkill" or "tkill", the raw system call), and waits up to 0.5 s for
  *                  the worker's handler to count each; prints how many were handled, with a siginfo that
@@ -607,8 +609,39 @@ static int ping(const char *call) {
   return 0;
 }
 
+/* ---- ignore_pending ---- */
+
+/* Whether /proc/thread-self/status shows SIGTRAP in this thread's SigPnd. */
+static int trap_in_sigpnd(void) {
+  FILE *f = fopen("/proc/thread-self/status", "r");
+  char line[256];
+  unsigned long long bits = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "SigPnd: %llx", &bits) == 1) break;
+  if (f) fclose(f);
+  return (bits >> (SIGTRAP - 1)) & 1;
+}
+
+static int ignore_pending(void) {
+  sigset_t trap, pending;
+  sigemptyset(&trap);
+  sigaddset(&trap, SIGTRAP);
+  pthread_sigmask(SIG_BLOCK, &trap, NULL);
+  rw_start(2, 0.3, 0);
+  rw_race_until(rw_now() + 0.05);
+  raise(SIGTRAP);
+  sigpending(&pending);
+  printf("raised while blocked: pending %d, SigPnd %d\n", sigismember(&pending, SIGTRAP), trap_in_sigpnd());
+  signal(SIGTRAP, SIG_IGN);
+  sigpending(&pending);
+  printf("after SIG_IGN: pending %d, SigPnd %d\n", sigismember(&pending, SIGTRAP), trap_in_sigpnd());
+  rw_join();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
+  if (strcmp(mode, "ignore_pending") == 0) return ignore_pending();
   if (strcmp(mode, "sigtimedwait") == 0) return timedwait(0);
   if (strcmp(mode, "sigqueue") == 0) return timedwait(1);
   if (strcmp(mode, "wait_rounds") == 0 && argc > 3) return wait_rounds(argv[2], argv[3]);

@@ -24,7 +24,7 @@
 use crate::sys::{cancel, confined, hand_on, raw, real, stacks, thread, trap_wait};
 use std::cell::Cell;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// `si_code` of a signal sent by a perf event with `sigtrap=1`.
 pub const TRAP_PERF: i32 = 6;
@@ -346,7 +346,10 @@ pub fn set_program_action(action: &libc::sigaction) {
     }
     record(&action);
     if action.sa_sigaction == libc::SIG_IGN {
-        hand_on::forget_parked_trap(); // The kernel discards a pending signal set to be ignored.
+        // The kernel discards a pending signal set to be ignored: the one kept for the process, and one
+        // made pending for real on this thread (raised while the program blocked it).
+        hand_on::forget_parked_trap();
+        discard_pending_trap_here();
     }
     if INSTALLED.load(Ordering::Acquire) && kernel_restart_flag() != restart_before {
         install_kernel_action();
@@ -655,6 +658,27 @@ pub fn discard_own_pending_trap() {
             }
             break;
         }
+    }
+    hold_sampling(false);
+}
+
+/// The program set `SIGTRAP` to be ignored: every `SIGTRAP` pending on this thread (with `SIGTRAP`
+/// blocked for real: the program's, raised while it blocked it, and any of racewatch's) is dropped, as
+/// the kernel drops pending signals set to be ignored. A mark of `SIGTRAP`s handed over here is queued
+/// again (racewatch's handler runs the program's disposition, now `SIG_IGN`, for them).
+fn discard_pending_trap_here() {
+    if !is_installed() || !thread::syscalls_allowed() || in_borrowed_memory() || !trap_pending() {
+        return;
+    }
+    hold_sampling(true);
+    // SAFETY: zeroed siginfo is a valid out-parameter for the kernel to fill.
+    let mut taken: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let mut marked = false;
+    while take_pending_trap(&mut taken) {
+        marked |= hand_on::is_trap_mark(&taken);
+    }
+    if marked {
+        mark_again();
     }
     hold_sampling(false);
 }
@@ -1255,8 +1279,14 @@ pub fn step_aside_pending() -> bool {
 
 /// Whether racewatch stepped aside in a signal handler since the last call (the lifecycle then
 /// switches detection off for good).
-pub fn step_aside_requested() -> bool {
-    STEP_ASIDE.swap(false, Ordering::AcqRel)
+pub fn step_aside_requested() -> Option<StepAside> {
+    if !STEP_ASIDE.swap(false, Ordering::AcqRel) {
+        return None;
+    }
+    match STEP_ASIDE_WHY.load(Ordering::Acquire) {
+        2 => Some(StepAside::PendingOnThread),
+        _ => Some(StepAside::SentToProcess),
+    }
 }
 
 /// Whether a signal with this `si_code` was sent to the whole process (any of its threads may take it):
@@ -1329,6 +1359,30 @@ pub fn trap_parked() -> bool {
 /// (`rt_sigqueueinfo` keeps the sender's code, pid, uid and payload), to go round the threads that block it until one takes it or all block it and
 /// it stays pending.
 fn pass_on_to_process(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    step_aside_here(StepAside::SentToProcess);
+    // SAFETY: `ctx` is the kernel's ucontext for this delivery: the mask in it is restored on return.
+    unsafe { libc::sigaddset(&mut (*(ctx as *mut libc::ucontext_t)).uc_sigmask, libc::SIGTRAP) };
+    send_to_process(info);
+}
+
+/// Why racewatch stepped aside in a signal handler ([`step_aside_requested`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepAside {
+    /// A `SIGTRAP` sent to the process reached a thread that blocks it, and no thread lets it through
+    /// ([`pass_on_to_process`]).
+    SentToProcess,
+    /// A `SIGTRAP` the program sent a thread that blocks it must wait there, pending for real, where a
+    /// signal of racewatch's could take its place or be read with it ([`make_pending`]).
+    PendingOnThread,
+}
+
+/// Why racewatch stepped aside (a [`StepAside`] as its index + 1; 0: it did not).
+static STEP_ASIDE_WHY: AtomicU8 = AtomicU8::new(0);
+
+/// Steps aside from a signal handler while the program reads `SIGTRAP` from a signalfd: sampling stops at
+/// once (no signal of racewatch's is queued from here on), the program's disposition is used for every
+/// `SIGTRAP` ([`mute`]), and the lifecycle switches detection off and says why.
+fn step_aside_here(why: StepAside) {
     mute();
     let stop = STOP_SAMPLING.load(Ordering::Acquire);
     if stop != 0 {
@@ -1336,11 +1390,9 @@ fn pass_on_to_process(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
         let stop: fn() = unsafe { std::mem::transmute::<usize, fn()>(stop) };
         stop();
     }
+    let _ = STEP_ASIDE_WHY.compare_exchange(0, why as u8 + 1, Ordering::AcqRel, Ordering::Relaxed);
     STEP_ASIDE.store(true, Ordering::Release);
     STEP_ASIDE_DONE.store(true, Ordering::Release);
-    // SAFETY: `ctx` is the kernel's ucontext for this delivery: the mask in it is restored on return.
-    unsafe { libc::sigaddset(&mut (*(ctx as *mut libc::ucontext_t)).uc_sigmask, libc::SIGTRAP) };
-    send_to_process(info);
 }
 
 /// Sends a process-directed `SIGTRAP` with `info` to the process again.
@@ -1373,6 +1425,12 @@ fn make_pending(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_
         libc::sigaddset(&mut uc.uc_sigmask, libc::SIGTRAP);
     }
     debug_assert_eq!(sig, libc::SIGTRAP);
+    // Pending for real, with `SIGTRAP` blocked for real here: a sample of racewatch's that fired here
+    // afterwards would wait beside it and be read from the program's signalfd, or take its slot once the
+    // signalfd took it. The sampling timer is one for every thread, so racewatch steps aside.
+    if reads_trap_from_signalfd() {
+        step_aside_here(StepAside::PendingOnThread);
+    }
     hold_sampling(true);
     // SAFETY: zeroed siginfo is a valid out-parameter for the kernel to fill.
     let mut taken: libc::siginfo_t = unsafe { std::mem::zeroed() };

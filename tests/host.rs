@@ -558,6 +558,7 @@ fn cases() -> Vec<Case> {
         // program's thread as having used a superuser privilege (set 22 p11).
         case("no_privilege_mark_on_the_program_threads", "privilege_mark", &[]).expect(&["a worker's mark: 0"]),
         case("min_stacks_deep_recursion", "small_stacks", &[]).expect(&[
+            "first thread asked for PTHREAD_STACK_MIN: got 0 bytes more",
             "threads that recursed to about 3072 bytes from the end of their stack: 2",
             "asked for 128 KiB (guard 64 KiB): got 128 KiB",
         ]),

@@ -190,17 +190,26 @@ fn small_stack_len() -> usize {
 
 /// The glibc stack the warm-up thread and the reporter thread ask for when the reporter works on a stack
 /// of racewatch's: the smallest glibc maps, which glibc keeps for the reporter and gives no program
-/// thread (a kept stack goes to a thread asking for up to 4 times less); more only where the static
-/// thread-local storage leaves too little of it ([`with_tls_room`]).
+/// thread (a kept stack goes to a thread asking for up to 4 times less, and a program thread's request
+/// with glibc's default guard page is larger); more only where the static thread-local storage leaves
+/// less than [`SMALL_STACK_LEFT`] of it ([`with_tls_room`]). A C program's storage takes 8 KiB of the 16:
+/// when that room was added whenever it took more than half, glibc handed the kept 24 KiB stack to the
+/// program's first thread asking for `PTHREAD_STACK_MIN` (set 33 p28: `pthread_getattr_np` said 20608
+/// bytes instead of 16384).
 fn small_stack_size() -> usize {
-    with_tls_room(libc::PTHREAD_STACK_MIN)
+    with_tls_room(libc::PTHREAD_STACK_MIN, SMALL_STACK_LEFT)
 }
 
-/// A glibc stack of `size` bytes leaves at least half of them to the thread: `size` with the room of the
-/// static thread-local storage added where that takes more than half.
-fn with_tls_room(size: usize) -> usize {
+/// What the small stack must leave the thread below glibc's thread-local storage: its start, the jump to
+/// the work stack, and a frame of glibc's `SIGSETXID` handler (the one signal it takes) with the widest
+/// `xsave` state.
+const SMALL_STACK_LEFT: usize = 6 << 10;
+
+/// A glibc stack of `size` bytes that leaves the thread at least `left` of them: `size`, or `size` with
+/// the room of the static thread-local storage added where the rest would be less.
+fn with_tls_room(size: usize, left: usize) -> usize {
     let room = tls_room();
-    if room > size / 2 {
+    if size.saturating_sub(room) < left {
         size + room
     } else {
         size
@@ -301,7 +310,12 @@ fn spawn_runtime_thread_with(
         }
     }
     if thread.is_none() {
-        thread = create_runtime_thread(with_tls_room(STACK), PAGE, runtime_thread_main, body as *mut libc::c_void);
+        thread = create_runtime_thread(
+            with_tls_room(STACK, STACK / 2),
+            PAGE,
+            runtime_thread_main,
+            body as *mut libc::c_void,
+        );
     }
     if thread.is_some() {
         if let Some(count) = libc_thread_count() {

@@ -958,6 +958,9 @@ fn cases() -> Vec<Case> {
         case("sigtrap_pings_to_a_busy_worker_raw_tkill", "trap_disposition", &["ping", "tkill"])
             .expect(&["tkill: 300 sent, 300 handled, 0 wrong, 0 lost"])
             .check(detection_stays_on),
+        case("sigtrap_raised_in_its_own_handler_runs_after_it", "trap_disposition", &["raise_in_handler"])
+            .repeat(4)
+            .expect(&["raised 100, 3 more from each handler: handler ran 400 times"]),
         case("sigtrap_raised_while_blocked_is_discarded_by_sig_ign", "trap_disposition", &["ignore_pending"])
             .repeat(3)
             .expect(&["raised while blocked: pending 1, SigPnd 1", "after SIG_IGN: pending 0, SigPnd 0"]),
@@ -1943,6 +1946,7 @@ host_cases!(
     sigtrap_pings_to_a_busy_worker_raw_tkill,
     sigtrap_to_the_process_and_to_its_only_taker_both_run,
     sigtrap_raised_while_blocked_is_discarded_by_sig_ign,
+    sigtrap_raised_in_its_own_handler_runs_after_it,
     sigtrap_wait_ended_by_a_handler_sigtimedwait,
     sigtrap_sent_while_all_block_goes_to_the_thread_that_unblocks_it,
     sigtrap_sent_while_all_block_ends_a_sigsuspend_letting_it_through,

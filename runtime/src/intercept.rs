@@ -834,7 +834,13 @@ fn trap_to_own_thread(number: c_long, [a, b, c]: [c_long; 3]) -> Option<c_int> {
         _ if signal::is_own_process(a as libc::pid_t) => (b, c),
         _ => return None,
     };
-    (sig == libc::SIGTRAP as c_long).then(|| signal::send_trap_to_thread(tid as libc::pid_t)).flatten()
+    if sig != libc::SIGTRAP as c_long {
+        return None;
+    }
+    if tid == c_long::from(thread::gettid()) {
+        return signal::raise_trap_here().map(|rc| errno_result(rc as i32));
+    }
+    signal::send_trap_to_thread(tid as libc::pid_t)
 }
 
 /// Interposed `pthread_kill`: a `SIGTRAP` the kernel would discard (the program ignores it and the thread
@@ -848,7 +854,11 @@ pub extern "C" fn pthread_kill(thread: libc::pthread_t, sig: c_int) -> c_int {
         if tid.is_some_and(signal::discarded_as_ignored) {
             return 0;
         }
-        if let Some(rc) = tid.and_then(signal::send_trap_to_thread) {
+        if tid == Some(thread::gettid()) {
+            if let Some(rc) = signal::raise_trap_here() {
+                return -(rc as c_int);
+            }
+        } else if let Some(rc) = tid.and_then(signal::send_trap_to_thread) {
             return rc;
         }
     }
@@ -863,8 +873,13 @@ fn ignored_by(thread: libc::pthread_t) -> bool {
 /// Interposed `raise` (and `gsignal`, its other name): see [`pthread_kill`].
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn raise(sig: c_int) -> c_int {
-    if sig == libc::SIGTRAP && signal::discarded_as_ignored(thread::gettid()) {
-        return 0;
+    if sig == libc::SIGTRAP {
+        if signal::discarded_as_ignored(thread::gettid()) {
+            return 0;
+        }
+        if let Some(rc) = signal::raise_trap_here() {
+            return errno_result(rc as i32);
+        }
     }
     real::raise(sig)
 }

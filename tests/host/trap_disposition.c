@@ -28,6 +28,9 @@
  *                  main interrupts it (<by>: "usr1", a SIGUSR1 handler; "setxid", setuid(getuid()), whose
  *                  glibc signal runs in every thread), then sends SIGTRAP: the first wait ends with EINTR
  *                  (sigwait goes on by itself), the next one takes SIGTRAP;
+ *   "raise_in_handler": a SIGTRAP handler (no SA_NODEFER) does racy work and raises SIGTRAP again, 3 times
+ *                  per outer raise, 100 outer raises while two threads race: each nested one waits until
+ *                  the handler returns, and the handler runs 400 times;
  *   "ignore_pending": main blocks SIGTRAP while two threads race, raises it (pending on main), then sets it
  *                  to SIG_IGN, which discards it: sigpending and SigPnd show it before and not after;
  *   "ping <call>":  main sends SIGTRAP to a busy racing worker 300 times, one at a time, with <call>
@@ -609,6 +612,39 @@ static int ping(const char *call) {
   return 0;
 }
 
+/* ---- raise_in_handler ---- */
+
+static int nested_budget;
+static atomic_int nested_calls;
+
+static void on_trap_raising(int sig) {
+  (void)sig;
+  atomic_fetch_add(&nested_calls, 1);
+  rw_race_iterations(3000); /* racy work in the handler, where SIGTRAP is blocked */
+  if (nested_budget > 0) {
+    nested_budget--;
+    raise(SIGTRAP); /* pending until the handler returns, then it runs again */
+  }
+}
+
+static int raise_in_handler(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_trap_raising;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTRAP, &sa, NULL);
+  rw_start(2, 30, 0);
+  for (int i = 0; i < 100; i++) {
+    nested_budget = 3;
+    raise(SIGTRAP);
+    rw_race_iterations(3000);
+  }
+  rw_stop_racing();
+  rw_join();
+  printf("raised 100, 3 more from each handler: handler ran %d times\n", atomic_load(&nested_calls));
+  return 0;
+}
+
 /* ---- ignore_pending ---- */
 
 /* Whether /proc/thread-self/status shows SIGTRAP in this thread's SigPnd. */
@@ -642,6 +678,7 @@ static int ignore_pending(void) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "ignore_pending") == 0) return ignore_pending();
+  if (strcmp(mode, "raise_in_handler") == 0) return raise_in_handler();
   if (strcmp(mode, "sigtimedwait") == 0) return timedwait(0);
   if (strcmp(mode, "sigqueue") == 0) return timedwait(1);
   if (strcmp(mode, "wait_rounds") == 0 && argc > 3) return wait_rounds(argv[2], argv[3]);

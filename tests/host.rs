@@ -1220,6 +1220,15 @@ fn cases() -> Vec<Case> {
             .launch(Launch::NoIpcLock)
             .expect(&["worker 0 with a 256 KiB stack: ran", "worker 1 with a 256 KiB stack: ran"])
             .check(reports_read_no_module_file),
+        case("three_1m_stacks_start_under_a_memlock_budget", "memory_pressure", &["budget-1m"])
+            .repeat(2)
+            .launch(Launch::NoIpcLock)
+            .expect(&[
+                "worker 0 with a 1024 KiB stack: ran",
+                "worker 1 with a 1024 KiB stack: ran",
+                "worker 2 with a 1024 KiB stack: ran",
+            ])
+            .check(reports_read_no_module_file),
         case("memory_exhausted_until_exit", "memory_pressure", &["hold"])
             .repeat(3)
             .expect(&["allocated until malloc failed: yes", "done, still holding the memory"]),
@@ -1996,6 +2005,7 @@ host_cases!(
     memory_exhausted_under_mlockall,
     locked_memory_after_threads_end,
     threads_start_under_a_memlock_budget,
+    three_1m_stacks_start_under_a_memlock_budget,
     memory_exhausted_until_exit,
     rlimit_nproc_threads_until_eagain,
     blocked_sigtrap_reaches_spawned_children,

@@ -1388,7 +1388,8 @@ pub extern "C" fn initgroups(user: *const c_char, group: libc::gid_t) -> c_int {
 
 /// Interposed `mlockall`: with `MCL_FUTURE`, every page racewatch maps from now on is locked memory of the
 /// program's budget, so its alternate stacks for new threads are the smallest; with `MCL_CURRENT`, what
-/// racewatch mapped ahead before `main` and does not use yet is unmapped first.
+/// racewatch mapped ahead before `main` and does not use yet is unmapped first, and racewatch's own
+/// module is unlocked afterwards ([`crate::sys::prefault::unlock_own_module`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn mlockall(flags: c_int) -> c_int {
     if flags & libc::MCL_CURRENT != 0 {
@@ -1397,6 +1398,9 @@ pub extern "C" fn mlockall(flags: c_int) -> c_int {
     let rc = real::mlockall(flags);
     if rc == 0 {
         stacks::set_locking_future(flags & libc::MCL_FUTURE != 0);
+        if flags & libc::MCL_CURRENT != 0 {
+            crate::sys::prefault::unlock_own_module();
+        }
     }
     rc
 }

@@ -9,7 +9,7 @@
  *   "locked":      mlockall(MCL_CURRENT | MCL_FUTURE) first, then two threads work (race-free) and are joined; prints
  *                  whether the locked memory grew by less than 48 MiB (two glibc thread stacks: 16 MiB;
  *                  a malloc arena of racewatch's reporter would add 64 MiB);
- *   "budget":      see memlock_budget. */
+ *   "budget", "budget-1m": see memlock_budget. */
 #include <sys/mman.h>
 
 static void **hoard;
@@ -92,8 +92,10 @@ static void *racing_work(void *arg) {
  * racewatch maps from then on (its detector starts with them). Without racewatch about 3 MiB is locked
  * before the workers; racewatch's library, its tables and its stacks took so much more that the workers
  * got EAGAIN. The workers race: a report's symbols would be more locked memory (racewatch reads no
- * module file then). */
-static int memlock_budget(void) {
+ * module file then). With "budget-1m", three workers with 1 MiB stacks: racewatch's own module (2.6 MB of
+ * code, tables and data) is unlocked after the program's mlockall, so they start as without racewatch (set
+ * 33 p37: only the first did). */
+static int memlock_budget(int workers, size_t stack_kib) {
   struct rlimit limit = {8 << 20, 8 << 20};
   if (setrlimit(RLIMIT_MEMLOCK, &limit)) return 1;
   if (mlockall(MCL_CURRENT | MCL_FUTURE)) {
@@ -102,12 +104,12 @@ static int memlock_budget(void) {
   }
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 256 << 10);
-  pthread_t threads[2];
-  int errors[2];
-  for (int i = 0; i < 2; i++) errors[i] = pthread_create(&threads[i], &attr, racing_work, NULL);
-  for (int i = 0; i < 2; i++) {
-    printf("worker %d with a 256 KiB stack: %s\n", i, errors[i] ? rw_errname(errors[i]) : "ran");
+  pthread_attr_setstacksize(&attr, stack_kib << 10);
+  pthread_t threads[3];
+  int errors[3];
+  for (int i = 0; i < workers; i++) errors[i] = pthread_create(&threads[i], &attr, racing_work, NULL);
+  for (int i = 0; i < workers; i++) {
+    printf("worker %d with a %zu KiB stack: %s\n", i, stack_kib, errors[i] ? rw_errname(errors[i]) : "ran");
     if (!errors[i]) pthread_join(threads[i], NULL);
   }
   if (getenv("RW_LOCKED_VERBOSE")) fprintf(stderr, "VmLck %ld kB\n", rw_status_field("/proc/self/status", "VmLck"));
@@ -118,7 +120,8 @@ static int memlock_budget(void) {
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (!strcmp(mode, "locked")) return locked_growth();
-  if (!strcmp(mode, "budget")) return memlock_budget();
+  if (!strcmp(mode, "budget")) return memlock_budget(2, 256);
+  if (!strcmp(mode, "budget-1m")) return memlock_budget(3, 1024);
   struct rlimit limit = {256 << 20, 256 << 20};
   pthread_t threads[2];
   for (int i = 0; i < 2; i++)

@@ -24,11 +24,37 @@ pub fn pages(lo: usize, hi: usize) {
 /// once, before the program's threads run. (Its code and read-only data are file pages that the
 /// detector's start runs and reads on its way.)
 pub fn own_module() {
+    for_own_segments(|lo, hi, flags| {
+        if flags & libc::PF_W != 0 {
+            populate(lo, hi, MADV_POPULATE_WRITE);
+        }
+    });
+}
+
+/// After the program's `mlockall(MCL_CURRENT)`: racewatch's own module (its code, tables and data, about
+/// 2.6 MB) leaves the program's locked memory, and so its `RLIMIT_MEMLOCK` budget. The pages stay
+/// resident (faulted in before); only memory pressure could take them back.
+pub fn unlock_own_module() {
+    for_own_segments(|lo, hi, _| {
+        let (lo, hi) = (lo & !(PAGE - 1), hi.next_multiple_of(PAGE));
+        if lo < hi {
+            // SAFETY: `munlock` changes no mapping or content, only whether the range counts as locked.
+            unsafe { libc::munlock(lo as *const libc::c_void, hi - lo) };
+        }
+    });
+}
+
+/// Calls `each(start, end, p_flags)` for every loaded segment of racewatch's own module.
+fn for_own_segments(each: fn(usize, usize, u32)) {
     static ANCHOR: AtomicU8 = AtomicU8::new(0);
-    extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, anchor: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: the loader passes a valid record for the duration of the callback.
-        let info = unsafe { &*info };
-        let anchor = anchor as usize;
+    struct Walk {
+        anchor: usize,
+        each: fn(usize, usize, u32),
+    }
+    extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, walk: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: the loader passes a valid record for the duration of the callback, and `walk` is the
+        // `Walk` below, alive for the whole iteration.
+        let (info, walk) = unsafe { (&*info, &*(walk as *const Walk)) };
         let segments = || {
             (0..info.dlpi_phnum as usize).filter_map(|i| {
                 // SAFETY: `dlpi_phdr` points to `dlpi_phnum` program headers.
@@ -37,17 +63,17 @@ pub fn own_module() {
                 (ph.p_type == libc::PT_LOAD).then_some((start, start + ph.p_memsz as usize, ph.p_flags))
             })
         };
-        if !segments().any(|(lo, hi, _)| (lo..hi).contains(&anchor)) {
+        if !segments().any(|(lo, hi, _)| (lo..hi).contains(&walk.anchor)) {
             return 0;
         }
-        for (lo, hi, _) in segments().filter(|&(_, _, flags)| flags & libc::PF_W != 0) {
-            populate(lo, hi, MADV_POPULATE_WRITE);
+        for (lo, hi, flags) in segments() {
+            (walk.each)(lo, hi, flags);
         }
         1
     }
-    let anchor = &ANCHOR as *const AtomicU8 as *mut libc::c_void;
-    // SAFETY: the callback only reads the loader's records.
-    unsafe { libc::dl_iterate_phdr(Some(visit), anchor) };
+    let walk = Walk { anchor: &ANCHOR as *const AtomicU8 as usize, each };
+    // SAFETY: the callback only reads the loader's records and calls `each`.
+    unsafe { libc::dl_iterate_phdr(Some(visit), &walk as *const Walk as *mut libc::c_void) };
 }
 
 /// Faults in the pages of `[lo, hi)` with `advice`; an error (a kernel before 5.14, the part of a

@@ -181,7 +181,6 @@ pub const NEVER: &[(&str, i64)] = &never![
     SYS_sched_setscheduler,
     SYS_mlock,
     SYS_mlock2,
-    SYS_munlock,
     SYS_msync,
     SYS_remap_file_pages,
     SYS_pkey_alloc,

@@ -128,6 +128,7 @@ const CALLS: &[&str] = &[
     "pidfd_getfd",
     "close_range",
     "pidfd_send_signal",
+    "munlock",
     "write",
 ];
 
@@ -239,6 +240,9 @@ fn one_call(k: usize) {
             if CALLS[k] == "pidfd_getfd" && pidfd >= 0 {
                 syscall6(libc::SYS_pidfd_getfd, [pidfd as u64, 2, 0, 0, 0, 0]);
             }
+        }
+        "munlock" => {
+            syscall6(libc::SYS_munlock, [buf.as_ptr() as u64 & !4095, 4096, 0, 0, 0, 0]);
         }
         "pidfd_send_signal" => {
             let pidfd = super::raw::PIDFD_SELF_THREAD as u64;

@@ -240,7 +240,9 @@ pub fn worth_identifying(path: &[u8]) -> bool {
 /// the records are its parent's). Not asked in a thread's own seccomp sandbox, where making the view
 /// takes system calls the filter may kill: the program reads the kernel's file there.
 fn anything_to_hide() -> bool {
-    (signal::is_installed() || reporter::has_thread()) && !crate::sys::confined::here() && !signal::in_borrowed_memory()
+    (signal::is_installed() || reporter::kernel_count() != Some(0))
+        && !crate::sys::confined::here()
+        && !signal::in_borrowed_memory()
 }
 
 /// The program's facts for thread `tid`, asked by thread `caller`.
@@ -254,7 +256,7 @@ fn facts_for(tid: i32, caller: i32) -> Facts {
         trap_blocked: blocked.filter(|_| installed),
         blocked_in_handler: None,
         trap_pending: (installed && blocked == Some(false)).then_some(false),
-        hidden_threads: u32::from(reporter::has_thread()),
+        hidden_threads: reporter::kernel_count().unwrap_or(1),
     }
 }
 
@@ -293,7 +295,10 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     let rewrite = |text: &[u8], out: &mut [u8]| {
         // Looked at once the text is read: whether the thread is in racewatch's handler as it was read.
         let in_handler = if tid == caller { None } else { signal::mask_in_handler(tid) };
-        let facts = Facts { blocked_in_handler: in_handler, ..facts };
+        // Likewise whether the kernel counted a reporter thread in the text: one starting or retiring
+        // right then is counted there while racewatch's own state says otherwise.
+        let hidden_threads = reporter::kernel_count().unwrap_or(facts.hidden_threads);
+        let facts = Facts { blocked_in_handler: in_handler, hidden_threads, ..facts };
         if stat {
             rewrite_stat(text, &facts, out)
         } else {
@@ -302,8 +307,11 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     };
     // Another thread's status read while racewatch's handler enters or leaves there (before it noted
     // the interrupted mask, or after) shows the handler's mask: read again.
-    let settled =
-        |text: &[u8]| stat || tid == caller || !shows_handler_mask(text) || signal::mask_in_handler(tid).is_some();
+    // Likewise one read while a reporter thread is being started, before its id is known.
+    let settled = |text: &[u8]| {
+        let mask_settled = stat || tid == caller || !shows_handler_mask(text) || signal::mask_in_handler(tid).is_some();
+        mask_settled && reporter::kernel_count().is_some()
+    };
     crate::sys::memfile::rewritten(path, flags & libc::O_CLOEXEC != 0, settled, rewrite)
 }
 

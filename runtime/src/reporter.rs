@@ -739,6 +739,7 @@ fn forget_unloaded_modules() {
 
 extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
     REPORTER_TID.store(sys::thread::gettid(), Ordering::Release);
+    LAST_TID.store(sys::thread::gettid(), Ordering::Release);
     sys::alloc::set_patient_thread(sys::thread::gettid(), while_waiting_for_memory);
     sys::thread::mark_runtime_thread();
     sys::thread::set_name(c"racewatch-repor");
@@ -1119,6 +1120,30 @@ fn while_waiting_for_memory() {
 /// Whether a reporter thread runs.
 pub fn has_thread() -> bool {
     THREAD.load(Ordering::Acquire) != 0
+}
+
+/// The id of the last reporter thread started, until the kernel no longer counts it (a reporter that
+/// retires clears [`REPORTER_TID`] just before it returns).
+static LAST_TID: AtomicI32 = AtomicI32::new(0);
+
+/// How many reporter threads the kernel counts in the process now (0 or 1); `None` while one is being
+/// started and its id is not known yet (the kernel may count it already): ask again shortly. For the
+/// program's own `status` and `stat` thread counts ([`crate::proc_view`]).
+pub fn kernel_count() -> Option<u32> {
+    if REPORTER_TID.load(Ordering::Acquire) != 0 || has_thread() {
+        return Some(1);
+    }
+    if STARTING.load(Ordering::Acquire) {
+        return None;
+    }
+    let last = LAST_TID.load(Ordering::Acquire);
+    if last != 0 && sys::raw::thread_alive(last) {
+        return Some(1);
+    }
+    if last != 0 {
+        let _ = LAST_TID.compare_exchange(last, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+    Some(0)
 }
 
 /// Whether a reporter thread runs or is being started.

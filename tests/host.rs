@@ -152,6 +152,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "tracer", source: include_str!("host/tracer.c"), metadata: true, flags: &[] },
     Program { name: "footprint", source: include_str!("host/footprint.c"), metadata: true, flags: &[] },
     Program { name: "pthread_exit_main", source: include_str!("host/pthread_exit_main.c"), metadata: true, flags: &[] },
+    Program { name: "thread_frames", source: include_str!("host/thread_frames.c"), metadata: true, flags: &["-ldl"] },
     Program { name: "memory_pressure", source: include_str!("host/memory_pressure.c"), metadata: true, flags: &[] },
     Program { name: "nproc", source: include_str!("host/nproc.c"), metadata: true, flags: &[] },
     Program { name: "children_mask", source: include_str!("host/children_mask.c"), metadata: true, flags: &[] },
@@ -557,6 +558,20 @@ fn cases() -> Vec<Case> {
         // Opening racewatch's perf events (as root: a capability check that succeeds) does not mark the
         // program's thread as having used a superuser privilege (set 22 p11).
         case("no_privilege_mark_on_the_program_threads", "privilege_mark", &[]).expect(&["a worker's mark: 0"]),
+        // A backtrace taken in a thread (its start routine, a cleanup handler of `pthread_exit` or of
+        // cancellation) has the frames it has without racewatch (set 34: it ended at racewatch's return
+        // trampoline, 2 frames instead of 3).
+        case("thread_backtraces_have_their_frames", "thread_frames", &["backtrace"]).repeat(2).expect(&[
+            "returning thread: 4 frames: thread_frames libc.so.6 libc.so.6",
+            "done",
+        ]),
+        // The program's keys are numbered from 0 and it can make as many as without racewatch (whose
+        // key, the one that sees threads end, goes to the program when it would come next).
+        case("thread_keys_numbered_and_counted_as_without_racewatch", "thread_frames", &["keys"]).expect(&[
+            "keys created: 1024, the first: 0, the last: 1023",
+            "a key made after deleting them: 0",
+            "destructors run: 4",
+        ]),
         case("min_stacks_deep_recursion", "small_stacks", &[]).expect(&[
             "first thread asked for PTHREAD_STACK_MIN: got 0 bytes more",
             "threads that recursed to about 3072 bytes from the end of their stack: 2",
@@ -1865,6 +1880,8 @@ host_cases!(
     setxid_while_the_reporter_runs,
     vfork_and_exec,
     exec_from_a_thread,
+    thread_backtraces_have_their_frames,
+    thread_keys_numbered_and_counted_as_without_racewatch,
     min_stacks_deep_recursion,
     thread_stacks_and_tls_vectors_as_without_racewatch,
     a_large_static_tls_block_leaves_the_reporter_its_stack,

@@ -5,7 +5,8 @@
 //! - `pthread_create`: starts the detector at the program's second thread;
 //!   new threads inherit the program's `SIGTRAP` mask bit and get their stack
 //!   bounds (and, for small stacks, an alternate signal stack) recorded.
-//! - `pthread_exit`: the thread's alternate signal stack is released first.
+//! - `pthread_key_create`: racewatch's key ([`thread_end`]) goes to the program when glibc would
+//!   number the program's next key after it.
 //! - `pthread_join`: a program back to one thread gets the reporter out of the way before the join
 //!   returns (the first 64 times; after that only before `unshare` or `setns`, also made raw).
 //! - `sigaction`, `signal`: with `stats=1`, terminating signals the program
@@ -42,7 +43,7 @@
 use crate::sys::ptr::{self, opt_cstr, opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
 use crate::sys::{
-    confined, environ, fatal, fd, hand_on, handlers, setxid, signal, stacks, thread, trap_wait, unwind_info,
+    confined, environ, fatal, fd, hand_on, handlers, setxid, signal, stacks, thread, thread_end, trap_wait, unwind_info,
 };
 use crate::{detector, handover, log, proc_view, seccomp_filter};
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
@@ -98,12 +99,15 @@ pub extern "C" fn pthread_create(
     rc
 }
 
-/// Interposed `pthread_exit`: the thread's runtime resources are released first (a thread whose start
-/// routine returns releases them on the way out, see [`thread`]).
+/// Interposed `pthread_key_create`: the program's keys are numbered as without racewatch, and it can
+/// create as many ([`thread_end::make_room`]).
 #[cfg_attr(feature = "preload", no_mangle)]
-pub extern "C-unwind" fn pthread_exit(value: *mut c_void) -> ! {
-    thread::thread_ending();
-    real::pthread_exit(value)
+pub extern "C" fn pthread_key_create(
+    key: *mut libc::pthread_key_t,
+    destr: Option<unsafe extern "C" fn(*mut c_void)>,
+) -> c_int {
+    thread_end::make_room();
+    real::pthread_key_create(key, destr)
 }
 
 /// Interposed `pthread_join`: a program back to one thread is single-threaded again for the kernel and

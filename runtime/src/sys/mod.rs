@@ -37,6 +37,7 @@ pub mod signal;
 pub mod snapshot;
 pub mod stacks;
 pub mod thread;
+pub mod thread_end;
 pub mod tls;
 pub mod tracer;
 pub mod trap_wait;

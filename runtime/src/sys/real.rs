@@ -76,7 +76,7 @@ static SYSCALL: Real = Real::new(c"syscall");
 static DLCLOSE: Real = Real::new(c"dlclose");
 static LIBC_START_MAIN: Real = Real::new(c"__libc_start_main");
 static EXIT: Real = Real::new(c"exit");
-static PTHREAD_EXIT: Real = Real::new(c"pthread_exit");
+static PTHREAD_KEY_CREATE: Real = Real::new(c"pthread_key_create");
 static PTHREAD_JOIN: Real = Real::new(c"pthread_join");
 static SETRLIMIT: Real = Real::new(c"setrlimit");
 static MLOCKALL: Real = Real::new(c"mlockall");
@@ -163,7 +163,7 @@ const ALL: &[&Real] = &[
     &DLCLOSE,
     &LIBC_START_MAIN,
     &EXIT,
-    &PTHREAD_EXIT,
+    &PTHREAD_KEY_CREATE,
     &PTHREAD_JOIN,
     &SETRLIMIT,
     &PRLIMIT,
@@ -293,6 +293,17 @@ fn action_with(real: &Real, sig: c_int, act: *const libc::sigaction, old: *mut l
 /// The real `pthread_join`.
 pub fn pthread_join(thread: libc::pthread_t, value: *mut *mut c_void) -> c_int {
     call!(PTHREAD_JOIN, libc::ENOSYS, fn(libc::pthread_t, *mut *mut c_void) -> c_int, thread, value)
+}
+
+/// The real `pthread_key_create`.
+pub fn pthread_key_create(key: *mut libc::pthread_key_t, destr: Option<unsafe extern "C" fn(*mut c_void)>) -> c_int {
+    call!(
+        PTHREAD_KEY_CREATE,
+        libc::ENOSYS,
+        fn(*mut libc::pthread_key_t, Option<unsafe extern "C" fn(*mut c_void)>) -> c_int,
+        key,
+        destr
+    )
 }
 
 /// The real `sigaction`.
@@ -514,16 +525,6 @@ pub fn exit(status: c_int) -> ! {
     // SAFETY: `addr` is libc's `exit`, whose C signature is `void exit(int)` and which never returns.
     let f: unsafe extern "C" fn(c_int) -> ! = unsafe { std::mem::transmute(addr) };
     unsafe { f(status) }
-}
-
-/// The real `pthread_exit` (libc's is always there: it is what `pthread_exit` means).
-pub fn pthread_exit(value: *mut c_void) -> ! {
-    let addr = PTHREAD_EXIT.get();
-    assert!(addr != 0, "libc has no pthread_exit");
-    // SAFETY: `addr` is libc's `pthread_exit`, whose C signature is `void pthread_exit(void *)` and which
-    // never returns (it unwinds the calling thread).
-    let f: unsafe extern "C-unwind" fn(*mut c_void) -> ! = unsafe { std::mem::transmute(addr) };
-    unsafe { f(value) }
 }
 
 /// The real `setrlimit`.

@@ -413,18 +413,15 @@ pub fn create_hooked(
     rc
 }
 
-// ---- Starting and ending a hooked thread without a frame on its stack ----
+// ---- Starting a hooked thread without a frame on its stack ----
 //
 // The new thread starts in `racewatch_thread_entry` with the stack as glibc's `start_thread` left it:
 // the return address into `start_thread` on top. It calls `thread_enter` (the hook) with that stack
 // pointer, then jumps to the program's start routine with the stack exactly as it was: the program's
-// frames begin where they would without racewatch (the same recursion depth on a thread's stack). Before
-// the jump the return address is replaced by `racewatch_thread_return`, so that the start routine returns
-// there; that code releases what the thread held (`thread_leave`) and jumps to the original return
-// address, which is the same for every thread (one call site in `start_thread`) and kept in a static.
-// The return trampoline's unwind info marks the end of the stack (as glibc's `clone` does for
-// `start_thread`): unwinders, `pthread_exit` and cancellation (which end their walk there and longjmp to
-// `start_thread`) stop at it.
+// frames begin where they would without racewatch (the same recursion depth on a thread's stack), and
+// the start routine returns straight into `start_thread` (unwinders, `pthread_exit` and cancellation
+// see the frames they see without racewatch). The thread's end is seen by a key's destructor
+// ([`super::thread_end`]).
 
 std::arch::global_asm!(
     ".pushsection .text.racewatch_thread,\"ax\",@progbits",
@@ -445,32 +442,12 @@ std::arch::global_asm!(
     "jmp rax",
     ".cfi_endproc",
     ".size racewatch_thread_entry, . - racewatch_thread_entry",
-    ".globl racewatch_thread_return",
-    ".hidden racewatch_thread_return",
-    ".type racewatch_thread_return,@function",
-    ".cfi_startproc",
-    ".cfi_undefined rip",
-    // An unwinder looks up a return address minus one: this byte, inside this function's unwind info.
-    "nop",
-    "racewatch_thread_return:",
-    // rax: the start routine's value; rsp: where start_thread's `call` left it after the return.
-    "push rax",
-    "sub rsp, 8",
-    "call {leave}",
-    "add rsp, 8",
-    "mov rcx, rax",
-    "pop rax",
-    "jmp rcx",
-    ".cfi_endproc",
-    ".size racewatch_thread_return, . - racewatch_thread_return",
     ".popsection",
     enter = sym thread_enter,
-    leave = sym thread_leave,
 );
 
 extern "C" {
     fn racewatch_thread_entry();
-    fn racewatch_thread_return();
     fn pthread_setcancelstate(state: libc::c_int, old: *mut libc::c_int) -> libc::c_int;
 }
 
@@ -500,9 +477,6 @@ impl Drop for NoCancel {
     }
 }
 
-/// The address a hooked thread's start routine returns to without racewatch (in `start_thread`).
-static RETURN_TO: AtomicUsize = AtomicUsize::new(0);
-
 /// What `racewatch_thread_entry` jumps to (returned in rax, rdx).
 #[repr(C)]
 struct StartCall {
@@ -522,18 +496,6 @@ extern "C" fn thread_enter(index: usize, return_slot: *mut usize) -> StartCall {
         // frames begin right below the return address.
         creation::started(&start.creation, start.info.stack, return_slot as u64 + 8);
         (start.hook)(&start.info);
-    }
-    // SAFETY: `return_slot` is the top of this thread's stack as start_thread's call left it: the
-    // return address, which only this thread uses.
-    let return_to = unsafe { *return_slot };
-    let same = match RETURN_TO.compare_exchange(0, return_to, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => true,
-        Err(known) => known == return_to,
-    };
-    if same {
-        // SAFETY: as above; the start routine now returns to `racewatch_thread_return`, which goes on
-        // to `return_to`.
-        unsafe { *return_slot = racewatch_thread_return as *const () as usize };
     }
     StartCall { start: start.start, arg: start.arg }
 }
@@ -569,11 +531,6 @@ fn confined_start(trap_blocked: bool) {
     }
 }
 
-extern "C" fn thread_leave() -> usize {
-    thread_ending();
-    RETURN_TO.load(Ordering::Acquire)
-}
-
 /// Set once a seccomp filter may be in place: program threads make no system call of racewatch's any
 /// more (a filter may kill the process for one).
 static NO_SYSCALLS: AtomicBool = AtomicBool::new(false);
@@ -590,8 +547,9 @@ pub fn stop_syscalls_in_program_threads() {
     NO_SYSCALLS.store(true, Ordering::Release);
 }
 
-/// The calling thread is ending (its start routine returned, or it calls `pthread_exit`): releases its
-/// runtime alternate stack and its known-thread slot. Not for signal handlers. Makes no system call
+/// The calling thread is ending (its start routine returned, it called `pthread_exit` or was cancelled;
+/// glibc runs its keys' destructors, [`super::thread_end`]): releases its runtime alternate stack and its
+/// known-thread slot. Not for signal handlers. Makes no system call
 /// when the detector never ran or a sandbox may be in place.
 pub fn thread_ending() {
     if !syscalls_allowed() || !ANY_KNOWN.load(Ordering::Acquire) {
@@ -655,8 +613,8 @@ pub fn on_program_thread_ending(f: fn(u32)) {
 // created through the interposed `pthread_create`. The signal handler looks the caller's tid up before
 // it touches anything thread-local: a thread made with a raw `clone` (a green-thread runtime's, or one
 // sharing its parent's TLS) is not known, and the runtime's own signals are dropped there untouched.
-// A thread frees its slot when its start routine returns or it calls `pthread_exit` ([`thread_ending`],
-// no `pthread_key`, no malloc); the slot of a thread that ended unseen (cancelled) is taken over by a
+// A thread frees its slot when it ends ([`thread_ending`], run by a key's destructor of glibc's, no
+// malloc: [`super::thread_end`]); the slot of a thread that ended unseen is taken over by a
 // later registration, or claimed by a later thread start ([`claim_ended`]), once the kernel says the
 // tid is gone, and a tid the kernel gave again replaces its stale entry.
 
@@ -675,6 +633,7 @@ fn probe(tid: i32) -> impl Iterator<Item = usize> {
 /// is handed over: the caller may reuse what it left there), or `None` when the table has no room.
 pub fn register_current() -> Option<usize> {
     ANY_KNOWN.store(true, Ordering::Release);
+    super::thread_end::watch_current();
     let tid = raw::gettid();
     if let Some(slot) = known_slot(tid) {
         return Some(slot);

@@ -558,10 +558,12 @@ fn cases() -> Vec<Case> {
         // Opening racewatch's perf events (as root: a capability check that succeeds) does not mark the
         // program's thread as having used a superuser privilege (set 22 p11).
         case("no_privilege_mark_on_the_program_threads", "privilege_mark", &[]).expect(&["a worker's mark: 0"]),
-        // A backtrace taken in a thread (its start routine, a cleanup handler of `pthread_exit` or of
-        // cancellation) has the frames it has without racewatch (set 34: it ended at racewatch's return
-        // trampoline, 2 frames instead of 3).
+        // A backtrace taken in `main` or in a thread (its start routine, a cleanup handler of
+        // `pthread_exit` or of cancellation) has the frames it has without racewatch (set 34: in a thread
+        // it ended at racewatch's return trampoline, 2 frames instead of 3; `main` had racewatch's
+        // `wrapped_main` and `__libc_start_main` below it).
         case("thread_backtraces_have_their_frames", "thread_frames", &["backtrace"]).repeat(2).expect(&[
+            "main: 5 frames: thread_frames libc.so.6 libc.so.6 thread_frames",
             "returning thread: 4 frames: thread_frames libc.so.6 libc.so.6",
             "done",
         ]),

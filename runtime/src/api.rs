@@ -94,6 +94,7 @@ fn init() {
     log::check_stderr();
     let secure = sys::secure_file::secure_execution();
     let opts = options::install(if secure { secure_options() } else { environment_options() });
+    crate::exit_status::install();
     if let Some(path) = &opts.log_path {
         let host = opts.host.clone().or_else(sys::identity::node_name).unwrap_or_else(|| "unknown".into());
         log::set_log_path(path, &host);
@@ -365,8 +366,10 @@ fn callback(call: Call) {
     if detector::is_sandboxed() || sys::confined::here() {
         return; // A seccomp filter may kill any syscall the index update would make.
     }
-    if !call.add && detector::is_exiting() {
-        return; // A destructor at exit: nothing is unmapped (see `detector::is_exiting`).
+    if !call.add && (detector::is_exiting() || !sys::unwind_info::closing()) {
+        // A destructor at exit (outside every `dlclose`): nothing is unmapped (see
+        // `detector::is_exiting`).
+        return;
     }
     {
         let mut pending = PENDING.lock();

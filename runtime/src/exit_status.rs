@@ -1,10 +1,10 @@
 //! The exit status of a process that reported races (`fail_on_race`), and the record of its races it
 //! leaves for `racewatch cargo`'s summary (`races_path`).
 //!
-//! A fini destructor cannot see the program's exit status, so the runtime interposes the two ways a
-//! program ends normally: `__libc_start_main` (the program's `main` is wrapped, to see what it returns)
-//! and `exit` (C's `exit`, Rust's `std::process::exit`: both go through the PLT). There, with either
-//! option set: sampling stops, the watch windows under way close, the reporter gets a bounded chance
+//! A fini destructor cannot see the program's exit status, so the runtime sees the two ways a
+//! program ends normally: `main`'s return (with either option set, the program's `main` is wrapped by
+//! racewatch's `__libc_start_main`, [`process::see_main_status`]) and `exit` (C's `exit`, Rust's
+//! `std::process::exit`: both go through the PLT, interposed). There, with either option set: sampling stops, the watch windows under way close, the reporter gets a bounded chance
 //! to print what is queued ([`reporter::settle`]; each race printed rewrites `<races_path>.<pid>`,
 //! see [`crate::races_file`]), and with `fail_on_race=1` a status of 0 becomes `exitcode` when this
 //! process printed a race. A non-zero
@@ -13,31 +13,28 @@
 //!
 //! `_exit`, a death by signal and an `exit` libc makes itself (the last thread calling
 //! `pthread_exit`) are not seen: their status stays as it is (the record of races was written when
-//! they were printed). Without either option (a bare `LD_PRELOAD`) both wrappers only pass on.
+//! they were printed). Without either option (a bare `LD_PRELOAD`) `main` is not wrapped (a backtrace in
+//! it has glibc's frames below it only) and `exit` passes the status on.
 //!
 //! The symbols are exported only with the `preload` feature, like [`crate::intercept`]'s.
 
-use crate::sys::real::{self, MainFn};
+use crate::sys::real;
 use crate::sys::{process, signal, thread};
 use crate::{detector, log, options, reporter, sampler};
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// How long the watch windows under way get to close once sampling stopped.
 const QUIET_MS: u64 = 1000;
 
-/// Interposed `__libc_start_main`: runs the program with its `main` wrapped.
-#[cfg_attr(feature = "preload", no_mangle)]
-pub extern "C" fn __libc_start_main(
-    main: MainFn,
-    argc: c_int,
-    argv: *mut *mut c_char,
-    init: *mut c_void,
-    fini: *mut c_void,
-    rtld_fini: *mut c_void,
-    stack_end: *mut c_void,
-) -> c_int {
-    process::start_main_wrapped(main, argc, argv, init, fini, rtld_fini, stack_end, exit_status)
+/// With `fail_on_race` or `races_path`, the status the program's `main` returns is seen
+/// ([`process::see_main_status`]); without either (a bare `LD_PRELOAD`), glibc calls `main` as without
+/// racewatch. Called by the constructor, once the options are known.
+pub fn install() {
+    let options = options::get();
+    if options.fail_on_race || options.races_path.is_some() {
+        process::see_main_status(exit_status);
+    }
 }
 
 /// Interposed `exit`.

@@ -1,8 +1,9 @@
 /* What a program sees of its own threads' stacks and of glibc's thread-specific data keys, while two
  * threads race (so the detector runs). argv[1]:
- *   "backtrace": threads take a backtrace() in their start routine, in a cleanup handler that
- *                pthread_exit runs, and in one that cancellation runs; each prints how many frames it
- *                got and which object each frame but the first lies in (the program, libc);
+ *   "backtrace": main and threads take a backtrace(): in main, in a thread's start routine, in a
+ *                cleanup handler that pthread_exit runs, and in one that cancellation runs; each prints
+ *                how many frames it got and which object each frame but the first lies in (the
+ *                program, libc);
  *   "keys":      creates keys until glibc has none left, prints how many and the first one's number,
  *                then uses one in racing threads whose destructors run in order. */
 #include <dlfcn.h>
@@ -110,6 +111,7 @@ int main(int argc, char **argv) {
   rw_start(2, 1.0, 0);
   int rc = 2;
   if (!strcmp(mode, "backtrace")) {
+    cleanup_frames("main");
     rc = 0;
     for (int round = 0; round < 3 && rc == 0; round++)
       rc = run_one(returning) || run_one(exiting) || run_one(cancelled);

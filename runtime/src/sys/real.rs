@@ -489,30 +489,9 @@ pub fn dlclose(handle: *mut c_void) -> c_int {
     call!(DLCLOSE, -1, fn(*mut c_void) -> c_int, handle)
 }
 
-/// The real `__libc_start_main` (glibc's entry from `_start`; `init` and `fini` are null since glibc
-/// 2.34 and passed on as they are).
-#[allow(clippy::too_many_arguments)]
-pub fn libc_start_main(
-    main: MainFn,
-    argc: c_int,
-    argv: *mut *mut c_char,
-    init: *mut c_void,
-    fini: *mut c_void,
-    rtld_fini: *mut c_void,
-    stack_end: *mut c_void,
-) -> c_int {
-    call!(
-        LIBC_START_MAIN,
-        -1,
-        fn(MainFn, c_int, *mut *mut c_char, *mut c_void, *mut c_void, *mut c_void, *mut c_void) -> c_int,
-        main,
-        argc,
-        argv,
-        init,
-        fini,
-        rtld_fini,
-        stack_end
-    )
+/// The address of the real `__libc_start_main` (glibc's entry from `_start`); 0 when not found.
+pub fn libc_start_main_address() -> usize {
+    LIBC_START_MAIN.get()
 }
 
 /// The real `exit` (atexit handlers, destructors, stdio flushed); `_exit` when it cannot be found.

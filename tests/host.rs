@@ -559,13 +559,15 @@ fn cases() -> Vec<Case> {
         // program's thread as having used a superuser privilege (set 22 p11).
         case("no_privilege_mark_on_the_program_threads", "privilege_mark", &[]).expect(&["a worker's mark: 0"]),
         // A backtrace taken in `main` or in a thread (its start routine, a cleanup handler of
-        // `pthread_exit` or of cancellation) has the frames it has without racewatch (set 34: in a thread
-        // it ended at racewatch's return trampoline, 2 frames instead of 3; `main` had racewatch's
-        // `wrapped_main` and `__libc_start_main` below it).
+        // `pthread_exit` or of cancellation, an `atexit` handler run by `exit`) has the frames it has
+        // without racewatch (set 34: in a thread it ended at racewatch's return trampoline, 2 frames
+        // instead of 3; `main` had racewatch's `wrapped_main` and `__libc_start_main` below it, `exit`
+        // one more).
         case("thread_backtraces_have_their_frames", "thread_frames", &["backtrace"]).repeat(2).expect(&[
             "main: 5 frames: thread_frames libc.so.6 libc.so.6 thread_frames",
             "returning thread: 4 frames: thread_frames libc.so.6 libc.so.6",
             "done",
+            "atexit handler: 7 frames: libc.so.6 libc.so.6 thread_frames libc.so.6 libc.so.6 thread_frames",
         ]),
         // The program's keys are numbered from 0 and it can make as many as without racewatch (whose
         // key, the one that sees threads end, goes to the program when it would come next).

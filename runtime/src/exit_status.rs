@@ -18,7 +18,6 @@
 //!
 //! The symbols are exported only with the `preload` feature, like [`crate::intercept`]'s.
 
-use crate::sys::real;
 use crate::sys::{process, signal, thread};
 use crate::{detector, log, options, reporter, sampler};
 use std::ffi::c_int;
@@ -27,20 +26,16 @@ use std::sync::atomic::{AtomicI32, Ordering};
 /// How long the watch windows under way get to close once sampling stopped.
 const QUIET_MS: u64 = 1000;
 
-/// With `fail_on_race` or `races_path`, the status the program's `main` returns is seen
-/// ([`process::see_main_status`]); without either (a bare `LD_PRELOAD`), glibc calls `main` as without
-/// racewatch. Called by the constructor, once the options are known.
+/// The status passed to `exit` is seen ([`process::see_exit_status`]); with `fail_on_race` or
+/// `races_path`, also the status the program's `main` returns ([`process::see_main_status`]); without
+/// either (a bare `LD_PRELOAD`), glibc calls `main` as without racewatch. Called by the constructor,
+/// once the options are known.
 pub fn install() {
+    process::see_exit_status(exit_status);
     let options = options::get();
     if options.fail_on_race || options.races_path.is_some() {
         process::see_main_status(exit_status);
     }
-}
-
-/// Interposed `exit`.
-#[cfg_attr(feature = "preload", no_mangle)]
-pub extern "C" fn exit(status: c_int) -> ! {
-    real::exit(exit_status(status))
 }
 
 /// The process that already settled at exit (the second of `main`'s return and a nested `exit` only

@@ -1104,7 +1104,7 @@ pub fn exit_in_place_of_the_last_thread() -> ! {
     if !ABANDONED.load(Ordering::Acquire) {
         drain();
     }
-    crate::exit_status::exit(0)
+    crate::sys::process::racewatch_exit(0)
 }
 
 /// Runs between two tries of an allocation that found no memory on the reporter thread: the report

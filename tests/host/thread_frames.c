@@ -3,7 +3,7 @@
  *   "backtrace": main and threads take a backtrace(): in main, in a thread's start routine, in a
  *                cleanup handler that pthread_exit runs, and in one that cancellation runs; each prints
  *                how many frames it got and which object each frame but the first lies in (the
- *                program, libc);
+ *                program, libc); main ends with exit(), whose atexit handler does the same;
  *   "keys":      creates keys until glibc has none left, prints how many and the first one's number,
  *                then uses one in racing threads whose destructors run in order. */
 #include <dlfcn.h>
@@ -106,11 +106,14 @@ static int keys(void) {
   return 0;
 }
 
+static void at_exit_frames(void) { print_frames("atexit handler"); }
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   rw_start(2, 1.0, 0);
   int rc = 2;
   if (!strcmp(mode, "backtrace")) {
+    atexit(at_exit_frames);
     cleanup_frames("main");
     rc = 0;
     for (int round = 0; round < 3 && rc == 0; round++)
@@ -121,5 +124,5 @@ int main(int argc, char **argv) {
   rw_stop_racing();
   rw_join();
   printf("done\n");
-  return rc;
+  exit(rc);
 }

@@ -93,25 +93,69 @@ pub extern "C" fn racewatch_start_main() {
     )
 }
 
-/// What `racewatch_start_main` jumps to (returned in rax, rdx).
+/// Where a naked entry of this module jumps (`to`, returned in rdx) and the first argument it passes
+/// there (`first`, returned in rax).
 #[repr(C)]
-struct StartMainCall {
-    main: MainFn,
-    libc_start_main: usize,
+struct Jump {
+    first: usize,
+    to: usize,
 }
 
-extern "C" fn start_main_entry(main: MainFn) -> StartMainCall {
+extern "C" fn start_main_entry(main: MainFn) -> Jump {
     // Once per process image (an exec starts a new one); a second call would be glibc's business.
     let entry = match AFTER_MAIN.get() {
         Some(&after_main) if MAIN.set((main, after_main)).is_ok() => wrapped_main as MainFn,
         _ => main,
     };
-    StartMainCall { main: entry, libc_start_main: real::libc_start_main_address() }
+    Jump { first: entry as usize, to: real::libc_start_main_address() }
 }
 
 extern "C" fn wrapped_main(argc: c_int, argv: *mut *mut c_char, envp: *mut *mut c_char) -> c_int {
     let (main, after_main) = *MAIN.get().expect("set before the real __libc_start_main runs");
     after_main(main(argc, argv, envp))
+}
+
+/// What the status passed to `exit` goes through ([`see_exit_status`]).
+static AT_EXIT: OnceLock<AfterMain> = OnceLock::new();
+
+/// From now on, the status the program passes to `exit` goes through `at_exit` first, whose result is
+/// what glibc's `exit` gets.
+pub fn see_exit_status(at_exit: AfterMain) {
+    let _ = AT_EXIT.set(at_exit);
+}
+
+/// racewatch's `exit` (the interposed symbol in a preloaded runtime): [`exit_entry`] decides the status,
+/// then glibc's `exit` runs with the stack as the program's call left it (an `atexit` handler's
+/// backtrace shows no frame of racewatch's).
+// SAFETY: naked: the body is the whole function. It keeps the stack 16-byte aligned at the call, calls
+// a plain `extern "C"` function and jumps to glibc's `exit` with the status it returned and the stack
+// as the caller left it (its unwind info follows the push and pop).
+#[unsafe(naked)]
+#[cfg_attr(feature = "preload", export_name = "exit")]
+pub extern "C" fn racewatch_exit(_status: c_int) -> ! {
+    std::arch::naked_asm!(
+        ".cfi_startproc",
+        "push rdi",
+        ".cfi_adjust_cfa_offset 8",
+        // rdi: the program's status.
+        "call {entry}",
+        "pop rdi",
+        ".cfi_adjust_cfa_offset -8",
+        // eax: the status to end with, rdx: glibc's `exit`.
+        "mov edi, eax",
+        "jmp rdx",
+        ".cfi_endproc",
+        entry = sym exit_entry,
+    )
+}
+
+extern "C" fn exit_entry(status: c_int) -> Jump {
+    let status = AT_EXIT.get().map_or(status, |at_exit| at_exit(status));
+    let exit = real::exit_address();
+    if exit == 0 {
+        exit_now(status);
+    }
+    Jump { first: status as u32 as usize, to: exit }
 }
 
 /// The program's entry point (`AT_ENTRY` of the auxiliary vector: `_start`); 0 when unknown.

@@ -494,16 +494,9 @@ pub fn libc_start_main_address() -> usize {
     LIBC_START_MAIN.get()
 }
 
-/// The real `exit` (atexit handlers, destructors, stdio flushed); `_exit` when it cannot be found.
-pub fn exit(status: c_int) -> ! {
-    let addr = EXIT.get();
-    if addr == 0 {
-        // SAFETY: _exit(2) takes a plain int and never returns.
-        unsafe { libc::_exit(status) }
-    }
-    // SAFETY: `addr` is libc's `exit`, whose C signature is `void exit(int)` and which never returns.
-    let f: unsafe extern "C" fn(c_int) -> ! = unsafe { std::mem::transmute(addr) };
-    unsafe { f(status) }
+/// The address of the real `exit` (atexit handlers, destructors, stdio flushed); 0 when not found.
+pub fn exit_address() -> usize {
+    EXIT.get()
 }
 
 /// The real `setrlimit`.

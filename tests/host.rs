@@ -148,6 +148,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "onstack_big", source: include_str!("host/onstack_big.c"), metadata: true, flags: &[] },
     Program { name: "clone_raw", source: include_str!("host/clone_raw.c"), metadata: true, flags: &[] },
     Program { name: "resources", source: include_str!("host/resources.c"), metadata: true, flags: &[] },
+    Program { name: "nofile_full", source: include_str!("host/nofile_full.c"), metadata: true, flags: &[] },
     Program { name: "nofile_1024", source: include_str!("host/nofile_1024.c"), metadata: true, flags: &[] },
     Program { name: "tracer", source: include_str!("host/tracer.c"), metadata: true, flags: &[] },
     Program { name: "footprint", source: include_str!("host/footprint.c"), metadata: true, flags: &[] },
@@ -222,6 +223,9 @@ enum Launch {
     NoSysResource,
     /// Through `setpriv` with `CAP_IPC_LOCK` dropped: `RLIMIT_MEMLOCK` binds (as root it otherwise would not).
     NoIpcLock,
+    /// Through `setpriv` with `CAP_SYS_RESOURCE` dropped, then `sh -c 'ulimit -n 8192 && exec "$@"'`:
+    /// soft = hard RLIMIT_NOFILE 8192 from the start, no number above it for anyone.
+    FullNofile,
 }
 
 /// `setpriv` (util-linux) and its arguments for [`Launch::NoSysResource`].
@@ -479,6 +483,13 @@ fn cases() -> Vec<Case> {
         // handler, or SIGTRAP blocked (pending, taken by sigwaitinfo).
         case("own_sigtrap_default_raise", "trap_default", &["raise"]).expect(&["raising"]).status(DIED_OF_SIGTRAP),
         case("own_sigtrap_default_int3", "trap_default", &["int3"]).expect(&["raising"]).status(DIED_OF_SIGTRAP),
+        // An int3 is forced on the thread by the kernel: ignored or blocked, it still ends the process
+        // (set 35 p34: the program went on after it, exit 33 and 34).
+        case("own_sigtrap_ignored_int3", "trap_default", &["int3-ignored"]).expect(&["raising"]).status(DIED_OF_SIGTRAP),
+        case("own_sigtrap_blocked_int3", "trap_default", &["int3-blocked"]).expect(&["raising"]).status(DIED_OF_SIGTRAP),
+        case("own_sigtrap_blocked_handler_int3", "trap_default", &["int3-blocked-handler"])
+            .expect(&["raising"])
+            .status(DIED_OF_SIGTRAP),
         case("own_sigtrap_resethand", "trap_default", &["resethand"])
             .expect(&["handled: 1, reset to default: 1", "raising"])
             .status(DIED_OF_SIGTRAP),
@@ -1183,6 +1194,15 @@ fn cases() -> Vec<Case> {
             "RLIMIT_NOFILE 1024/1024",
             "done",
         ]),
+        // Soft = hard from the start, no right to raise it: racewatch's descriptors sit below the limit;
+        // a program that uses every number gets them back (racewatch steps aside, one line), and opens
+        // as many as without racewatch (set 35 p28, set 36 c26: 3 fewer).
+        case("nofile_inherited_full_open_until_emfile", "nofile_full", &["open"])
+            .launch(Launch::FullNofile)
+            .expect(&["soft = hard: 1", "stopped by EMFILE, every number the limit allows: 1", "done"]),
+        case("nofile_inherited_full_pipe_until_emfile", "nofile_full", &["pipe"])
+            .launch(Launch::FullNofile)
+            .expect(&["soft = hard: 1", "stopped by EMFILE, every number the limit allows: 1", "done"]),
         case("nofile_1024_before_threads_without_cap_sys_resource", "nofile_1024", &["before"])
             .repeat(3)
             .launch(Launch::NoSysResource)
@@ -1400,7 +1420,11 @@ fn command_line(case: &Case, mode: Mode, bin: &Path, dir: &Path, options: &[&str
         let shell: [OsString; 3] = ["-c".into(), "ulimit -n 16 && exec \"$@\"".into(), "sh".into()];
         argv = ["sh".into()].into_iter().chain(shell).chain(argv).collect();
     }
-    if case.launch == Launch::NoSysResource {
+    if case.launch == Launch::FullNofile {
+        let shell: [OsString; 3] = ["-c".into(), "ulimit -n 8192 && exec \"$@\"".into(), "sh".into()];
+        argv = ["sh".into()].into_iter().chain(shell).chain(argv).collect();
+    }
+    if matches!(case.launch, Launch::NoSysResource | Launch::FullNofile) {
         argv = WITHOUT_CAP_SYS_RESOURCE.iter().map(OsString::from).chain(argv).collect();
     }
     if case.launch == Launch::NoIpcLock {
@@ -1875,6 +1899,9 @@ host_cases!(
     exec_self_with_sigtrap_blocked,
     own_sigtrap_default_raise,
     own_sigtrap_default_int3,
+    own_sigtrap_ignored_int3,
+    own_sigtrap_blocked_int3,
+    own_sigtrap_blocked_handler_int3,
     own_sigtrap_resethand,
     own_sigtrap_blocked_pending,
     children_through_system_spawn_popen,
@@ -2008,6 +2035,8 @@ host_cases!(
     sigqueue_up_to_rlimit_sigpending,
     nofile_1024_before_threads,
     nofile_1024_after_threads,
+    nofile_inherited_full_open_until_emfile,
+    nofile_inherited_full_pipe_until_emfile,
     nofile_1024_before_threads_without_cap_sys_resource,
     nofile_1024_after_threads_without_cap_sys_resource,
     ptrace_traced_racing_child,

@@ -505,6 +505,22 @@ pub fn descriptors_taken() {
     switch_off("the program took the descriptor numbers of the runtime's perf events and left none free", true);
 }
 
+/// The program found no free descriptor number (`EMFILE`) while racewatch's sit in its range (a limit
+/// with no room above it): racewatch steps aside and gives their numbers back, so the program opens as
+/// many descriptors as without racewatch.
+pub fn descriptors_exhausted() {
+    if !is_running() {
+        return;
+    }
+    fd::release_all_own(|| {
+        switch_off(
+            "the program used every descriptor number its limit allows, racewatch's too (RLIMIT_NOFILE left no \
+             room above it): they are the program's now",
+            true,
+        )
+    });
+}
+
 /// `pthread_atfork` child handler: leave the parent's detector behind.
 extern "C" fn after_fork_in_child() {
     crate::sys::setxid::forget_after_fork();

@@ -534,7 +534,91 @@ pub extern "C" fn dup(fd: c_int) -> c_int {
     if fd::is_own(fd) {
         return errno_result(-libc::EBADF);
     }
-    real::dup(fd)
+    with_room(|| real::dup(fd))
+}
+
+/// Makes a descriptor with `call`; where it fails with `EMFILE` while racewatch's own descriptors sit
+/// in the program's range (a soft `RLIMIT_NOFILE` equal to the hard one, no right to raise it),
+/// racewatch steps aside and gives their numbers back ([`detector::descriptors_exhausted`]), and the
+/// call is made again: the program opens as many descriptors as without racewatch.
+fn with_room(call: impl Fn() -> c_int) -> c_int {
+    let rc = call();
+    if rc < 0 && out_of_numbers() {
+        return call();
+    }
+    rc
+}
+
+/// [`with_room`] for a call that returns a null pointer on failure.
+fn with_room_ptr<T>(call: impl Fn() -> *mut T) -> *mut T {
+    let made = call();
+    if made.is_null() && out_of_numbers() {
+        return call();
+    }
+    made
+}
+
+/// The failed call found no free descriptor number, and racewatch gave its own back: try again.
+fn out_of_numbers() -> bool {
+    if errno() != libc::EMFILE || !fd::own_in_program_range() {
+        return false;
+    }
+    detector::descriptors_exhausted();
+    set_errno(libc::EMFILE);
+    !fd::own_in_program_range()
+}
+
+/// Interposed `socket` (see [`with_room`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn socket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
+    with_room(|| real::socket(domain, kind, protocol))
+}
+
+/// Interposed `socketpair` (see [`with_room`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn socketpair(domain: c_int, kind: c_int, protocol: c_int, fds: *mut c_int) -> c_int {
+    with_room(|| real::socketpair(domain, kind, protocol, fds))
+}
+
+/// Interposed `accept` (see [`with_room`]; a cancellation point).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn accept(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int {
+    with_room(|| real::accept4(false, fd, addr, len, 0))
+}
+
+/// Interposed `accept4` (see [`with_room`]; a cancellation point).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn accept4(
+    fd: c_int,
+    addr: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+    flags: c_int,
+) -> c_int {
+    with_room(|| real::accept4(true, fd, addr, len, flags))
+}
+
+/// Interposed `pipe` (see [`with_room`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn pipe(fds: *mut c_int) -> c_int {
+    with_room(|| real::pipe2(false, fds, 0))
+}
+
+/// Interposed `pipe2` (see [`with_room`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn pipe2(fds: *mut c_int, flags: c_int) -> c_int {
+    with_room(|| real::pipe2(true, fds, flags))
+}
+
+/// Interposed `epoll_create1` (see [`with_room`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn epoll_create1(flags: c_int) -> c_int {
+    with_room(|| real::epoll_create1(flags))
+}
+
+/// Interposed `eventfd` (see [`with_room`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn eventfd(initval: c_uint, flags: c_int) -> c_int {
+    with_room(|| real::eventfd(initval, flags))
 }
 
 /// Interposed `dup2`: a descriptor of racewatch's at `new` moves out of the way first.
@@ -569,7 +653,7 @@ pub extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     if fd::is_own(fd) {
         return errno_result(-libc::EBADF);
     }
-    real::fcntl(false, fd, cmd, arg)
+    with_room(|| real::fcntl(false, fd, cmd, arg))
 }
 
 /// Interposed `fcntl64` (see [`fcntl`]).
@@ -1484,25 +1568,28 @@ pub extern "C" fn dlclose(handle: *mut c_void) -> c_int {
 /// ([`proc_view`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    proc_open(path, flags).unwrap_or_else(|| identified(real::open(false, path, flags, mode), path, flags))
+    proc_open(path, flags)
+        .unwrap_or_else(|| identified(with_room(|| real::open(false, path, flags, mode)), path, flags))
 }
 
 /// Interposed `open64`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    proc_open(path, flags).unwrap_or_else(|| identified(real::open(true, path, flags, mode), path, flags))
+    proc_open(path, flags).unwrap_or_else(|| identified(with_room(|| real::open(true, path, flags, mode)), path, flags))
 }
 
 /// Interposed `openat` (a path relative to `dir` is identified by what it opened).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    proc_open(path, flags).unwrap_or_else(|| identified(real::openat(false, dir, path, flags, mode), path, flags))
+    proc_open(path, flags)
+        .unwrap_or_else(|| identified(with_room(|| real::openat(false, dir, path, flags, mode)), path, flags))
 }
 
 /// Interposed `openat64`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    proc_open(path, flags).unwrap_or_else(|| identified(real::openat(true, dir, path, flags, mode), path, flags))
+    proc_open(path, flags)
+        .unwrap_or_else(|| identified(with_room(|| real::openat(true, dir, path, flags, mode)), path, flags))
 }
 
 fn proc_open(path: *const c_char, flags: c_int) -> Option<c_int> {
@@ -1543,13 +1630,15 @@ fn identified_listing(fd: c_int, path: Option<&std::ffi::CStr>) -> Option<proc_v
 /// Interposed `fopen`: as `open`, for reading.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    proc_fopen(path, mode).unwrap_or_else(|| identified_file(real::fopen(false, path, mode), path, mode))
+    proc_fopen(path, mode)
+        .unwrap_or_else(|| identified_file(with_room_ptr(|| real::fopen(false, path, mode)), path, mode))
 }
 
 /// Interposed `fopen64`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    proc_fopen(path, mode).unwrap_or_else(|| identified_file(real::fopen(true, path, mode), path, mode))
+    proc_fopen(path, mode)
+        .unwrap_or_else(|| identified_file(with_room_ptr(|| real::fopen(true, path, mode)), path, mode))
 }
 
 fn proc_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut libc::FILE> {
@@ -1575,7 +1664,7 @@ fn identified_file(file: *mut libc::FILE, path: *const c_char, mode: *const c_ch
 /// Interposed `opendir`: listings of the process's threads and descriptors leave racewatch's out.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
-    let dir = real::opendir(path);
+    let dir = with_room_ptr(|| real::opendir(path));
     if dir.is_null() {
         return dir;
     }

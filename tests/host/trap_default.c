@@ -1,6 +1,9 @@
 /* SIGTRAPs the program raises itself, with the dispositions a program can leave, while threads race.
  * argv[1] = "raise":     default disposition, raise(SIGTRAP): the process dies of SIGTRAP.
  * argv[1] = "int3":      default disposition, an int3 instruction: the same.
+ * argv[1] = "int3-ignored", "int3-blocked", "int3-blocked-handler": SIGTRAP ignored, or blocked (with
+ *                        or without a handler), then an int3: the kernel forces the trap an instruction
+ *                        raised, the process dies of SIGTRAP all the same.
  * argv[1] = "resethand": an SA_RESETHAND handler runs once, then the default kills on the second raise.
  * argv[1] = "blocked":   SIGTRAP blocked, raised: it waits pending, sigwaitinfo takes it (si_code as sent), and
  *                        the mask still reports SIGTRAP blocked. */
@@ -44,6 +47,18 @@ int main(int argc, char **argv) {
     return 0;
   }
   rw_join();
+  if (strncmp(mode, "int3-", 5) == 0) {
+    if (strcmp(mode, "int3-ignored") == 0) {
+      signal(SIGTRAP, SIG_IGN);
+    } else {
+      if (strcmp(mode, "int3-blocked-handler") == 0) signal(SIGTRAP, on_trap);
+      sigset_t trap;
+      sigemptyset(&trap);
+      sigaddset(&trap, SIGTRAP);
+      pthread_sigmask(SIG_BLOCK, &trap, NULL);
+    }
+    mode = "int3";
+  }
   printf("raising\n");
   if (strcmp(mode, "int3") == 0) {
     __asm__ volatile("int3");

@@ -400,6 +400,23 @@ pub fn is_own(fd: i32) -> bool {
     fd >= 0 && OWN.iter().any(|slot| slot.load(Ordering::Acquire) == fd)
 }
 
+/// Whether a descriptor of ours sits below the soft `RLIMIT_NOFILE` (where [`keep_high`] found no
+/// room above it): one number fewer for the program's own. Makes a system call.
+pub fn own_in_program_range() -> bool {
+    let Ok((soft, _)) = nofile_limit() else { return false };
+    OWN.iter().any(|slot| (0..soft).contains(&(slot.load(Ordering::Acquire) as i64 as u64)))
+}
+
+/// Runs `retire` (which stops every use of our descriptors and forgets them) and then closes the
+/// descriptors that were ours: their numbers are the program's again.
+pub fn release_all_own(retire: impl FnOnce()) {
+    let fds: [i32; MAX_OWN] = std::array::from_fn(|i| OWN[i].load(Ordering::Acquire));
+    retire();
+    for fd in fds.into_iter().filter(|&fd| fd >= 0) {
+        real::close(fd);
+    }
+}
+
 /// Forgets every descriptor of ours without closing it (the program closed them).
 pub fn forget_all_own() {
     for slot in &OWN {

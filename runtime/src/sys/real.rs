@@ -106,6 +106,14 @@ static OPENAT64: Real = Real::new(c"openat64");
 static FOPEN: Real = Real::new(c"fopen");
 static FOPEN64: Real = Real::new(c"fopen64");
 static OPENDIR: Real = Real::new(c"opendir");
+static SOCKET: Real = Real::new(c"socket");
+static SOCKETPAIR: Real = Real::new(c"socketpair");
+static ACCEPT: Real = Real::new(c"accept");
+static ACCEPT4: Real = Real::new(c"accept4");
+static PIPE: Real = Real::new(c"pipe");
+static PIPE2: Real = Real::new(c"pipe2");
+static EPOLL_CREATE1: Real = Real::new(c"epoll_create1");
+static EVENTFD: Real = Real::new(c"eventfd");
 static FDOPENDIR: Real = Real::new(c"fdopendir");
 static READDIR: Real = Real::new(c"readdir");
 static READDIR64: Real = Real::new(c"readdir64");
@@ -140,6 +148,14 @@ static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
 static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
 
 const ALL: &[&Real] = &[
+    &SOCKET,
+    &SOCKETPAIR,
+    &ACCEPT,
+    &ACCEPT4,
+    &PIPE,
+    &PIPE2,
+    &EPOLL_CREATE1,
+    &EVENTFD,
     &SIGQUEUE,
     &PTHREAD_SIGQUEUE,
     &PTHREAD_KILL,
@@ -734,6 +750,59 @@ pub fn openat(large: bool, dir: c_int, path: *const c_char, flags: c_int, mode: 
 pub fn fopen(large: bool, path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
     let real = if large { &FOPEN64 } else { &FOPEN };
     call!(real, std::ptr::null_mut(), fn(*const c_char, *const c_char) -> *mut libc::FILE, path, mode)
+}
+
+/// The real `socket`.
+pub fn socket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
+    call!(SOCKET, -1, fn(c_int, c_int, c_int) -> c_int, domain, kind, protocol)
+}
+
+/// The real `socketpair`.
+pub fn socketpair(domain: c_int, kind: c_int, protocol: c_int, fds: *mut c_int) -> c_int {
+    call!(SOCKETPAIR, -1, fn(c_int, c_int, c_int, *mut c_int) -> c_int, domain, kind, protocol, fds)
+}
+
+/// The real `accept4` (`accept`, without `flags`, unless `four`); a cancellation point.
+pub fn accept4(four: bool, fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t, flags: c_int) -> c_int {
+    if four {
+        call!(
+            ACCEPT4,
+            -1,
+            extern "C-unwind" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t, c_int) -> c_int,
+            fd,
+            addr,
+            len,
+            flags
+        )
+    } else {
+        call!(
+            ACCEPT,
+            -1,
+            extern "C-unwind" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int,
+            fd,
+            addr,
+            len
+        )
+    }
+}
+
+/// The real `pipe2` (`pipe`, without `flags`, unless `two`).
+pub fn pipe2(two: bool, fds: *mut c_int, flags: c_int) -> c_int {
+    if two {
+        call!(PIPE2, -1, fn(*mut c_int, c_int) -> c_int, fds, flags)
+    } else {
+        call!(PIPE, -1, fn(*mut c_int) -> c_int, fds)
+    }
+}
+
+/// The real `epoll_create1`.
+pub fn epoll_create1(flags: c_int) -> c_int {
+    call!(EPOLL_CREATE1, -1, fn(c_int) -> c_int, flags)
+}
+
+/// The real `eventfd`.
+pub fn eventfd(initval: c_uint, flags: c_int) -> c_int {
+    call!(EVENTFD, -1, fn(c_uint, c_int) -> c_int, initval, flags)
 }
 
 /// The real `opendir`.

@@ -1184,6 +1184,22 @@ fn ignored_by_namespace_init(info: *const libc::siginfo_t) -> bool {
     raw::getpid() == 1 && info.si_code <= 0 && unsafe { info.si_pid() } != 0
 }
 
+/// Whether the kernel made this `SIGTRAP` for an instruction the thread ran (`int3`, a debug
+/// exception: a positive `si_code` other than a perf event's), which it forces on the thread.
+fn forced_by_the_kernel(info: *const libc::siginfo_t) -> bool {
+    // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
+    unsafe { info.as_ref() }.is_some_and(|info| info.si_code > 0 && info.si_code != TRAP_PERF)
+}
+
+/// The mask the interrupted code gets back lets `SIGTRAP` through (one raised here is taken then).
+fn let_trap_through_on_return(ctx: *mut libc::c_void) {
+    // SAFETY: a non-null `ctx` is the kernel's ucontext for this delivery, this handler's to change.
+    if let Some(uc) = unsafe { (ctx as *mut libc::ucontext_t).as_mut() } {
+        // SAFETY: `uc_sigmask` is a live sigset_t.
+        unsafe { libc::sigdelset(&mut uc.uc_sigmask, libc::SIGTRAP) };
+    }
+}
+
 /// Passes a signal that is not the runtime's to the program's disposition, as the kernel would have
 /// delivered it: blocked while the program has it blocked, with the program's handler mask, on the
 /// stack the program's flags choose. `known`: the calling thread is one the runtime knows (its
@@ -1195,6 +1211,16 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
     // it through (`ppoll`, `pselect`, `epoll_pwait`, a raw `rt_sigsuspend`), which the program's handler
     // then runs in, as without racewatch.
     let through_a_wait = uc.is_some_and(|uc| has_trap(&uc.uc_sigmask));
+    if forced_by_the_kernel(info) && ((known && trap_blocked()) || program_action().sa_sigaction == libc::SIG_IGN) {
+        // A trap an instruction raised (`int3`, a debug exception) is forced on the thread: blocked or
+        // ignored, the kernel sets its action back to `SIG_DFL` and lets it through, and the thread's
+        // process ends with the default action, as without racewatch.
+        PROGRAM_HANDLER.store(libc::SIG_DFL, Ordering::Release);
+        if known {
+            set_trap_blocked(false);
+        }
+        let_trap_through_on_return(ctx);
+    }
     if known && trap_blocked() && !through_a_wait && !info.is_null() && !ctx.is_null() {
         // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
         // One sent to the process that reached a thread about to wait for it (or just done waiting) stays

@@ -366,10 +366,8 @@ fn callback(call: Call) {
     if detector::is_sandboxed() || sys::confined::here() {
         return; // A seccomp filter may kill any syscall the index update would make.
     }
-    if !call.add && (detector::is_exiting() || !sys::unwind_info::closing()) {
-        // A destructor at exit (outside every `dlclose`): nothing is unmapped (see
-        // `detector::is_exiting`).
-        return;
+    if !call.add && detector::is_exiting() {
+        return; // A destructor at exit: nothing is unmapped (see `detector::is_exiting`).
     }
     {
         let mut pending = PENDING.lock();

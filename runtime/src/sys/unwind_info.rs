@@ -94,12 +94,6 @@ pub fn suspend() -> Closing {
     Closing { rebuild, safe }
 }
 
-/// Whether a `dlclose` of the program's is under way ([`suspend`] to [`closed`]): a module's destructor
-/// that runs outside one runs at exit (glibc unloads nothing else on its own but what it loaded itself).
-pub fn closing() -> bool {
-    CLOSING.load(Ordering::SeqCst) > 0
-}
-
 /// The `dlclose` that [`suspend`] announced is over.
 pub fn closed(closing: &Closing) {
     CLOSED.fetch_add(1, Ordering::SeqCst);

@@ -783,6 +783,10 @@ fn cases() -> Vec<Case> {
         // the thread's malloc cache, as without racewatch (its `dlopen(RTLD_NOLOAD)` of libc made it).
         case("first_malloc_in_main_makes_the_malloc_cache", "own_memory", &["first_malloc"])
             .expect(&["malloc bytes in use before main's first malloc: 0", "done"]),
+        // The module files a report's symbolization read are let go of with the reporter thread when the
+        // program is back to one thread (3 shared mappings left before).
+        case("module_files_read_for_reports_are_unmapped_with_the_threads", "own_memory", &["files"])
+            .expect(&["shared mappings of files after the threads ended: 0"]),
         case("mappings_without_randomisation_land_alike", "own_memory", &["layout"])
             .repeat(2)
             .expect(&["children failed: 0", "distinct addresses of the mapping after pthread_create: 1"]),
@@ -1956,6 +1960,7 @@ host_cases!(
     main_waits_for_signals_read_through_siginfo,
     malloc_statistics_unchanged_by_reports,
     first_malloc_in_main_makes_the_malloc_cache,
+    module_files_read_for_reports_are_unmapped_with_the_threads,
     mappings_without_randomisation_land_alike,
     fork_storm_while_reporting,
     prefork_workers,

@@ -747,6 +747,7 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
     let retired = std::panic::catch_unwind(move || loop {
         if STOP.load(Ordering::Acquire) {
             drain();
+            let_go_of_files_unless_exiting();
             return false;
         }
         let token = sys::wake::token();
@@ -758,6 +759,7 @@ extern "C" fn reporter_main(_: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
         let wait_ms = TICK.get().map_or(MAX_WAIT_MS, |tick| tick().min(MAX_WAIT_MS));
         drain();
         if STOP.load(Ordering::Acquire) {
+            let_go_of_files_unless_exiting();
             return false;
         }
         if retire_if_idle(busy_at) {
@@ -804,12 +806,7 @@ fn retire_if_idle(busy_at: u64) -> bool {
     if wanted() || STOP.load(Ordering::Acquire) || THREAD.load(Ordering::Acquire) == 0 {
         return false;
     }
-    if let Some(mut guard) = state() {
-        if let Some(reporter) = guard.as_mut() {
-            reporter.symbolizer.forget_files();
-        }
-    }
-    HOLDS_FILES.store(false, Ordering::Release);
+    let_go_of_files();
     // SAFETY: detaching the calling thread, which is joinable and about to return: glibc frees it then.
     unsafe { libc::pthread_detach(libc::pthread_self()) };
     sys::thread::unmark_runtime_thread();
@@ -821,6 +818,26 @@ fn retire_if_idle(busy_at: u64) -> bool {
     RESTING.store(true, Ordering::Release);
     stats::bump(stats::Counter::ReporterRetired);
     true
+}
+
+/// On the reporter thread as it ends (retiring, or stopped because the program is back to one thread):
+/// lets go of the module files it read for reports, so that the program's `/proc/self/maps` no longer
+/// lists them once the reporter is gone (the next report reads them again).
+fn let_go_of_files() {
+    if let Some(mut guard) = state() {
+        if let Some(reporter) = guard.as_mut() {
+            reporter.symbolizer.forget_files();
+        }
+    }
+    HOLDS_FILES.store(false, Ordering::Release);
+}
+
+/// [`let_go_of_files`] for a reporter stopped while the program goes on (back to one thread); at exit the
+/// process lets go of everything anyway, without the time it takes to free what was parsed.
+fn let_go_of_files_unless_exiting() {
+    if !crate::detector::is_exiting() {
+        let_go_of_files();
+    }
 }
 
 /// Starts the reporter thread and waits (at most 100 ms) until it has published its thread id: the

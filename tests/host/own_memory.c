@@ -8,6 +8,9 @@
  *                       mallinfo2() around main's first malloc, then threads race: glibc makes the
  *                       thread's malloc cache at its first malloc (656 bytes), main's unless racewatch
  *                       called malloc before main
+ *   own_memory files    threads race for 1.5 s and are joined; then the shared mappings of files in
+ *                       /proc/self/maps (symbolization maps module files; once the reporter is gone
+ *                       with the threads, none of them is left)
  *   own_memory layout   8 children re-executed with ADDR_NO_RANDOMIZE: each starts a racing thread,
  *                       waits 0..350 us, maps 1 MiB; the parent prints how many addresses it saw
  */
@@ -74,7 +77,24 @@ static int first_malloc(void) {
   return 0;
 }
 
+static int files(void) {
+  rw_start(2, 1.5, 0);
+  rw_join();
+  FILE *maps = fopen("/proc/self/maps", "r");
+  if (!maps) return 1;
+  char line[512];
+  int shared = 0;
+  while (fgets(line, sizeof line, maps)) {
+    char perms[8] = {0};
+    if (sscanf(line, "%*s %7s", perms) == 1 && perms[3] == 's' && strchr(line, '/')) shared++;
+  }
+  fclose(maps);
+  printf("shared mappings of files after the threads ended: %d\n", shared);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "files") == 0) return files();
   if (argc > 1 && strcmp(argv[1], "first_malloc") == 0) return first_malloc();
   if (argc > 2 && strcmp(argv[1], "child") == 0) return child_layout(atoi(argv[2]));
   if (argc > 1 && strcmp(argv[1], "layout") == 0) return layout();

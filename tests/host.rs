@@ -747,6 +747,16 @@ fn cases() -> Vec<Case> {
             "calling thread SigBlk:\t0000000000000210",
             "done",
         ]),
+        // A forked child reading its parent's status, stat and task listing (a supervisor's helper): the
+        // parent program's signal sets and threads, not racewatch's handler, mask or reporter thread.
+        case("forked_child_reads_the_parents_state_as_the_programs", "own_proc", &["parent"]).repeat(2).expect(&[
+            "parent SigBlk:\t0000000000000210",
+            "parent Threads:\t3",
+            "parent stat threads: 3",
+            "parent task entries: 3",
+            "parent task entries read raw: 3",
+            "child: exit 0",
+        ]),
         // 16d. The main thread's alternate stack, the program's own, unmapped by another thread while the
         // main thread runs on (Rust's process::exit from a worker).
         case("main_alt_stack_unmapped_by_the_exiting_thread", "foreign_altstack", &[])
@@ -1955,6 +1965,7 @@ host_cases!(
     task_listing_right_after_thread_start,
     own_proc_files_show_the_programs_state,
     own_proc_files_show_a_blocked_sigtrap,
+    forked_child_reads_the_parents_state_as_the_programs,
     main_alt_stack_unmapped_by_the_exiting_thread,
     main_waits_for_signals_beside_busy_workers,
     main_waits_for_signals_read_through_siginfo,

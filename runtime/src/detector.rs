@@ -523,6 +523,7 @@ pub fn descriptors_exhausted() {
 
 /// `pthread_atfork` child handler: leave the parent's detector behind.
 extern "C" fn after_fork_in_child() {
+    crate::parent_view::note_fork();
     crate::sys::setxid::forget_after_fork();
     // A child starts with no signal pending: not the one kept for the parent's process either; the
     // parent's waiters are not its threads.

@@ -28,6 +28,7 @@ pub mod longjmp;
 pub mod modules;
 pub mod options;
 pub mod own_file;
+pub mod parent_view;
 pub mod proc_view;
 pub mod profile;
 pub mod queue;

@@ -32,6 +32,8 @@ pub enum Target {
     FdDir,
     /// `environ`: the environment the process started with.
     Environ,
+    /// The `task` listing of the parent that forked this process ([`crate::parent_view`]).
+    ParentTaskDir,
 }
 
 /// What `path` names, for a process `pid` asked by its thread `caller` (`own_thread`: whether a number
@@ -67,7 +69,7 @@ pub fn classify(path: &[u8], pid: i32, caller: i32, own_thread: impl Fn(i32) -> 
     Some(target)
 }
 
-fn number(digits: &[u8]) -> Option<i32> {
+pub fn number(digits: &[u8]) -> Option<i32> {
     if digits.is_empty() || digits.len() > 9 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -275,7 +277,9 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     if reporter::is_reporter_thread(caller) {
         return None; // racewatch's own reads (the tracer check) see the kernel's text.
     }
-    let target = classify(bytes, raw::getpid(), caller, raw::thread_alive)?;
+    let Some(target) = classify(bytes, raw::getpid(), caller, raw::thread_alive) else {
+        return open_parents(path, flags);
+    };
     if target == Target::Environ {
         if !environ::hid_anything() || signal::in_borrowed_memory() {
             return None;
@@ -289,7 +293,7 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     let (tid, stat) = match target {
         Target::Status { tid } => (tid, false),
         Target::Stat { tid } => (tid, true),
-        Target::TaskDir | Target::FdDir | Target::Environ => return None,
+        Target::TaskDir | Target::FdDir | Target::Environ | Target::ParentTaskDir => return None,
     };
     let facts = facts_for(tid, caller);
     let rewrite = |text: &[u8], out: &mut [u8]| {
@@ -315,6 +319,28 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     crate::sys::memfile::rewritten(path, flags & libc::O_CLOEXEC != 0, settled, rewrite)
 }
 
+/// [`open`] for a file of the parent that forked this process ([`crate::parent_view`]): its `status` or
+/// `stat` with the parent program's values.
+fn open_parents(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
+    let (target, parent) = crate::parent_view::classify(path.to_bytes())?;
+    let (tid, stat) = match target {
+        Target::Status { tid } => (tid, false),
+        Target::Stat { tid } => (tid, true),
+        _ => return None,
+    };
+    let rewrite = |text: &[u8], out: &mut [u8]| {
+        let facts = crate::parent_view::facts_for(parent, tid);
+        if stat {
+            rewrite_stat(text, &facts, out)
+        } else {
+            rewrite_status(text, &facts, out)
+        }
+    };
+    // The parent's thread caught inside racewatch's handler (every signal blocked): read again.
+    let settled = |text: &[u8]| stat || !shows_handler_mask(text);
+    crate::sys::memfile::rewritten(path, flags & libc::O_CLOEXEC != 0, settled, rewrite)
+}
+
 /// The `open` flags of an `fopen` mode that only reads (`None`: one that writes, never rewritten).
 pub fn fopen_flags(mode: &[u8]) -> Option<libc::c_int> {
     let reads_only = mode.first() == Some(&b'r') && !mode.contains(&b'+');
@@ -328,6 +354,7 @@ pub fn hidden_entry(dir: Target, name: &[u8]) -> bool {
     match dir {
         Target::TaskDir => reporter::is_reporter_thread(n),
         Target::FdDir => fd::is_own(n),
+        Target::ParentTaskDir => crate::parent_view::parent().is_some_and(|p| crate::parent_view::hidden_task(p, n)),
         Target::Status { .. } | Target::Stat { .. } | Target::Environ => false,
     }
 }
@@ -338,7 +365,7 @@ pub fn hidden_entry(dir: Target, name: &[u8]) -> bool {
 /// 0 when every record read was racewatch's (the caller reads again: 0 means the end).
 pub fn filter_dirents(fd: libc::c_int, bytes: &mut [u8]) -> usize {
     let len = bytes.len();
-    if len == 0 || !anything_to_hide() {
+    if len == 0 || !(anything_to_hide() || crate::parent_view::parent().is_some()) {
         return len;
     }
     let mut link = [0u8; 64];
@@ -349,20 +376,11 @@ pub fn filter_dirents(fd: libc::c_int, bytes: &mut [u8]) -> usize {
         [name.as_bytes().as_ptr() as u64, link.as_mut_ptr() as u64, link.len() as u64, 0, 0, 0],
     );
     let Ok(n) = usize::try_from(n) else { return len };
-    let caller = raw::gettid();
-    let Some(dir) = classify(&link[..n], raw::getpid(), caller, raw::thread_alive) else { return len };
-    if !matches!(dir, Target::TaskDir | Target::FdDir) {
-        return len;
-    }
+    let Some(dir) = listed(&link[..n]) else { return len };
     let (mut read, mut kept) = (0, 0);
-    while read + 19 < len {
-        let reclen = u16::from_ne_bytes([bytes[read + 16], bytes[read + 17]]) as usize;
-        if reclen == 0 || read + reclen > len {
-            return len;
-        }
-        let entry_name = &bytes[read + 19..read + reclen];
-        let entry_name = &entry_name[..entry_name.iter().position(|&b| b == 0).unwrap_or(entry_name.len())];
-        if !hidden_entry(dir, entry_name) {
+    while let Some(entry) = dirent_at(bytes, read) {
+        let Ok((reclen, name)) = entry else { return len };
+        if !hidden_entry(dir, name) {
             bytes.copy_within(read..read + reclen, kept);
             kept += reclen;
         }
@@ -371,17 +389,40 @@ pub fn filter_dirents(fd: libc::c_int, bytes: &mut [u8]) -> usize {
     kept
 }
 
+/// The `linux_dirent64` record at offset `at` of `bytes` (as `getdents64` reads them): its length and
+/// name; `None` past the last, `Err` for a malformed one.
+pub fn dirent_at(bytes: &[u8], at: usize) -> Option<Result<(usize, &[u8]), ()>> {
+    if at + 19 >= bytes.len() {
+        return None;
+    }
+    let reclen = u16::from_ne_bytes([bytes[at + 16], bytes[at + 17]]) as usize;
+    if reclen == 0 || at + reclen > bytes.len() {
+        return Some(Err(()));
+    }
+    let name = &bytes[at + 19..at + reclen];
+    Some(Ok((reclen, &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())])))
+}
+
 /// For an `opendir` of `path` by the program: the listing whose entries [`hidden_entry`] filters.
 pub fn listing(path: &std::ffi::CStr) -> Option<Target> {
     let bytes = path.to_bytes();
-    if !bytes.starts_with(PREFIX) || !anything_to_hide() {
+    if !bytes.starts_with(PREFIX) || reporter::is_reporter_thread(raw::gettid()) {
         return None;
     }
-    let caller = raw::gettid();
-    if reporter::is_reporter_thread(caller) {
-        return None;
+    listed(bytes)
+}
+
+/// Which listing with entries of racewatch's the directory `path` is: the process's own `task` or `fd`
+/// (while anything of racewatch's shows), or its parent's `task` ([`crate::parent_view`]).
+fn listed(path: &[u8]) -> Option<Target> {
+    let own = anything_to_hide().then(|| classify(path, raw::getpid(), raw::gettid(), raw::thread_alive));
+    match own.flatten() {
+        Some(target @ (Target::TaskDir | Target::FdDir)) => Some(target),
+        Some(_) => None,
+        None => {
+            crate::parent_view::classify(path).filter(|(t, _)| *t == Target::TaskDir).map(|_| Target::ParentTaskDir)
+        }
     }
-    classify(bytes, raw::getpid(), caller, raw::thread_alive).filter(|t| matches!(t, Target::TaskDir | Target::FdDir))
 }
 
 /// Open listings of `task` and `fd` (a `DIR` pointer, 16-byte aligned by `malloc`, with the kind in
@@ -391,12 +432,14 @@ static LISTINGS: [AtomicUsize; 16] = [const { AtomicUsize::new(0) }; 16];
 static OPEN_LISTINGS: AtomicUsize = AtomicUsize::new(0);
 const TASK_TAG: usize = 1;
 const FD_TAG: usize = 2;
+const PARENT_TASK_TAG: usize = 3;
 
 /// Records `dir`, an `opendir` of `target`, for [`listing_of`].
 pub fn note_listing(dir: usize, target: Target) {
     let tag = match target {
         Target::TaskDir => TASK_TAG,
         Target::FdDir => FD_TAG,
+        Target::ParentTaskDir => PARENT_TASK_TAG,
         Target::Status { .. } | Target::Stat { .. } | Target::Environ => return,
     };
     if dir & 0xf != 0 {
@@ -414,7 +457,11 @@ pub fn listing_of(dir: usize) -> Option<Target> {
         return None;
     }
     let entry = LISTINGS.iter().map(|l| l.load(Ordering::Acquire)).find(|&e| e != 0 && e & !0xf == dir)?;
-    Some(if entry & 0xf == TASK_TAG { Target::TaskDir } else { Target::FdDir })
+    Some(match entry & 0xf {
+        TASK_TAG => Target::TaskDir,
+        PARENT_TASK_TAG => Target::ParentTaskDir,
+        _ => Target::FdDir,
+    })
 }
 
 /// Forgets `dir` (the program closes it).

@@ -6,7 +6,9 @@
  * statm give it (the same pages). With "blocked" it blocks SIGTRAP and
  * SIGUSR1 before its threads start (they inherit the mask). Also stat's signal sets (fields 31-34) and
  * the SigBlk a handler whose sa_mask has SIGTRAP reads of its thread (set 17 p28 and p42: racewatch's
- * SIGTRAP showed in stat's caught set, and the handler's SIGTRAP was missing from SigBlk). */
+ * SIGTRAP showed in stat's caught set, and the handler's SIGTRAP was missing from SigBlk). With "parent",
+ * a child forked after a second of racing prints the parent's (SIGTRAP and SIGUSR1 blocked, SIGHUP
+ * ignored, SIGUSR2 caught). */
 #include <dirent.h>
 
 static void print_memory(void) {
@@ -55,9 +57,9 @@ static int count_entries(const char *path) {
   return n;
 }
 
-static void print_stat_signals(void) {
+static void print_stat_signals(const char *who, const char *path) {
   char text[2048];
-  int fd = open("/proc/self/stat", O_RDONLY);
+  int fd = open(path, O_RDONLY);
   ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof text - 1);
   if (fd >= 0) close(fd);
   if (n <= 0) return;
@@ -66,7 +68,7 @@ static void print_stat_signals(void) {
   for (int field = 2; p && field < 31; field++) p = strchr(p + 1, ' ');
   unsigned long blocked = 0, ignored = 0, caught = 0;
   if (p && sscanf(p + 1, "%*u %lu %lu %lu", &blocked, &ignored, &caught) == 3)
-    printf("stat signal sets: blocked %lu, ignored %lu, caught %lu\n", blocked, ignored, caught);
+    printf("%sstat signal sets: blocked %lu, ignored %lu, caught %lu\n", who, blocked, ignored, caught);
 }
 
 static char handler_sigblk[64];
@@ -110,9 +112,9 @@ static void print_raw_views(void) {
   }
 }
 
-static long stat_threads(void) {
+static long stat_threads(const char *path) {
   char text[2048];
-  int fd = open("/proc/self/stat", O_RDONLY);
+  int fd = open(path, O_RDONLY);
   ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof text - 1);
   if (fd >= 0) close(fd);
   if (n <= 0) return -1;
@@ -151,7 +153,50 @@ static void print_by_other_names(void) {
   close(self);
 }
 
+/* A forked child reporting on its parent (a supervisor's helper, a test of the parent's state): the
+ * parent's status and stat (signal sets, thread count) and its task listing, through opendir and raw. */
+static void print_parents_state(void) {
+  pid_t parent = getppid();
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)parent);
+  print_fields("parent", path);
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)parent);
+  printf("parent stat threads: %ld\n", stat_threads(path));
+  print_stat_signals("parent ", path);
+  snprintf(path, sizeof path, "/proc/%d/task", (int)parent);
+  printf("parent task entries: %d\n", count_entries(path));
+  int fd = open(path, O_RDONLY | O_DIRECTORY);
+  char buf[4096];
+  long n;
+  int raw = 0;
+  while (fd >= 0 && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0)
+    for (long at = 0; at < n; at += *(unsigned short *)(buf + at + 16)) raw += buf[at + 19] != '.';
+  if (fd >= 0) close(fd);
+  printf("parent task entries read raw: %d\n", raw);
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "parent")) {
+    signal(SIGUSR2, on_usr2);
+    signal(SIGHUP, SIG_IGN);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTRAP);
+    sigaddset(&set, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    rw_start(2, 2.0, 0);
+    rw_sleep(1.0);
+    pid_t child = fork();
+    if (child == 0) {
+      print_parents_state();
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    rw_join();
+    printf("child: exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return 0;
+  }
   int blocked = argc > 1 && !strcmp(argv[1], "blocked");
   signal(SIGUSR2, on_usr2);
   if (blocked) {
@@ -169,8 +214,8 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)getpid(), (int)getpid());
   print_blocked_by_open("main by id", path);
   print_blocked_by_open("calling thread", "/proc/thread-self/status");
-  printf("stat threads: %ld\n", stat_threads());
-  print_stat_signals();
+  printf("stat threads: %ld\n", stat_threads("/proc/self/stat"));
+  print_stat_signals("", "/proc/self/stat");
   print_handler_mask();
   print_raw_views();
   snprintf(path, sizeof path, "/proc/%d/task", (int)getpid());

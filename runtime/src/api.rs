@@ -119,6 +119,9 @@ fn init() {
         )),
         _ => {}
     }
+    if cfg!(feature = "preload") {
+        sys::region::close_gap_above_own_module();
+    }
     reporter::on_halt(halting);
     modules::main_path_without_proc();
 
@@ -320,9 +323,12 @@ fn apply(reg: &mut Registry, call: Call, announce: &mut Announcements, code: &mo
     };
     if call.start == 0 && call.end == 0 {
         // A module constructor whose `__start_`/`__stop_` symbols resolved to nothing: the linker
-        // dropped the sections. JITLink does (nothing references them); said once per process.
+        // dropped the sections, or there was nothing to put in one. JITLink drops them (nothing
+        // references them): said once per process, for the covered table, which every instrumented
+        // module has. An empty atomics table is a module without atomic accesses (a C++ program whose
+        // atomics all sit in uncovered library code, set 37 p59): nothing to say.
         static SAID: AtomicBool = AtomicBool::new(false);
-        if !SAID.swap(true, Ordering::Relaxed) {
+        if call.kind == TableKind::Covered && !SAID.swap(true, Ordering::Relaxed) {
             log::warn(format_args!(
                 "{name}: range 0x0..0x0: the JIT linker dropped this module's sanmd_* tables (stock lli, or an \
                  ORC JIT without racewatch's plugin), so its code is never watched; add racewatch's ORC plugin \

@@ -797,6 +797,11 @@ fn cases() -> Vec<Case> {
         // program is back to one thread (3 shared mappings left before).
         case("module_files_read_for_reports_are_unmapped_with_the_threads", "own_memory", &["files"])
             .expect(&["shared mappings of files after the threads ended: 0"]),
+        // The program's new mapping lands where it would without racewatch: not in the gap the kernel's
+        // 2 MiB alignment of racewatch's module left, merged with an anonymous mapping there (set 37 p49).
+        case("new_mapping_adds_its_own_maps_line", "own_memory", &["new_mapping"])
+            .repeat(3)
+            .expect(&["lines a new mapping adds: 1"]),
         case("mappings_without_randomisation_land_alike", "own_memory", &["layout"])
             .repeat(2)
             .expect(&["children failed: 0", "distinct addresses of the mapping after pthread_create: 1"]),
@@ -1972,6 +1977,7 @@ host_cases!(
     malloc_statistics_unchanged_by_reports,
     first_malloc_in_main_makes_the_malloc_cache,
     module_files_read_for_reports_are_unmapped_with_the_threads,
+    new_mapping_adds_its_own_maps_line,
     mappings_without_randomisation_land_alike,
     fork_storm_while_reporting,
     prefork_workers,

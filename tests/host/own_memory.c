@@ -11,6 +11,8 @@
  *   own_memory files    threads race for 1.5 s and are joined; then the shared mappings of files in
  *                       /proc/self/maps (symbolization maps module files; once the reporter is gone
  *                       with the threads, none of them is left)
+ *   own_memory new_mapping
+ *                       after threads ran, the /proc/self/maps lines a new 16-page mapping adds
  *   own_memory layout   8 children re-executed with ADDR_NO_RANDOMIZE: each starts a racing thread,
  *                       waits 0..350 us, maps 1 MiB; the parent prints how many addresses it saw
  */
@@ -77,6 +79,29 @@ static int first_malloc(void) {
   return 0;
 }
 
+static int maps_lines(void) {
+  FILE *maps = fopen("/proc/self/maps", "r");
+  if (!maps) return -1;
+  char line[512];
+  int n = 0;
+  while (fgets(line, sizeof line, maps)) n++;
+  fclose(maps);
+  return n;
+}
+
+/* After threads ran: the lines a new 16-page mapping adds to /proc/self/maps (one, below the program's
+ * last mapping; not merged into a neighbour of racewatch's placing). */
+static int new_mapping(void) {
+  rw_start(2, 0.3, 0);
+  rw_join();
+  int before = maps_lines();
+  void *m = mmap(NULL, 16 << 12, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  int after = maps_lines();
+  munmap(m, 16 << 12);
+  printf("lines a new mapping adds: %d\n", after - before);
+  return 0;
+}
+
 static int files(void) {
   rw_start(2, 1.5, 0);
   rw_join();
@@ -95,6 +120,7 @@ static int files(void) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "files") == 0) return files();
+  if (argc > 1 && strcmp(argv[1], "new_mapping") == 0) return new_mapping();
   if (argc > 1 && strcmp(argv[1], "first_malloc") == 0) return first_malloc();
   if (argc > 2 && strcmp(argv[1], "child") == 0) return child_layout(atoi(argv[2]));
   if (argc > 1 && strcmp(argv[1], "layout") == 0) return layout();

@@ -175,15 +175,19 @@ static void print_parents_state(void) {
   printf("parent task entries read raw: %d\n", raw);
 }
 
+static void block_trap_and_usr1(void) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTRAP);
+  sigaddset(&set, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+}
+
 int main(int argc, char **argv) {
+  signal(SIGUSR2, on_usr2);
   if (argc > 1 && !strcmp(argv[1], "parent")) {
-    signal(SIGUSR2, on_usr2);
     signal(SIGHUP, SIG_IGN);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTRAP);
-    sigaddset(&set, SIGUSR1);
-    sigprocmask(SIG_BLOCK, &set, NULL);
+    block_trap_and_usr1();
     rw_start(2, 2.0, 0);
     rw_sleep(1.0);
     pid_t child = fork();
@@ -197,15 +201,7 @@ int main(int argc, char **argv) {
     printf("child: exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     return 0;
   }
-  int blocked = argc > 1 && !strcmp(argv[1], "blocked");
-  signal(SIGUSR2, on_usr2);
-  if (blocked) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTRAP);
-    sigaddset(&set, SIGUSR1);
-    sigprocmask(SIG_BLOCK, &set, NULL);
-  }
+  if (argc > 1 && !strcmp(argv[1], "blocked")) block_trap_and_usr1();
   rw_start(2, 1.0, 0);
   rw_sleep(0.3);
   print_memory();

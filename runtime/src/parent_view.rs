@@ -6,9 +6,8 @@
 //! in `Threads:` and the `task` listing). The child runs the same racewatch (its memory is a copy of
 //! the parent's): at the fork it notes what the parent's program had set for `SIGTRAP`, and its reads of
 //! the parent's `status`, `stat` and `task` listing get the parent's own values, as the parent's own
-//! reads do ([`crate::proc_view`]). The parent's reporter thread is told by its name. Only while the
-//! parent that forked it is still its parent; what the parent's program changes of `SIGTRAP` after the
-//! fork is not seen (the kernel's bit then stays as the fork left the program's).
+//! reads do ([`crate::proc_view`]). The parent's reporter thread is told by its name. What the parent's
+//! program changes of `SIGTRAP` after the fork is not seen (the bits then stay as the fork left them).
 
 use crate::proc_view::{self, Facts, Target};
 use crate::sys::{raw, real, signal};
@@ -39,7 +38,9 @@ pub fn note_fork() {
         PARENT.store(0, Ordering::Release);
         return;
     }
-    let parent = raw::getppid();
+    // The process the records were the parent's (not `getppid`: a seccomp deny-list of calls racewatch
+    // never makes may have it, and the fork handler runs in every child).
+    let parent = signal::recorded_process();
     let handler = signal::program_action().sa_sigaction;
     let action = match handler {
         libc::SIG_DFL => DEFAULT,
@@ -56,12 +57,14 @@ pub fn note_fork() {
     PARENT.store(parent, Ordering::Release);
 }
 
-/// The parent noted at the fork, while it is still this process's parent.
+/// The parent noted at the fork. (Not checked against `getppid`, a call racewatch never makes: a
+/// filter may deny it. A parent that is gone has no files to read; its pid taken again by an unrelated
+/// process before this child reads it would get the parent program's `SIGTRAP` bits and reporter count.)
 pub fn parent() -> Option<i32> {
     let parent = PARENT.load(Ordering::Acquire);
     // Not in a sandbox (the child's own seccomp filter may kill the reads that make the view).
     let free = || !crate::sys::confined::here() && !crate::detector::is_sandboxed();
-    (parent != 0 && free() && raw::getppid() == parent).then_some(parent)
+    (parent != 0 && free()).then_some(parent)
 }
 
 /// What `path` names of the parent's files (`Target::TaskDir` for its `task` listing), with the parent's

@@ -107,11 +107,6 @@ pub fn getpid() -> i32 {
     syscall6(libc::SYS_getpid, [0; 6]) as i32
 }
 
-/// The caller's parent process id.
-pub fn getppid() -> i32 {
-    syscall6(libc::SYS_getppid, [0; 6]) as i32
-}
-
 /// Sends `sig` to thread `tid` of process `pid` (signal 0: only checks that the thread exists).
 pub fn tgkill(pid: i32, tid: i32, sig: i32) -> i64 {
     syscall6(libc::SYS_tgkill, [pid as u64, tid as u64, sig as u64, 0, 0, 0])

@@ -126,6 +126,12 @@ pub fn note_process() {
     PROCESS.store(raw::getpid(), Ordering::Release);
 }
 
+/// The process whose records these are ([`note_process`]): in a forked child's fork handler, before it
+/// notes itself, its parent (0: not noted).
+pub fn recorded_process() -> i32 {
+    PROCESS.load(Ordering::Acquire)
+}
+
 /// In a runtime thread, which blocks every signal: lets go of a `SIGTRAP` pending for it alone (the
 /// sampling timer or a watchpoint it inherited from the thread that created it fired while it ran).
 /// Pending, it holds one of the program's `RLIMIT_SIGPENDING` slots for as long as the thread lives: a

@@ -1481,6 +1481,7 @@ pub extern "C" fn initgroups(user: *const c_char, group: libc::gid_t) -> c_int {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn mlockall(flags: c_int) -> c_int {
     if flags & libc::MCL_CURRENT != 0 {
+        crate::sys::region::open_gap_above_own_module();
         detector::before_locking_all();
     }
     let rc = real::mlockall(flags);

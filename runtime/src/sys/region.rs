@@ -217,8 +217,12 @@ fn map_new(len: usize, use_: Use) -> Option<usize> {
 /// land there instead of below its libraries, next to other anonymous mappings they merge with (one
 /// `/proc/self/maps` line where there would have been two; set 37 p49). Closed, they land where they
 /// would without racewatch, beside what they would have beside. Address space only (no memory, no
-/// commit charge); no effect where there is no gap or it is 2 MiB or more (not the alignment's).
+/// commit charge); none under an `RLIMIT_AS` or `RLIMIT_DATA`, and unmapped again before the program's
+/// `mlockall(MCL_CURRENT)`; no effect where there is no gap or it is 2 MiB or more (not the alignment's).
 pub fn close_gap_above_own_module() {
+    if crate::sys::mem::memory_budgeted() {
+        return; // Under an address-space limit the gap's address space is the program's.
+    }
     let here = std::ptr::addr_of!(HEAP) as usize;
     let (mut end, mut gap) = (0usize, None);
     crate::sys::raw::for_each_line(c"/proc/self/maps", &mut |line| {
@@ -240,7 +244,23 @@ pub fn close_gap_above_own_module() {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE;
     // SAFETY: MAP_FIXED_NOREPLACE maps only where nothing is mapped (it fails otherwise): no existing
     // memory is touched.
-    unsafe { libc::mmap(start as *mut libc::c_void, stop - start, libc::PROT_NONE, flags, -1, 0) };
+    let at = unsafe { libc::mmap(start as *mut libc::c_void, stop - start, libc::PROT_NONE, flags, -1, 0) };
+    if at as usize == start {
+        *GAP.lock() = (start, stop - start);
+    }
+}
+
+/// The mapping [`close_gap_above_own_module`] made: start and length (0: none).
+static GAP: spin::Mutex<(usize, usize)> = spin::Mutex::new((0, 0));
+
+/// Unmaps the gap's mapping again: before an `mlockall(MCL_CURRENT)`, which counts every mapping, an
+/// inaccessible one too, against the program's `RLIMIT_MEMLOCK` (three 1 MiB thread stacks no longer fit
+/// a budget that held them without racewatch).
+pub fn open_gap_above_own_module() {
+    let (start, len) = std::mem::take(&mut *GAP.lock());
+    if len != 0 {
+        crate::sys::raw::munmap(start, len);
+    }
 }
 
 /// The start and end addresses of a `/proc/self/maps` line.

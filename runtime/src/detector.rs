@@ -525,6 +525,8 @@ pub fn descriptors_exhausted() {
 extern "C" fn after_fork_in_child() {
     crate::parent_view::note_fork();
     crate::sys::setxid::forget_after_fork();
+    // The kernel does not pass `mlockall(MCL_FUTURE)` on to a child.
+    stacks::set_locking_future(false);
     // A child starts with no signal pending: not the one kept for the parent's process either; the
     // parent's waiters are not its threads.
     crate::sys::hand_on::forget_parked_trap();

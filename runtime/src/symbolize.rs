@@ -88,19 +88,20 @@ impl Symbolizer {
         Symbolizer { read_files: false, ..Symbolizer::new() }
     }
 
-    /// Whether module files are read now. Not once the program limits its data (`RLIMIT_DATA`), or locks
-    /// all its memory (`mlockall(MCL_FUTURE)`) under a memlock limit: the heap that reading and parsing
-    /// them takes, and keeps, is then memory the program could not have (7 MiB and more for a small C
-    /// program and its libc; under `mlockall` a report waited for the program to give locked memory
-    /// back, and held its exit up to 1.2 s). What was read is dropped, and from then on frames are as
-    /// with `symbolize=0` (one warning).
+    /// Whether module files are read now. Not once the program limits its data (`RLIMIT_DATA`), or has
+    /// locked all its memory (`mlockall(MCL_FUTURE)`) under a memlock limit: the heap that reading and
+    /// parsing them takes, and keeps, is then memory the program could not have (7 MiB and more for a
+    /// small C program and its libc; under `mlockall` a report waited for the program to give locked
+    /// memory back, and held its exit up to 1.2 s). A program that unlocked again still counts: a report
+    /// caught under the lock and printed after the `munlockall` is shown as the others. What was read is
+    /// dropped, and from then on frames are as with `symbolize=0` (one warning).
     fn reads_files(&mut self) -> bool {
         if !self.read_files {
             return false;
         }
         let limit = if crate::sys::mem::data_limited() {
             "limits its data (RLIMIT_DATA)"
-        } else if crate::sys::mem::lock_limited() {
+        } else if crate::sys::mem::lock_limited_once() {
             "locks its memory (mlockall) under a memlock limit"
         } else {
             return true;

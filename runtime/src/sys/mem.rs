@@ -155,7 +155,18 @@ pub fn data_limited() -> bool {
 /// called `mlockall(MCL_FUTURE)` and its `RLIMIT_MEMLOCK` is finite (without `CAP_IPC_LOCK`, which lifts
 /// it, the kernel enforces it).
 pub fn lock_limited() -> bool {
-    crate::sys::stacks::locking_future() && soft_limit(libc::RLIMIT_MEMLOCK).is_some() && !can_lock_freely()
+    crate::sys::stacks::locking_future() && memlock_enforced()
+}
+
+/// Whether the program has locked all its memory (`mlockall(MCL_FUTURE)`) under a finite
+/// `RLIMIT_MEMLOCK` at some time, whether or not it has unlocked it since.
+pub fn lock_limited_once() -> bool {
+    crate::sys::stacks::locked_future_once() && memlock_enforced()
+}
+
+/// Whether the kernel holds the process to a finite `RLIMIT_MEMLOCK`.
+fn memlock_enforced() -> bool {
+    soft_limit(libc::RLIMIT_MEMLOCK).is_some() && !can_lock_freely()
 }
 
 /// Whether the process may lock memory beyond its `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK` in its effective set).

@@ -565,9 +565,20 @@ pub fn stack_would_map(attr: *const libc::pthread_attr_t) -> bool {
 /// without it (the kernel does not pass it on).
 static LOCKING_FUTURE: AtomicBool = AtomicBool::new(false);
 
+/// Whether the program has called `mlockall(MCL_FUTURE)` at some time (a `munlockall` since or not).
+static LOCKED_FUTURE_ONCE: AtomicBool = AtomicBool::new(false);
+
 /// The program's `mlockall` or `munlockall` succeeded: whether `MCL_FUTURE` is now in effect.
 pub fn set_locking_future(on: bool) {
     LOCKING_FUTURE.store(on, Ordering::Relaxed);
+    if on {
+        LOCKED_FUTURE_ONCE.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether the program has called `mlockall(MCL_FUTURE)` at some time, whether or not it unlocked since.
+pub fn locked_future_once() -> bool {
+    LOCKED_FUTURE_ONCE.load(Ordering::Relaxed)
 }
 
 /// Whether `mlockall(MCL_FUTURE)` is in effect (see [`set_locking_future`]).

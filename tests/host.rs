@@ -782,6 +782,11 @@ fn cases() -> Vec<Case> {
             "kill, siginfo: 15 rounds, handled outside main: 0, sender and code intact: 15",
             "one-shot alarm: 15 rounds, handled outside main: 0, default action back: 15",
         ]),
+        // A main thread that computes gets the process's alarms, also while racewatch's handler runs in it
+        // (every signal blocked there: the worker the kernel gave one to hands it over).
+        case("computing_main_gets_the_alarms", "main_waits", &["computing"])
+            .repeat(3)
+            .expect(&["alarms to a computing main: 150, handled outside main at most 6: 1"]),
         // 16f. racewatch's memory is its own: a report leaves the program's malloc statistics alone, and
         // with address randomisation off the program's mappings land where they would without it.
         case("malloc_statistics_unchanged_by_reports", "own_memory", &[]).expect(&[
@@ -1974,6 +1979,7 @@ host_cases!(
     main_alt_stack_unmapped_by_the_exiting_thread,
     main_waits_for_signals_beside_busy_workers,
     main_waits_for_signals_read_through_siginfo,
+    computing_main_gets_the_alarms,
     malloc_statistics_unchanged_by_reports,
     first_malloc_in_main_makes_the_malloc_cache,
     module_files_read_for_reports_are_unmapped_with_the_threads,

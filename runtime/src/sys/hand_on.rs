@@ -19,7 +19,8 @@
 //! reads back its own handler and flags. The trampoline runs the program's handler, except on a
 //! thread other than the main one, while detection is on, for a signal sent to the process that the
 //! main thread lets through now (read from `/proc/self/status`, the main thread's `State` and
-//! `SigBlk`): the signal is then handed over ([`hand_over`]). Its `siginfo` is saved, and the main
+//! `SigBlk`; inside racewatch's own handler there, the mask it interrupted): the signal is then handed
+//! over ([`hand_over`]), or merged with one handed over before that the main thread has not taken yet. Its `siginfo` is saved, and the main
 //! thread is sent the same signal by `sigqueue` with a mark; the kernel delivers it there with the
 //! program's flags, mask and stack, and the main thread's trampoline runs the handler with the saved
 //! `siginfo`, so the handler reads the sender, code and payload of the first delivery (a child's end
@@ -75,7 +76,7 @@ pub fn stands_in(sig: i32, flags: i32) -> bool {
     wraps(sig) || (flags & libc::SA_ONSTACK != 0 && !matches!(sig, libc::SIGTRAP | libc::SIGKILL | libc::SIGSTOP))
 }
 
-fn bit(sig: i32) -> u64 {
+const fn bit(sig: i32) -> u64 {
     1u64 << ((sig - 1) & 63)
 }
 
@@ -627,22 +628,59 @@ fn hand_over(sig: i32, info: &libc::siginfo_t, flags: i32, pid: i32) -> bool {
     let errno = unsafe { libc::__errno_location() };
     // SAFETY: as above.
     let saved = unsafe { *errno };
-    // Reading the status takes a 4 KiB buffer: on a runtime stack, not the handler's (maybe a small
-    // alternate stack).
-    let mut main_mask = None;
-    let ran = stacks::run_on_runtime_stack(stacks::current_sp(), &mut || main_mask = tracer::read().main_mask);
-    let sent = ran
-        && main_mask.is_some_and(|mask| mask & bit(sig) == 0)
-        && (flags & libc::SA_RESETHAND == 0 || rearm_one_shot(sig))
-        && save(sig, info)
-        && (raw::queue_to_thread(pid, pid, &marked(sig, pid)) || {
-            SAVED_BUSY[sig as usize].store(false, Ordering::Release);
-            false
-        });
+    let mut main = None;
+    let ran = stacks::run_on_runtime_stack(stacks::current_sp(), &mut || main = main_thread_state(pid));
+    let sent = match main.filter(|_| ran) {
+        Some((mask, _)) if mask & bit(sig) != 0 => false,
+        Some((_, pending)) if pending & bit(sig) != 0 && SAVED_BUSY[sig as usize].load(Ordering::Acquire) => {
+            // One handed over before waits for the main thread: this one merges with it, as a standard
+            // signal sent to the process merges with one pending there. A one-shot handler the kernel
+            // reset for this delivery must be back for that one's.
+            if flags & libc::SA_RESETHAND != 0 {
+                rearm_one_shot(sig);
+            }
+            true
+        }
+        Some(_) => {
+            (flags & libc::SA_RESETHAND == 0 || rearm_one_shot(sig))
+                && save(sig, info)
+                && (raw::queue_to_thread(pid, pid, &marked(sig, pid)) || {
+                    SAVED_BUSY[sig as usize].store(false, Ordering::Release);
+                    false
+                })
+        }
+        None => false,
+    };
     // SAFETY: as above.
     unsafe { *errno = saved };
     sent
 }
+
+/// The main thread's (`pid`) mask as the program set it, and the signals pending for it alone. Inside
+/// racewatch's handler, which blocks every signal, the mask is that of the code it interrupted: the
+/// kernel gives a worker the signals sent to the process meanwhile, which without racewatch would have
+/// gone to the main thread (on two loaded CPUs, 4 to 12 `alarm`s in 150 to a computing main at the
+/// debug rate). The handler's mask seen outside the part of it that records the interrupted one (its
+/// entry and return) is read again after the CPU was given away, up to 4 times. Reading the status
+/// takes a 4 KiB buffer: on a runtime stack, not the handler's (maybe a small alternate stack).
+fn main_thread_state(pid: i32) -> Option<(u64, u64)> {
+    let mut status = tracer::read();
+    for _ in 0..4 {
+        if let Some(mask) = crate::sys::signal::mask_in_handler(pid) {
+            return Some((mask, status.main_pending));
+        }
+        if status.main_mask != Some(HANDLER_MASK) {
+            break;
+        }
+        raw::yield_cpu();
+        status = tracer::read();
+    }
+    status.main_mask.map(|mask| (mask, status.main_pending))
+}
+
+/// The signals racewatch's handler blocks (every one but `SIGKILL` and `SIGSTOP`), as `SigBlk` shows them;
+/// a program's own full mask lacks glibc's two internal signals (32, 33), which its `sigprocmask` keeps out.
+const HANDLER_MASK: u64 = !(bit(libc::SIGKILL) | bit(libc::SIGSTOP));
 
 /// The `siginfo` that marks `sig` as handed over.
 fn marked(sig: i32, pid: i32) -> libc::siginfo_t {

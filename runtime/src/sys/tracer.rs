@@ -46,6 +46,8 @@ pub struct Status {
     /// The main thread's signal mask as the kernel holds it (`SigBlk`, bits 0..=63 for signals
     /// 1..=64); `None` when unknown or the main thread is gone.
     pub main_mask: Option<u64>,
+    /// The signals pending for the main thread alone (`SigPnd`; 0 when unknown).
+    pub main_pending: u64,
     /// A seccomp mode is in force (`Seccomp:` is not 0).
     pub seccomp: bool,
     /// The process's threads (`Threads:`).
@@ -87,9 +89,10 @@ fn parse(status: &[u8]) -> Status {
         _ => false,
     };
     let main_mask = field("SigBlk:").and_then(|v| u64::from_str_radix(v, 16).ok()).filter(|_| !main_gone);
+    let main_pending = field("SigPnd:").and_then(|v| u64::from_str_radix(v, 16).ok()).unwrap_or(0);
     let seccomp = field("Seccomp:").is_some_and(|v| v != "0");
     let nested_pid_namespace = field("NSpid:").is_some_and(|v| v.split_whitespace().count() > 1);
-    Status { tracer, only_caller_alive, main_mask, seccomp, threads, nested_pid_namespace }
+    Status { tracer, only_caller_alive, main_mask, main_pending, seccomp, threads, nested_pid_namespace }
 }
 
 /// The status read now without keeping a descriptor (the raw calls: the program's view of the file,
@@ -129,6 +132,7 @@ mod tests {
         assert_eq!(parse(b"Name:\tx\n").tracer, None);
         assert_eq!(parse(b"State:\tS (sleeping)\nSigBlk:\t0000000000002010\n").main_mask, Some(0x2010));
         assert_eq!(parse(b"State:\tZ (zombie)\nSigBlk:\t0000000000002010\n").main_mask, None);
+        assert_eq!(parse(b"SigPnd:\t0000000000002000\nShdPnd:\t0000000000000001\n").main_pending, 0x2000);
     }
 
     #[test]

@@ -757,6 +757,23 @@ fn cases() -> Vec<Case> {
             "parent task entries read raw: 3",
             "child: exit 0",
         ]),
+        // The same read by new images: a shell that system() runs (its grep and ls, the program's
+        // grandchildren) and one forked and exec'd, told of the program's view in their environment.
+        case("new_images_read_the_starters_state_as_the_programs", "own_proc", &["new-images"]).repeat(2).expect(&[
+            "system: Threads:\t3",
+            "system: SigBlk:\t0000000000010210",
+            "system: SigIgn:\t0000000080000007",
+            "system: SigCgt:\t0000000100000800",
+            "system: task entries 3",
+            "system: exit 0",
+            "exec: Threads:\t3",
+            "exec: SigBlk:\t0000000000000210",
+            "exec: SigIgn:\t0000000080000001",
+            "exec: SigCgt:\t0000000100000800",
+            "exec: stat threads 3",
+            "exec: racewatch view in env 0",
+            "exec: exit 0",
+        ]),
         // 16d. The main thread's alternate stack, the program's own, unmapped by another thread while the
         // main thread runs on (Rust's process::exit from a worker).
         case("main_alt_stack_unmapped_by_the_exiting_thread", "foreign_altstack", &[])
@@ -1976,6 +1993,7 @@ host_cases!(
     own_proc_files_show_the_programs_state,
     own_proc_files_show_a_blocked_sigtrap,
     forked_child_reads_the_parents_state_as_the_programs,
+    new_images_read_the_starters_state_as_the_programs,
     main_alt_stack_unmapped_by_the_exiting_thread,
     main_waits_for_signals_beside_busy_workers,
     main_waits_for_signals_read_through_siginfo,

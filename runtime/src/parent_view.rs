@@ -1,25 +1,35 @@
-//! What a forked child reads of its parent's `/proc` files, as they would read without racewatch.
+//! What a child reads of its parent's (or an earlier ancestor's) `/proc` files, as they would read
+//! without racewatch.
 //!
-//! A child the program forks often reports on its parent: a supervisor's helper prints the parent's
-//! `SigCgt`, a test checks the parent's thread count. Racewatch in the parent shows there (its
-//! `SIGTRAP` handler in `SigCgt`, a `SIGTRAP` it kept virtual missing from `SigBlk`, its reporter thread
-//! in `Threads:` and the `task` listing). The child runs the same racewatch (its memory is a copy of
-//! the parent's): at the fork it notes what the parent's program had set for `SIGTRAP`, and its reads of
-//! the parent's `status`, `stat` and `task` listing get the parent's own values, as the parent's own
-//! reads do ([`crate::proc_view`]). The parent's reporter thread is told by its name. What the parent's
-//! program changes of `SIGTRAP` after the fork is not seen (the bits then stay as the fork left them).
+//! A child the program starts often reports on its parent: a supervisor's helper prints the parent's
+//! `SigCgt`, a test checks the parent's thread count, a `system("grep Sig /proc/<pid>/status")` does the
+//! same through a shell. Racewatch in the parent shows there (its `SIGTRAP` handler in `SigCgt`, a
+//! `SIGTRAP` it kept virtual missing from `SigBlk`, its reporter thread in `Threads:` and the `task`
+//! listing). A forked child runs the same racewatch (its memory is a copy of the parent's): at the fork
+//! it notes what the parent's program had set for `SIGTRAP`. A new image (`exec`, a spawn, `system`,
+//! `popen`) is told in its environment (`RACEWATCH_VIEW`, which its racewatch takes out of `environ`
+//! with racewatch's other variables, and passes on to its own children): the process's pid, its
+//! program's `SIGTRAP` disposition and its main thread's `SIGTRAP` mask bit, for the process that starts
+//! it and those that process was told about (8 at most). Reads of those processes' `status`, `stat` and
+//! `task` listing then get their programs' own values, as their own reads do ([`crate::proc_view`]).
+//! Their reporter threads are told by name. What a program changes of `SIGTRAP` after the fork or the
+//! `exec` is not seen (the bits then stay as they were); a program without racewatch (a static binary)
+//! sees the variable, as it sees racewatch in `LD_PRELOAD`.
 
 use crate::proc_view::{self, Facts, Target};
 use crate::sys::{raw, real, signal};
-use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The parent's pid, when racewatch's `SIGTRAP` handler was installed there at the fork (0: nothing to
-/// hide of the parent).
-static PARENT: AtomicI32 = AtomicI32::new(0);
-/// The parent program's `SIGTRAP` disposition at the fork: [`DEFAULT`], [`IGNORED`] or [`CAUGHT`].
-static TRAP_ACTION: AtomicU8 = AtomicU8::new(DEFAULT);
-/// Whether the parent program had `SIGTRAP` blocked in its main thread: [`UNKNOWN`], [`NO`] or [`YES`].
-static MAIN_BLOCKED: AtomicU8 = AtomicU8::new(UNKNOWN);
+/// What a process's program had set for `SIGTRAP` when this one was forked from it or started by it (or
+/// by one it started): packed by [`View::pack`], 0 for none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct View {
+    pid: i32,
+    /// [`DEFAULT`], [`IGNORED`] or [`CAUGHT`].
+    action: u8,
+    /// Whether its main thread had `SIGTRAP` blocked: [`UNKNOWN`], [`NO`] or [`YES`].
+    blocked: u8,
+}
 
 const DEFAULT: u8 = 0;
 const IGNORED: u8 = 1;
@@ -28,74 +38,143 @@ const UNKNOWN: u8 = 0;
 const NO: u8 = 1;
 const YES: u8 = 2;
 
+impl View {
+    fn pack(self) -> u64 {
+        u64::from(self.pid as u32) << 16 | u64::from(self.action) << 8 | u64::from(self.blocked)
+    }
+
+    fn unpack(packed: u64) -> Option<View> {
+        let pid = (packed >> 16) as i32;
+        let (action, blocked) = ((packed >> 8) as u8, packed as u8);
+        (pid > 0 && action <= CAUGHT && blocked <= YES).then_some(View { pid, action, blocked })
+    }
+
+    /// This process's, when racewatch's `SIGTRAP` handler is in the kernel (else the kernel shows the
+    /// program's).
+    fn own() -> Option<View> {
+        if !signal::is_installed() {
+            return None;
+        }
+        // The process the records are for (not `getpid`/`getppid` in a fork handler: a seccomp deny-list
+        // of calls racewatch never makes may have them, and the fork handler runs in every child).
+        let pid = signal::recorded_process();
+        let action = match signal::program_action().sa_sigaction {
+            libc::SIG_DFL => DEFAULT,
+            libc::SIG_IGN => IGNORED,
+            _ => CAUGHT,
+        };
+        let blocked = match signal::trap_blocked_in(pid) {
+            None => UNKNOWN,
+            Some(false) => NO,
+            Some(true) => YES,
+        };
+        Some(View { pid, action, blocked })
+    }
+}
+
+/// The parent this process was forked from, when racewatch's handler was in its kernel at the fork.
+static FORKED: AtomicU64 = AtomicU64::new(0);
+/// The processes this one's environment told of (`RACEWATCH_VIEW`), in its order.
+const TOLD_SLOTS: usize = 8;
+static TOLD: [AtomicU64; TOLD_SLOTS] = [const { AtomicU64::new(0) }; TOLD_SLOTS];
+
+/// The environment variable a new image is told of in.
+pub const VARIABLE: &[u8] = b"RACEWATCH_VIEW=";
+
 /// The name racewatch's reporter thread gives itself (`comm`, 15 bytes at most).
 const REPORTER_NAME: &[u8] = b"racewatch-repor";
 
 /// In a forked child, first thing (the `pthread_atfork` child handler, before the parent's state is
 /// forgotten): notes the parent and what its program had set for `SIGTRAP`.
 pub fn note_fork() {
-    if !signal::is_installed() {
-        PARENT.store(0, Ordering::Release);
-        return;
+    FORKED.store(View::own().map_or(0, View::pack), Ordering::Release);
+}
+
+/// Before `main`: notes the processes `value` (of [`VARIABLE`]: `pid:action:blocked` items, comma
+/// separated) tells of; malformed items are skipped.
+pub fn note_told(value: &[u8]) {
+    let items = value.split(|&b| b == b',').filter_map(|item| {
+        let mut fields = item.split(|&b| b == b':');
+        let pid = proc_view::number(fields.next()?)?;
+        let action = fields.next()?.first()?.wrapping_sub(b'0');
+        let blocked = fields.next()?.first()?.wrapping_sub(b'0');
+        View::unpack(View { pid, action, blocked }.pack())
+    });
+    for (slot, view) in TOLD.iter().zip(items) {
+        slot.store(view.pack(), Ordering::Release);
     }
-    // The process the records were the parent's (not `getppid`: a seccomp deny-list of calls racewatch
-    // never makes may have it, and the fork handler runs in every child).
-    let parent = signal::recorded_process();
-    let handler = signal::program_action().sa_sigaction;
-    let action = match handler {
-        libc::SIG_DFL => DEFAULT,
-        libc::SIG_IGN => IGNORED,
-        _ => CAUGHT,
-    };
-    let blocked = match signal::trap_blocked_in(parent) {
-        None => UNKNOWN,
-        Some(false) => NO,
-        Some(true) => YES,
-    };
-    TRAP_ACTION.store(action, Ordering::Release);
-    MAIN_BLOCKED.store(blocked, Ordering::Release);
-    PARENT.store(parent, Ordering::Release);
 }
 
-/// The parent noted at the fork. (Not checked against `getppid`, a call racewatch never makes: a
-/// filter may deny it. A parent that is gone has no files to read; its pid taken again by an unrelated
-/// process before this child reads it would get the parent program's `SIGTRAP` bits and reporter count.)
-pub fn parent() -> Option<i32> {
-    let parent = PARENT.load(Ordering::Acquire);
-    // Not in a sandbox (the child's own seccomp filter may kill the reads that make the view).
-    let free = || !crate::sys::confined::here() && !crate::detector::is_sandboxed();
-    (parent != 0 && free()).then_some(parent)
+/// Every process this one has a view of: its fork parent first, then those it was told of.
+fn views() -> impl Iterator<Item = View> {
+    std::iter::once(&FORKED).chain(&TOLD).filter_map(|slot| View::unpack(slot.load(Ordering::Acquire)))
 }
 
-/// What `path` names of the parent's files (`Target::TaskDir` for its `task` listing), with the parent's
-/// pid; `None` for anything else (the child's own files, other processes', or no parent to speak for).
+/// The value of [`VARIABLE`] a new image started now gets (`None`: nothing to tell): this process's
+/// view, its fork parent's and those it was told of, each process once, 8 at most.
+pub fn for_new_image() -> Option<Vec<u8>> {
+    let mut value = Vec::new();
+    let mut told = 0;
+    let mut seen = [0i32; TOLD_SLOTS];
+    for view in View::own().into_iter().chain(views()) {
+        if told == TOLD_SLOTS || seen[..told].contains(&view.pid) {
+            continue;
+        }
+        seen[told] = view.pid;
+        told += 1;
+        if !value.is_empty() {
+            value.push(b',');
+        }
+        value.extend_from_slice(format!("{}:{}:{}", view.pid, view.action, view.blocked).as_bytes());
+    }
+    (!value.is_empty()).then_some(value)
+}
+
+/// Whether this process has a view of any other process's files ([`classify`] may find one). Not in a
+/// sandbox (the child's own seccomp filter may kill the reads that make the view).
+pub fn any() -> bool {
+    views().next().is_some() && !crate::sys::confined::here() && !crate::detector::is_sandboxed()
+}
+
+/// What `path` names of the files of a process this one has a view of (`Target::TaskDir` for its `task`
+/// listing), with that process's pid; `None` for anything else (the process's own files, other
+/// processes', or none to speak for). (A process that is gone has no files to read; its pid taken again
+/// by an unrelated process before this one reads it would get the gone program's `SIGTRAP` bits.)
 pub fn classify(path: &[u8]) -> Option<(Target, i32)> {
-    let parent = parent()?;
-    let mut digits = crate::fixed::FixedBuf::<16>::new();
-    let _ = std::fmt::Write::write_fmt(&mut digits, format_args!("/proc/{parent}/"));
-    if !path.starts_with(digits.as_bytes()) {
+    if !any() {
         return None;
     }
-    let target = proc_view::classify(path, parent, 0, |tid| thread_of(parent, tid))?;
-    matches!(target, Target::Status { .. } | Target::Stat { .. } | Target::TaskDir).then_some((target, parent))
+    let rest = path.strip_prefix(b"/proc/")?;
+    let pid = proc_view::number(&rest[..rest.iter().position(|&b| b == b'/')?])?;
+    views().find(|view| view.pid == pid)?;
+    let target = proc_view::classify(path, pid, 0, |tid| thread_of(pid, tid))?;
+    matches!(target, Target::Status { .. } | Target::Stat { .. } | Target::TaskDir).then_some((target, pid))
 }
 
-/// The parent program's facts for its thread `tid`, as its own reads would show them.
-pub fn facts_for(parent: i32, tid: i32) -> Facts {
-    let action = TRAP_ACTION.load(Ordering::Acquire);
-    let blocked = match MAIN_BLOCKED.load(Ordering::Acquire) {
-        NO if tid == parent => Some(false),
-        YES if tid == parent => Some(true),
+/// The facts of thread `tid` of `process` (one [`classify`] named), as its program's own reads would
+/// show them.
+pub fn facts_for(process: i32, tid: i32) -> Facts {
+    let view =
+        views().find(|view| view.pid == process).unwrap_or(View { pid: process, action: DEFAULT, blocked: UNKNOWN });
+    let blocked = match view.blocked {
+        NO if tid == process => Some(false),
+        YES if tid == process => Some(true),
         _ => None,
     };
     Facts {
-        trap_caught: Some(action == CAUGHT),
-        trap_ignored: Some(action == IGNORED),
+        trap_caught: Some(view.action == CAUGHT),
+        trap_ignored: Some(view.action == IGNORED),
         trap_blocked: blocked,
         blocked_in_handler: None,
         trap_pending: (blocked == Some(false)).then_some(false),
-        hidden_threads: reporter_threads(parent),
+        hidden_threads: reporter_threads(process),
     }
+}
+
+/// Whether entry `tid` of a `task` listing of a process this one has a view of is racewatch's
+/// reporter there.
+pub fn hidden_in_listing(tid: i32) -> bool {
+    any() && views().any(|view| hidden_task(view.pid, tid))
 }
 
 /// Whether `tid` is a thread of process `parent`.
@@ -104,7 +183,7 @@ fn thread_of(parent: i32, tid: i32) -> bool {
 }
 
 /// Whether thread `tid` of `parent`, an entry of its `task` listing, is racewatch's reporter (its name).
-pub fn hidden_task(parent: i32, tid: i32) -> bool {
+fn hidden_task(parent: i32, tid: i32) -> bool {
     let mut path = crate::fixed::FixedBuf::<64>::new();
     let _ = std::fmt::Write::write_fmt(&mut path, format_args!("/proc/{parent}/task/{tid}/comm\0"));
     let fd = real::open(false, path.as_bytes().as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC, 0);
@@ -142,4 +221,24 @@ fn reporter_threads(parent: i32) -> u32 {
     }
     real::close(fd);
     count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_view_a_new_image_is_told_of_is_read_back_and_passed_on() {
+        note_told(b"123:2:1,abc,456:0:2,7:9:0,-5:0:0");
+        let told: Vec<View> = TOLD.iter().filter_map(|slot| View::unpack(slot.load(Ordering::Acquire))).collect();
+        assert_eq!(
+            told,
+            [View { pid: 123, action: CAUGHT, blocked: NO }, View { pid: 456, action: DEFAULT, blocked: YES }]
+        );
+        assert_eq!(facts_for(456, 456).trap_blocked, Some(true));
+        assert_eq!(facts_for(123, 124).trap_blocked, None, "only the main thread's bit is known");
+        assert_eq!(facts_for(123, 123).trap_caught, Some(true));
+        // No handler of racewatch's in this process: only what it was told of goes on.
+        assert_eq!(for_new_image().as_deref(), Some(&b"123:2:1,456:0:2"[..]));
+    }
 }

@@ -354,7 +354,7 @@ pub fn hidden_entry(dir: Target, name: &[u8]) -> bool {
     match dir {
         Target::TaskDir => reporter::is_reporter_thread(n),
         Target::FdDir => fd::is_own(n),
-        Target::ParentTaskDir => crate::parent_view::parent().is_some_and(|p| crate::parent_view::hidden_task(p, n)),
+        Target::ParentTaskDir => crate::parent_view::hidden_in_listing(n),
         Target::Status { .. } | Target::Stat { .. } | Target::Environ => false,
     }
 }
@@ -365,7 +365,7 @@ pub fn hidden_entry(dir: Target, name: &[u8]) -> bool {
 /// 0 when every record read was racewatch's (the caller reads again: 0 means the end).
 pub fn filter_dirents(fd: libc::c_int, bytes: &mut [u8]) -> usize {
     let len = bytes.len();
-    if len == 0 || !(anything_to_hide() || crate::parent_view::parent().is_some()) {
+    if len == 0 || !(anything_to_hide() || crate::parent_view::any()) {
         return len;
     }
     let mut link = [0u8; 64];

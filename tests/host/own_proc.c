@@ -8,7 +8,7 @@
  * the SigBlk a handler whose sa_mask has SIGTRAP reads of its thread (set 17 p28 and p42: racewatch's
  * SIGTRAP showed in stat's caught set, and the handler's SIGTRAP was missing from SigBlk). With "parent",
  * a child forked after a second of racing prints the parent's (SIGTRAP and SIGUSR1 blocked, SIGHUP
- * ignored, SIGUSR2 caught). */
+ * ignored, SIGUSR2 caught); with "new-images", shells started by system() and by fork and exec do. */
 #include <dirent.h>
 
 static void print_memory(void) {
@@ -183,8 +183,44 @@ static void block_trap_and_usr1(void) {
   sigprocmask(SIG_BLOCK, &set, NULL);
 }
 
+/* New images reporting on the process that started them: a shell run by system() (its grep and ls are
+ * the process's grandchildren) and one forked and exec'd, reading $PPID's status, stat and task listing.
+ * The shell of system() waits a little first: glibc's spawn blocks every signal in the caller until it
+ * gets the CPU back after the child's exec, which a loaded machine may delay past the read. */
+static void print_state_from_new_images(void) {
+  char command[512];
+  snprintf(command, sizeof command,
+           "sleep 0.2; grep -E '^(SigBlk|SigIgn|SigCgt|Threads)' /proc/%d/status | sed 's/^/system: /'; "
+           "echo \"system: task entries $(ls /proc/%d/task | wc -l)\"",
+           (int)getpid(), (int)getpid());
+  fflush(stdout);
+  printf("system: exit %d\n", system(command));
+  fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) {
+    execl("/bin/sh", "sh", "-c",
+          "grep -E '^(SigBlk|SigIgn|SigCgt|Threads)' /proc/$PPID/status | sed 's/^/exec: /'; "
+          "echo \"exec: stat threads $(cut -d' ' -f20 /proc/$PPID/stat)\"; "
+          "echo \"exec: racewatch view in env $(env | grep -c ^RACEWATCH_VIEW)\"",
+          (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  printf("exec: exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
 int main(int argc, char **argv) {
   signal(SIGUSR2, on_usr2);
+  if (argc > 1 && !strcmp(argv[1], "new-images")) {
+    signal(SIGHUP, SIG_IGN);
+    block_trap_and_usr1();
+    rw_start(2, 2.0, 0);
+    rw_sleep(1.0);
+    print_state_from_new_images();
+    rw_join();
+    return 0;
+  }
   if (argc > 1 && !strcmp(argv[1], "parent")) {
     signal(SIGHUP, SIG_IGN);
     block_trap_and_usr1();

@@ -12,10 +12,11 @@
 //! A program's children run under racewatch as before: every `exec` and spawn the runtime interposes
 //! (`execve` and the rest of the family, `posix_spawn`, `system`, `popen`) hands the new image the
 //! program's environment, explicit or inherited, with the runtime first in its `LD_PRELOAD` and the
-//! options back ([`for_child`]), and the child's runtime hides them again.
+//! options back ([`for_child`]), and the child's runtime hides them again. They also get
+//! `RACEWATCH_VIEW` ([`crate::parent_view`]), hidden the same way.
 
 use std::ffi::{c_char, CStr, CString};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 extern "C" {
     static mut environ: *mut *mut c_char;
@@ -32,12 +33,18 @@ static OWN_PRELOAD: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
 /// freed); null when none was.
 static OPTIONS_ENTRY: [AtomicPtr<c_char>; 2] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 2];
 
-/// Whether `entry` is one of the option variables racewatch hides in this process.
-fn hidden_options(entry: &[u8]) -> bool {
-    OPTIONS
+/// The variable that tells a new image of the processes it may read ([`crate::parent_view`]).
+const VIEW: &[u8] = crate::parent_view::VARIABLE;
+/// Whether the process started with one (then hidden).
+static VIEW_HIDDEN: AtomicBool = AtomicBool::new(false);
+
+/// Whether `entry` is one of the variables racewatch hides whole in this process (its options, the view).
+fn hidden_whole(entry: &[u8]) -> bool {
+    let options = OPTIONS
         .iter()
         .zip(&OPTIONS_ENTRY)
-        .any(|(name, kept)| entry.starts_with(name) && !kept.load(Ordering::Acquire).is_null())
+        .any(|(name, kept)| entry.starts_with(name) && !kept.load(Ordering::Acquire).is_null());
+    options || (entry.starts_with(VIEW) && VIEW_HIDDEN.load(Ordering::Acquire))
 }
 
 /// Takes racewatch's variables out of `environ` (see the module): an `LD_PRELOAD` item names this
@@ -88,6 +95,10 @@ fn hide(own: impl Fn(&[u8]) -> bool) {
         if let Some(i) = which.filter(|&i| OPTIONS_ENTRY[i].load(Ordering::Relaxed).is_null()) {
             OPTIONS_ENTRY[i].store(entry as *mut c_char, Ordering::Relaxed);
         }
+        if let Some(value) = text.strip_prefix(VIEW).filter(|_| !VIEW_HIDDEN.load(Ordering::Relaxed)) {
+            crate::parent_view::note_told(value);
+            VIEW_HIDDEN.store(true, Ordering::Relaxed);
+        }
         if let Some(value) = text.strip_prefix(PRELOAD) {
             if let Some((item, _)) = own_item(value, &own) {
                 if OWN_PRELOAD.load(Ordering::Relaxed).is_null() {
@@ -114,7 +125,7 @@ fn clean(env: *mut *mut c_char, own: &impl Fn(&[u8]) -> bool) {
         at += 1;
         // SAFETY: as in `hide`.
         let text = unsafe { CStr::from_ptr(entry) }.to_bytes();
-        let replacement = if hidden_options(text) {
+        let replacement = if hidden_whole(text) {
             None
         } else if let Some(rest) = text.strip_prefix(PRELOAD).and_then(|value| without_own(value, own)) {
             rest.map(|rest| {
@@ -212,12 +223,14 @@ thread_local! {
 /// The environment a child started with `envp` (null: the program's `environ`; for a spawn, pass a null
 /// one on as it is) gets: the same entries
 /// in the same order, with the runtime first in `LD_PRELOAD` (added at the end when there is none) and
-/// `RACEWATCH_OPTIONS` added when the program set none. `None` when racewatch hid nothing (`envp` is
-/// passed on as it is).
+/// `RACEWATCH_OPTIONS` added when the program set none, and the view of this process and those it has
+/// one of ([`crate::parent_view::for_new_image`]). `None` when racewatch hid nothing and has no view to
+/// pass on (`envp` is passed on as it is).
 pub fn for_child(envp: *const *const c_char) -> Option<ChildEnv> {
     let own = OWN_PRELOAD.load(Ordering::Acquire);
     let options = OPTIONS_ENTRY.each_ref().map(|entry| entry.load(Ordering::Acquire));
-    if own.is_null() && options.iter().all(|entry| entry.is_null()) {
+    let view = crate::parent_view::for_new_image();
+    if own.is_null() && options.iter().all(|entry| entry.is_null()) && view.is_none() {
         return None;
     }
     // SAFETY: `environ` is the process's environment array (read once).
@@ -233,6 +246,9 @@ pub fn for_child(envp: *const *const c_char) -> Option<ChildEnv> {
     for entry in entries(envp as *mut *mut c_char) {
         // SAFETY: the caller's environment entries are NUL-terminated strings.
         let text = unsafe { CStr::from_ptr(entry) }.to_bytes();
+        if text.starts_with(VIEW) {
+            continue; // Replaced by this process's below.
+        }
         for (had, name) in had_options.iter_mut().zip(OPTIONS) {
             *had |= text.starts_with(name);
         }
@@ -265,6 +281,11 @@ pub fn for_child(envp: *const *const c_char) -> Option<ChildEnv> {
             array.push(entry);
         }
     }
+    if let Some(view) = view {
+        let Ok(entry) = CString::new([VIEW, &view].concat()) else { return None };
+        array.push(entry.as_ptr());
+        owned.push(entry);
+    }
     array.push(std::ptr::null());
     Some(ChildEnv::new(array, owned))
 }
@@ -289,6 +310,8 @@ struct Swap {
     child: Option<ChildEnv>,
     /// The program's array and its entries when `child` was made from them.
     made_from: (*mut *mut c_char, Vec<*const c_char>),
+    /// The view `child` passes on ([`crate::parent_view::for_new_image`]).
+    made_with: Option<Vec<u8>>,
 }
 
 // SAFETY: the pointers are the process's environment arrays, read and written only under `SWAP`'s lock.
@@ -300,6 +323,7 @@ static SWAP: spin::Mutex<Swap> = spin::Mutex::new(Swap {
     swapped: std::ptr::null_mut(),
     child: None,
     made_from: (std::ptr::null_mut(), Vec::new()),
+    made_with: None,
 });
 
 /// Runs `call`, a libc function that starts a child with the program's `environ` internally (`system`,
@@ -322,10 +346,12 @@ pub fn with_child_environ<R>(call: impl FnOnce() -> R) -> R {
             // SAFETY: `environ` is a process global the program may set; racewatch swaps it for the calls
             // (under the lock); the arrays it points at meanwhile are never freed (see above).
             let current = unsafe { environ };
+            let view = crate::parent_view::for_new_image();
             let unchanged = swap.child.is_some()
                 && swap.made_from.0 == current
                 && !current.is_null()
-                && entries(current).eq(swap.made_from.1.iter().copied());
+                && entries(current).eq(swap.made_from.1.iter().copied())
+                && swap.made_with == view;
             if !unchanged {
                 let Some(child) = for_child(std::ptr::null()) else {
                     drop(swap);
@@ -334,6 +360,7 @@ pub fn with_child_environ<R>(call: impl FnOnce() -> R) -> R {
                 std::mem::forget(swap.child.replace(child));
                 let made = if current.is_null() { Vec::new() } else { entries(current).collect() };
                 swap.made_from = (current, made);
+                swap.made_with = view;
             }
             swap.original = current;
             swap.swapped = swap.child.as_ref().map_or(std::ptr::null(), ChildEnv::as_ptr) as *mut *mut c_char;
@@ -377,7 +404,7 @@ pub fn rewrite_proc_environ(text: &[u8], out: &mut [u8]) -> Option<usize> {
     };
     for entry in text.split_inclusive(|&b| b == 0) {
         let body = entry.strip_suffix(&[0]).unwrap_or(entry);
-        if hidden_options(body) {
+        if hidden_whole(body) {
             continue;
         }
         match body.strip_prefix(PRELOAD).and_then(|value| without_own(value, &own)) {
@@ -395,7 +422,9 @@ pub fn rewrite_proc_environ(text: &[u8], out: &mut [u8]) -> Option<usize> {
 
 /// Whether [`hide`] took anything out.
 pub fn hid_anything() -> bool {
-    !OWN_PRELOAD.load(Ordering::Acquire).is_null() || OPTIONS_ENTRY.iter().any(|e| !e.load(Ordering::Acquire).is_null())
+    !OWN_PRELOAD.load(Ordering::Acquire).is_null()
+        || OPTIONS_ENTRY.iter().any(|e| !e.load(Ordering::Acquire).is_null())
+        || VIEW_HIDDEN.load(Ordering::Acquire)
 }
 
 #[cfg(test)]

@@ -79,12 +79,18 @@ pub fn rewritten(
     let (text, out) = scratch.halves();
     let mut len = super::raw::read_whole(path, text)?;
     // A text caught in a moment that passes (racewatch's handler entering or leaving in the thread it
-    // describes) is read again, a few times at most.
-    for _ in 0..SETTLE_TRIES {
+    // describes) is read again, a few times at most: after the CPU was given away, then, for a thread
+    // that waits for a CPU on a loaded machine (another process's, which yielding may not let run),
+    // after a millisecond's sleep.
+    for attempt in 0..SETTLE_TRIES {
         if settled(&text[..len]) {
             break;
         }
-        syscall6(libc::SYS_sched_yield, [0; 6]);
+        if attempt < SETTLE_TRIES / 2 {
+            syscall6(libc::SYS_sched_yield, [0; 6]);
+        } else {
+            super::raw::sleep_ns(1_000_000);
+        }
         len = super::raw::read_whole(path, text)?;
     }
     let new_len = rewrite(&text[..len], out)?;
@@ -115,7 +121,8 @@ pub fn rewritten(
     Some(fd)
 }
 
-/// How many times [`rewritten`] reads a text again that is not settled.
+/// How many times [`rewritten`] reads a text again that is not settled (half after yielding, half after
+/// sleeping a millisecond: 32 ms at most).
 const SETTLE_TRIES: usize = 64;
 
 #[cfg(test)]

@@ -832,7 +832,7 @@ extern "C-unwind" fn on_perf_trap(
     ctx: *mut libc::c_void,
     delivered_sp: usize,
 ) -> u32 {
-    if confined::here() || info.is_null() || ctx.is_null() {
+    if !thread::syscalls_allowed() || info.is_null() || ctx.is_null() {
         return TRAP_IN_PLACE;
     }
     let tid = raw::gettid();
@@ -881,9 +881,10 @@ fn run_claimed(slot: usize, claimed: (u64, u32, u32, u64), ctx: *mut libc::c_voi
 }
 
 extern "C-unwind" fn on_sigtrap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // A thread in a seccomp sandbox of its own: no system call at all (the filter may kill any), so no
+    // A thread in a seccomp sandbox of its own, or every thread once the program entered one for the whole
+    // process (a sample already on its way then): no system call at all (the filter may kill any), so no
     // lookup by tid. racewatch's signals are dropped; the program's go to its disposition.
-    if confined::here() {
+    if !thread::syscalls_allowed() {
         // SAFETY: a non-null `info` is the kernel's siginfo for this delivery.
         let ours = unsafe { info.as_ref() }.is_some_and(|i| claimed(i).is_some() || hand_on::is_trap_mark(i));
         if !ours {

@@ -91,15 +91,20 @@ pub fn note_fork() {
 }
 
 /// Before `main`: notes the processes `value` (of [`VARIABLE`]: `pid:action:blocked` items, comma
-/// separated) tells of; malformed items are skipped.
+/// separated) tells of; malformed items are skipped, and so is this process's own pid (an `exec` keeps
+/// it: the new image's reads of its own files are its own program's).
 pub fn note_told(value: &[u8]) {
-    let items = value.split(|&b| b == b',').filter_map(|item| {
-        let mut fields = item.split(|&b| b == b':');
-        let pid = proc_view::number(fields.next()?)?;
-        let action = fields.next()?.first()?.wrapping_sub(b'0');
-        let blocked = fields.next()?.first()?.wrapping_sub(b'0');
-        View::unpack(View { pid, action, blocked }.pack())
-    });
+    let own = raw::getpid();
+    let items = value
+        .split(|&b| b == b',')
+        .filter(|item| proc_view::number(item.split(|&b| b == b':').next().unwrap_or_default()) != Some(own))
+        .filter_map(|item| {
+            let mut fields = item.split(|&b| b == b':');
+            let pid = proc_view::number(fields.next()?)?;
+            let action = fields.next()?.first()?.wrapping_sub(b'0');
+            let blocked = fields.next()?.first()?.wrapping_sub(b'0');
+            View::unpack(View { pid, action, blocked }.pack())
+        });
     for (slot, view) in TOLD.iter().zip(items) {
         slot.store(view.pack(), Ordering::Release);
     }
@@ -229,7 +234,8 @@ mod tests {
 
     #[test]
     fn the_view_a_new_image_is_told_of_is_read_back_and_passed_on() {
-        note_told(b"123:2:1,abc,456:0:2,7:9:0,-5:0:0");
+        let own = format!("{}:2:2,", raw::getpid());
+        note_told(format!("{own}123:2:1,abc,456:0:2,7:9:0,-5:0:0").as_bytes());
         let told: Vec<View> = TOLD.iter().filter_map(|slot| View::unpack(slot.load(Ordering::Acquire))).collect();
         assert_eq!(
             told,

@@ -683,6 +683,7 @@ fn cases() -> Vec<Case> {
             .check(data_is_the_pattern),
         // A server's scans, closes, dups and high `dup2`s: counts as without racewatch.
         case("fds_scanned_closed_and_parked_high", "fd_scan", &[]).expect(&[
+            "F_DUPFD high: 40 in order, one more: EMFILE",
             "close_range: 0",
             "dup: 0",
             "parked: 48, written: 48, read: 48",

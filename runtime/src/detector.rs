@@ -524,6 +524,7 @@ pub fn descriptors_exhausted() {
 /// `pthread_atfork` child handler: leave the parent's detector behind.
 extern "C" fn after_fork_in_child() {
     crate::parent_view::note_fork();
+    fd::note_fork_table();
     crate::sys::setxid::forget_after_fork();
     // The kernel does not pass `mlockall(MCL_FUTURE)` on to a child.
     stacks::set_locking_future(false);

@@ -384,7 +384,9 @@ pub extern "C-unwind" fn ppoll(
     timeout: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    signal::during_program_wait(opt_ref(mask).map(signal::to_bits), || real::ppoll(fds, n, timeout, mask))
+    crate::fd_view::with_own_closed(fds, n, || {
+        signal::during_program_wait(opt_ref(mask).map(signal::to_bits), || real::ppoll(fds, n, timeout, mask))
+    })
 }
 
 /// Interposed `pselect` (see [`sigsuspend`]).
@@ -397,6 +399,9 @@ pub extern "C-unwind" fn pselect(
     timeout: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
+    if crate::fd_view::sets_hold_own(n, [read, write, except]) {
+        return errno_result(-libc::EBADF);
+    }
     signal::during_program_wait(opt_ref(mask).map(signal::to_bits), || {
         real::pselect(n, read, write, except, timeout, mask)
     })
@@ -534,7 +539,7 @@ pub extern "C" fn dup(fd: c_int) -> c_int {
     if fd::is_own(fd) {
         return errno_result(-libc::EBADF);
     }
-    with_room(|| real::dup(fd))
+    made_fd(0, || real::dup(fd))
 }
 
 /// Makes a descriptor with `call`; where it fails with `EMFILE` while racewatch's own descriptors sit
@@ -542,36 +547,64 @@ pub extern "C" fn dup(fd: c_int) -> c_int {
 /// racewatch steps aside and gives their numbers back ([`detector::descriptors_exhausted`]), and the
 /// call is made again: the program opens as many descriptors as without racewatch.
 fn with_room(call: impl Fn() -> c_int) -> c_int {
+    with_room_from(0, call)
+}
+
+/// [`with_room`] for a call that takes the lowest free number at or above `lowest`.
+fn with_room_from(lowest: c_int, call: impl Fn() -> c_int) -> c_int {
     let rc = call();
-    if rc < 0 && out_of_numbers() {
+    if rc < 0 && out_of_numbers(lowest) {
         return call();
     }
     rc
 }
 
+/// Makes one descriptor with `call` ([`with_room`]), the lowest free number at or above `lowest`: the
+/// number the program would get without racewatch ([`fd::in_order`]).
+fn made_fd(lowest: c_int, call: impl Fn() -> c_int) -> c_int {
+    let made = with_room_from(lowest, call);
+    let made = if made >= 0 && !signal::in_borrowed_memory() {
+        fd::in_order(made, lowest, detector::descriptors_exhausted)
+    } else {
+        made
+    };
+    fd::note_made(made);
+    made
+}
+
+/// Whether `fcntl` command `cmd` makes a descriptor (at or above its argument).
+fn duplicates(cmd: c_int) -> bool {
+    cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC
+}
+
 /// [`with_room`] for a call that returns a null pointer on failure.
 fn with_room_ptr<T>(call: impl Fn() -> *mut T) -> *mut T {
     let made = call();
-    if made.is_null() && out_of_numbers() {
+    if made.is_null() && out_of_numbers(0) {
         return call();
     }
     made
 }
 
-/// The failed call found no free descriptor number, and racewatch gave its own back: try again.
-fn out_of_numbers() -> bool {
-    if errno() != libc::EMFILE || !fd::own_in_program_range() {
+/// The failed call found no free descriptor number at or above `lowest` where racewatch holds one, and
+/// racewatch moved one of its own below (or, with no number free there, gave them all back): try again.
+fn out_of_numbers(lowest: c_int) -> bool {
+    if errno() != libc::EMFILE || !fd::own_in_program_range(lowest) {
         return false;
+    }
+    if !signal::in_borrowed_memory() && fd::make_room(lowest) {
+        set_errno(libc::EMFILE);
+        return true;
     }
     detector::descriptors_exhausted();
     set_errno(libc::EMFILE);
-    !fd::own_in_program_range()
+    !fd::own_in_program_range(lowest)
 }
 
 /// Interposed `socket` (see [`with_room`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn socket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
-    with_room(|| real::socket(domain, kind, protocol))
+    made_fd(0, || real::socket(domain, kind, protocol))
 }
 
 /// Interposed `socketpair` (see [`with_room`]).
@@ -583,7 +616,7 @@ pub extern "C" fn socketpair(domain: c_int, kind: c_int, protocol: c_int, fds: *
 /// Interposed `accept` (see [`with_room`]; a cancellation point).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C-unwind" fn accept(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int {
-    with_room(|| real::accept4(false, fd, addr, len, 0))
+    made_fd(0, || real::accept4(false, fd, addr, len, 0))
 }
 
 /// Interposed `accept4` (see [`with_room`]; a cancellation point).
@@ -594,7 +627,7 @@ pub extern "C-unwind" fn accept4(
     len: *mut libc::socklen_t,
     flags: c_int,
 ) -> c_int {
-    with_room(|| real::accept4(true, fd, addr, len, flags))
+    made_fd(0, || real::accept4(true, fd, addr, len, flags))
 }
 
 /// Interposed `pipe` (see [`with_room`]).
@@ -612,13 +645,13 @@ pub extern "C" fn pipe2(fds: *mut c_int, flags: c_int) -> c_int {
 /// Interposed `epoll_create1` (see [`with_room`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn epoll_create1(flags: c_int) -> c_int {
-    with_room(|| real::epoll_create1(flags))
+    made_fd(0, || real::epoll_create1(flags))
 }
 
 /// Interposed `eventfd` (see [`with_room`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn eventfd(initval: c_uint, flags: c_int) -> c_int {
-    with_room(|| real::eventfd(initval, flags))
+    made_fd(0, || real::eventfd(initval, flags))
 }
 
 /// Interposed `dup2`: a descriptor of racewatch's at `new` moves out of the way first.
@@ -630,7 +663,9 @@ pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if old != new {
         replacing(new);
     }
-    real::dup2(old, new)
+    let rc = real::dup2(old, new);
+    fd::note_made(if rc >= 0 { new } else { -1 });
+    rc
 }
 
 /// Interposed `dup3` (see [`dup2`]).
@@ -642,7 +677,9 @@ pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if old != new {
         replacing(new);
     }
-    real::dup3(old, new, flags)
+    let rc = real::dup3(old, new, flags);
+    fd::note_made(if rc >= 0 { new } else { -1 });
+    rc
 }
 
 /// Interposed `fcntl` (variadic in C: its one optional argument is a register word on x86-64):
@@ -653,6 +690,9 @@ pub extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     if fd::is_own(fd) {
         return errno_result(-libc::EBADF);
     }
+    if duplicates(cmd) {
+        return made_fd(arg.min(c_int::MAX as c_ulong) as c_int, || real::fcntl(false, fd, cmd, arg));
+    }
     with_room(|| real::fcntl(false, fd, cmd, arg))
 }
 
@@ -662,7 +702,10 @@ pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     if fd::is_own(fd) {
         return errno_result(-libc::EBADF);
     }
-    real::fcntl(true, fd, cmd, arg)
+    if duplicates(cmd) {
+        return made_fd(arg.min(c_int::MAX as c_ulong) as c_int, || real::fcntl(true, fd, cmd, arg));
+    }
+    with_room(|| real::fcntl(true, fd, cmd, arg))
 }
 
 /// The program closes descriptors `first..=last` (none of racewatch's, see [`close`]): its stderr
@@ -768,7 +811,13 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
             after_prctl(a, b, rc);
             return rc;
         }
-        libc::SYS_close | libc::SYS_dup | libc::SYS_fcntl if fd::is_own(a as c_int) => {
+        libc::SYS_close | libc::SYS_dup | libc::SYS_fcntl | libc::SYS_fstat | libc::SYS_epoll_ctl
+            if fd::is_own(a as c_int) =>
+        {
+            return errno_result(-libc::EBADF).into()
+        }
+        libc::SYS_epoll_ctl if fd::is_own(c as c_int) => return errno_result(-libc::EBADF).into(),
+        libc::SYS_newfstatat | libc::SYS_statx if fd::is_own(a as c_int) && !ptr::cstr_starts_with(a_ptr(b), b"/") => {
             return errno_result(-libc::EBADF).into()
         }
         libc::SYS_close => closing(a as u64, a as u64),
@@ -1570,27 +1619,28 @@ pub extern "C" fn dlclose(handle: *mut c_void) -> c_int {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     proc_open(path, flags)
-        .unwrap_or_else(|| identified(with_room(|| real::open(false, path, flags, mode)), path, flags))
+        .unwrap_or_else(|| identified(made_fd(0, || real::open(false, path, flags, mode)), path, flags))
 }
 
 /// Interposed `open64`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    proc_open(path, flags).unwrap_or_else(|| identified(with_room(|| real::open(true, path, flags, mode)), path, flags))
+    proc_open(path, flags)
+        .unwrap_or_else(|| identified(made_fd(0, || real::open(true, path, flags, mode)), path, flags))
 }
 
 /// Interposed `openat` (a path relative to `dir` is identified by what it opened).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     proc_open(path, flags)
-        .unwrap_or_else(|| identified(with_room(|| real::openat(false, dir, path, flags, mode)), path, flags))
+        .unwrap_or_else(|| identified(made_fd(0, || real::openat(false, dir, path, flags, mode)), path, flags))
 }
 
 /// Interposed `openat64`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     proc_open(path, flags)
-        .unwrap_or_else(|| identified(with_room(|| real::openat(true, dir, path, flags, mode)), path, flags))
+        .unwrap_or_else(|| identified(made_fd(0, || real::openat(true, dir, path, flags, mode)), path, flags))
 }
 
 fn proc_open(path: *const c_char, flags: c_int) -> Option<c_int> {

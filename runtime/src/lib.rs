@@ -16,6 +16,7 @@ pub mod decode;
 pub mod detector;
 pub mod event;
 pub mod exit_status;
+pub mod fd_view;
 pub mod fixed;
 pub mod handover;
 pub mod index;

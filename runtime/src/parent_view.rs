@@ -173,6 +173,7 @@ pub fn facts_for(process: i32, tid: i32) -> Facts {
         blocked_in_handler: None,
         trap_pending: (blocked == Some(false)).then_some(false),
         hidden_threads: reporter_threads(process),
+        fd_table: None,
     }
 }
 

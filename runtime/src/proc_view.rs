@@ -28,7 +28,7 @@ pub enum Target {
     Stat { tid: i32 },
     /// The directory listing the process's threads.
     TaskDir,
-    /// The directory listing its descriptors.
+    /// A directory listing its descriptors (`fd`, `fdinfo`, of the process or one of its threads).
     FdDir,
     /// `environ`: the environment the process started with.
     Environ,
@@ -58,7 +58,9 @@ pub fn classify(path: &[u8], pid: i32, caller: i32, own_thread: impl Fn(i32) -> 
     let target = match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(b"status"), None, ..) => Target::Status { tid },
         (Some(b"stat"), None, ..) => Target::Stat { tid },
-        (Some(b"fd"), None, ..) => Target::FdDir,
+        // The descriptor table is the process's: every thread's listing of it shows the same.
+        (Some(b"fd" | b"fdinfo"), None, ..) => Target::FdDir,
+        (Some(b"task"), Some(_), Some(b"fd" | b"fdinfo"), None) if !thread_self => Target::FdDir,
         (Some(b"environ"), None, ..) => Target::Environ,
         (Some(b"task"), Some(_), Some(b"environ"), None) if !thread_self => Target::Environ,
         (Some(b"task"), None, ..) if !thread_self => Target::TaskDir,
@@ -93,6 +95,8 @@ pub struct Facts {
     pub trap_pending: Option<bool>,
     /// Threads of racewatch's to leave out of the count.
     pub hidden_threads: u32,
+    /// The size of the descriptor table without racewatch's descriptors (`FDSize`).
+    pub fd_table: Option<u64>,
 }
 
 const TRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
@@ -119,6 +123,8 @@ pub fn rewrite_status(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usiz
             w.put_fmt(format_args!("\t{bits:016x}\n"))?;
         } else if let (true, Some(n)) = (line.starts_with(b"Threads:"), decimal_field(&line[b"Threads:".len()..])) {
             w.put_fmt(format_args!("Threads:\t{}\n", less(n, facts.hidden_threads)))?;
+        } else if let (true, Some(size)) = (line.starts_with(b"FDSize:"), facts.fd_table) {
+            w.put_fmt(format_args!("FDSize:\t{size}\n"))?;
         } else {
             w.put(line)?;
         }
@@ -242,7 +248,7 @@ pub fn worth_identifying(path: &[u8]) -> bool {
 /// the records are its parent's). Not asked in a thread's own seccomp sandbox, where making the view
 /// takes system calls the filter may kill: the program reads the kernel's file there.
 fn anything_to_hide() -> bool {
-    (signal::is_installed() || reporter::kernel_count() != Some(0))
+    (signal::is_installed() || reporter::kernel_count() != Some(0) || fd::table_grown())
         && !crate::sys::confined::here()
         && !signal::in_borrowed_memory()
 }
@@ -259,6 +265,7 @@ fn facts_for(tid: i32, caller: i32) -> Facts {
         blocked_in_handler: None,
         trap_pending: (installed && blocked == Some(false)).then_some(false),
         hidden_threads: reporter::kernel_count().unwrap_or(1),
+        fd_table: fd::table_grown().then(|| fd::program_table_size(fd::highest_open_of_program())).flatten(),
     }
 }
 
@@ -506,7 +513,7 @@ mod tests {
         assert_eq!(c("/proc/self/task/107/status/x"), None);
     }
 
-    const STATUS: &str = "Name:\tprog\nState:\tS (sleeping)\nThreads:\t3\nSigQ:\t0/1000\n\
+    const STATUS: &str = "Name:\tprog\nState:\tS (sleeping)\nFDSize:\t2048\nThreads:\t3\nSigQ:\t0/1000\n\
         SigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\n\
         SigIgn:\t0000000000001000\nSigCgt:\t0000000180000010\nCapInh:\t0000000000000000\n";
 
@@ -535,12 +542,14 @@ mod tests {
             blocked_in_handler: None,
             trap_pending: None,
             hidden_threads: 1,
+            fd_table: Some(256),
         };
         let text = status_with(facts);
         assert!(text.contains("\nSigBlk:\t0000000000000010\n"), "{text}");
         assert!(text.contains("\nSigCgt:\t0000000180000000\n"), "{text}");
         assert!(text.contains("\nSigIgn:\t0000000000001000\n"), "{text}");
         assert!(text.contains("\nThreads:\t2\n"), "{text}");
+        assert!(text.contains("\nFDSize:\t256\n"), "{text}");
         assert!(
             text.starts_with("Name:\tprog\nState:\tS (sleeping)\n") && text.ends_with("CapInh:\t0000000000000000\n")
         );
@@ -575,6 +584,7 @@ mod tests {
             blocked_in_handler: None,
             trap_pending: Some(false),
             hidden_threads: 1,
+            fd_table: None,
         };
         let mut out = [0u8; 1024];
         let len = rewrite_stat(stat.as_bytes(), &facts, &mut out).unwrap();

@@ -34,6 +34,9 @@ pub fn set_floor(soft: u64) {
 /// below it. Call while no other thread changes the limit (the first `pthread_create`, or the
 /// program's own `setrlimit` before its threads start).
 pub fn keep_high(fd: i32) -> std::io::Result<Kept> {
+    if TABLE_BEFORE.load(Ordering::Acquire) == 0 {
+        note_table_before();
+    }
     let moved = relocate(fd);
     real::close(fd);
     let moved = moved?;
@@ -44,6 +47,97 @@ pub fn keep_high(fd: i32) -> std::io::Result<Kept> {
         return Err(std::io::Error::from_raw_os_error(libc::EMFILE));
     };
     Ok(Kept(slot))
+}
+
+// ---- The size of the program's descriptor table ----
+//
+// The kernel's table grows to the next power of two above the highest number ever used (at least 64)
+// and never shrinks; `/proc/self/status` shows its size as `FDSize`. racewatch's descriptors, high up,
+// grow it (256 to 2,048 above a soft limit of 1,024): the program's view of its own status says what
+// the size would be without them, from the size before racewatch's first and the highest number the
+// program has used since.
+
+/// `FDSize` just before racewatch placed its first descriptor (0: it never did).
+static TABLE_BEFORE: AtomicU64 = AtomicU64::new(0);
+/// The highest descriptor number the program's calls made since (-1: none).
+static HIGHEST_MADE: AtomicI32 = AtomicI32::new(-1);
+
+fn note_table_before() {
+    let mut size = 0;
+    crate::sys::raw::for_each_line(c"/proc/self/status", &mut |line| match line.strip_prefix(b"FDSize:") {
+        Some(rest) => {
+            size = std::str::from_utf8(rest).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+            false
+        }
+        None => true,
+    });
+    let _ = TABLE_BEFORE.compare_exchange(0, size, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// The program's call made descriptor `fd` (negative: none).
+pub fn note_made(fd: i32) {
+    if fd >= 0 && TABLE_BEFORE.load(Ordering::Relaxed) != 0 {
+        HIGHEST_MADE.fetch_max(fd, Ordering::AcqRel);
+    }
+}
+
+/// The size the kernel gives a table that holds descriptor `highest`.
+pub fn table_size_for(highest: i32) -> u64 {
+    match u64::try_from(highest) {
+        Ok(n) if n >= 64 => (n + 1).next_power_of_two(),
+        _ => 64,
+    }
+}
+
+/// `FDSize` as without racewatch, for a table whose highest open descriptor of the program's is
+/// `highest_open`; `None` when racewatch never grew it.
+pub fn program_table_size(highest_open: i32) -> Option<u64> {
+    let before = TABLE_BEFORE.load(Ordering::Acquire);
+    (before != 0).then(|| before.max(table_size_for(HIGHEST_MADE.load(Ordering::Acquire).max(highest_open))))
+}
+
+/// Whether racewatch ever put a descriptor in the table (its size may show it).
+pub fn table_grown() -> bool {
+    TABLE_BEFORE.load(Ordering::Acquire) != 0
+}
+
+/// The highest descriptor open in the process's table that is not racewatch's (-1: none, or the
+/// listing could not be read): raw calls, a buffer on the stack.
+pub fn highest_open_of_program() -> i32 {
+    let flags = (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+    let path = c"/proc/self/fd";
+    let raw = crate::sys::raw::syscall6;
+    let dir = raw(libc::SYS_openat, [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags, 0, 0, 0]);
+    if dir < 0 {
+        return -1;
+    }
+    let mut highest = -1;
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = raw(libc::SYS_getdents64, [dir as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0, 0, 0]);
+        let Ok(n) = usize::try_from(n) else { break };
+        if n == 0 {
+            break;
+        }
+        let mut at = 0;
+        while let Some(Ok((len, name))) = crate::proc_view::dirent_at(&buf[..n], at) {
+            if let Some(fd) = crate::proc_view::number(name).filter(|&fd| i64::from(fd) != dir && !is_own(fd)) {
+                highest = highest.max(fd);
+            }
+            at += len;
+        }
+    }
+    raw(libc::SYS_close, [dir as u64, 0, 0, 0, 0, 0]);
+    highest
+}
+
+/// In a forked child: its table was made for the parent's highest descriptor, racewatch's too; without
+/// them it would fit the program's (at least 64).
+pub fn note_fork_table() {
+    if table_grown() {
+        TABLE_BEFORE.store(64, Ordering::Release);
+        HIGHEST_MADE.store(-1, Ordering::Release);
+    }
 }
 
 /// One of the runtime's kept descriptors, named by the slot that records its number: the number can
@@ -90,6 +184,67 @@ pub fn move_out_of_the_way(fd: i32) -> bool {
     }
     note_private_move(fd, moved);
     true
+}
+
+/// The program's call found no free number at or above `lowest` (`EMFILE`) where one of racewatch's
+/// descriptors sits: the lowest such moves below, to a free number (the program's call made again gets
+/// it, as without racewatch). False when none is free (the caller steps aside).
+pub fn make_room(lowest: i32) -> bool {
+    let Ok((soft, _)) = nofile_limit() else { return false };
+    let in_range = OWN
+        .iter()
+        .enumerate()
+        .map(|(slot, fd)| (slot, fd.load(Ordering::Acquire)))
+        .filter(|&(_, fd)| fd >= lowest.max(0) && (fd as u64) < soft)
+        .min_by_key(|&(_, fd)| fd);
+    let Some((slot, own)) = in_range else { return false };
+    let Some(moved) = place_lower(own) else { return false };
+    if OWN[slot].compare_exchange(own, moved, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        real::close(moved);
+        return false;
+    }
+    note_private_move(own, moved);
+    real::close(own);
+    true
+}
+
+/// The program's call just made descriptor `got`, the lowest free number at or above `lowest`. Where
+/// the kernel skipped one of racewatch's descriptors to get there (they sit in the program's range when
+/// its limit leaves no room above it), the program gets that number, as without racewatch, and
+/// racewatch's moves to another free one; returns the program's number. With no other free number
+/// `step_aside` runs (it closes racewatch's descriptors), and the number is the program's all the same.
+/// Not in a `vfork` child (its table is its own copy).
+pub fn in_order(got: i32, lowest: i32, step_aside: impl FnOnce()) -> i32 {
+    let skipped = OWN
+        .iter()
+        .enumerate()
+        .map(|(slot, fd)| (slot, fd.load(Ordering::Acquire)))
+        .filter(|&(_, fd)| fd >= lowest.max(0) && fd < got)
+        .min_by_key(|&(_, fd)| fd);
+    let Some((slot, own)) = skipped else { return got };
+    match place_lower(own) {
+        Some(moved) if OWN[slot].compare_exchange(own, moved, Ordering::AcqRel, Ordering::Acquire).is_ok() => {
+            note_private_move(own, moved);
+        }
+        Some(moved) => {
+            real::close(moved);
+            return got;
+        }
+        None => {
+            step_aside();
+            if is_own(own) {
+                return got;
+            }
+        }
+    }
+    let raw = super::raw::syscall6;
+    let flags = raw(libc::SYS_fcntl, [got as u64, libc::F_GETFD as u64, 0, 0, 0, 0]);
+    let cloexec = if flags > 0 && flags & i64::from(libc::FD_CLOEXEC) != 0 { libc::O_CLOEXEC as u64 } else { 0 };
+    if raw(libc::SYS_dup3, [got as u64, own as u64, cloexec, 0, 0, 0]) != i64::from(own) {
+        return got;
+    }
+    raw(libc::SYS_close, [got as u64, 0, 0, 0, 0, 0]);
+    own
 }
 
 /// A copy of `fd` at the lowest free number of the highest free stretch below the top of the
@@ -400,11 +555,23 @@ pub fn is_own(fd: i32) -> bool {
     fd >= 0 && OWN.iter().any(|slot| slot.load(Ordering::Acquire) == fd)
 }
 
-/// Whether a descriptor of ours sits below the soft `RLIMIT_NOFILE` (where [`keep_high`] found no
-/// room above it): one number fewer for the program's own. Makes a system call.
-pub fn own_in_program_range() -> bool {
+/// How many descriptors racewatch holds in the program's table now. Lock-free.
+pub fn own_count() -> usize {
+    OWN.iter().filter(|slot| slot.load(Ordering::Acquire) >= 0).count()
+}
+
+/// The numbers of racewatch's descriptors now (`None`: a free slot). Lock-free.
+pub fn own_numbers() -> [Option<i32>; MAX_OWN] {
+    std::array::from_fn(|i| Some(OWN[i].load(Ordering::Acquire)).filter(|&fd| fd >= 0))
+}
+
+/// Whether a descriptor of ours sits at or above `lowest` below the soft `RLIMIT_NOFILE` (where
+/// [`keep_high`] found no room above it): one number fewer for the program's own there. Makes a
+/// system call.
+pub fn own_in_program_range(lowest: i32) -> bool {
     let Ok((soft, _)) = nofile_limit() else { return false };
-    OWN.iter().any(|slot| (0..soft).contains(&(slot.load(Ordering::Acquire) as i64 as u64)))
+    let lowest = u64::try_from(lowest).unwrap_or(0);
+    OWN.iter().any(|slot| (lowest..soft).contains(&(slot.load(Ordering::Acquire) as i64 as u64)))
 }
 
 /// Runs `retire` (which stops every use of our descriptors and forgets them) and then closes the
@@ -480,8 +647,7 @@ pub fn write_all(fd: i32, bytes: &[u8], wait_ms: i32) -> bool {
     let mut rest = bytes;
     while !rest.is_empty() {
         let mut pollfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
-        // SAFETY: one live pollfd.
-        let ready = unsafe { libc::poll(&mut pollfd, 1, wait_ms) };
+        let ready = real::poll(&mut pollfd, 1, wait_ms);
         if ready < 0 && errno() == libc::EINTR {
             continue;
         }

@@ -144,6 +144,20 @@ static SETRESUID: Real = Real::new(c"setresuid");
 static SETRESGID: Real = Real::new(c"setresgid");
 static SETGROUPS: Real = Real::new(c"setgroups");
 static INITGROUPS: Real = Real::new(c"initgroups");
+static FSTAT: Real = Real::new(c"fstat");
+static FSTAT64: Real = Real::new(c"fstat64");
+static FSTATAT: Real = Real::new(c"fstatat");
+static FSTATAT64: Real = Real::new(c"fstatat64");
+static STAT: Real = Real::new(c"stat");
+static STAT64: Real = Real::new(c"stat64");
+static LSTAT: Real = Real::new(c"lstat");
+static LSTAT64: Real = Real::new(c"lstat64");
+static STATX: Real = Real::new(c"statx");
+static POLL: Real = Real::new(c"poll");
+static SELECT: Real = Real::new(c"select");
+static POLL_CHK: Real = Real::new(c"__poll_chk");
+static PPOLL_CHK: Real = Real::new(c"__ppoll_chk");
+static EPOLL_CTL: Real = Real::new(c"epoll_ctl");
 static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
 static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
 
@@ -224,6 +238,18 @@ const ALL: &[&Real] = &[
     &SETRESGID,
     &SETGROUPS,
     &INITGROUPS,
+    &FSTAT,
+    &FSTAT64,
+    &FSTATAT,
+    &FSTATAT64,
+    &STAT,
+    &STAT64,
+    &LSTAT,
+    &LSTAT64,
+    &STATX,
+    &POLL,
+    &SELECT,
+    &EPOLL_CTL,
     &OWN_PTHREAD_CREATE,
     &OWN_SIGACTION,
 ];
@@ -396,6 +422,124 @@ pub fn ppoll(
         timeout,
         mask
     )
+}
+
+/// Which of the C library's `stat` functions a call is: the layouts are the same on x86-64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatFn {
+    Stat,
+    Stat64,
+    Lstat,
+    Lstat64,
+}
+
+/// The real `fstat` (`fstat64` when `large`).
+pub fn fstat(large: bool, fd: c_int, buf: *mut libc::stat) -> c_int {
+    call!(if large { &FSTAT64 } else { &FSTAT }, -1, fn(c_int, *mut libc::stat) -> c_int, fd, buf)
+}
+
+/// The real `fstatat` (`fstatat64` when `large`).
+pub fn fstatat(large: bool, dir: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int {
+    call!(
+        if large { &FSTATAT64 } else { &FSTATAT },
+        -1,
+        fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int,
+        dir,
+        path,
+        buf,
+        flags
+    )
+}
+
+/// The real `stat`, `stat64`, `lstat` or `lstat64`.
+pub fn stat(which: StatFn, path: *const c_char, buf: *mut libc::stat) -> c_int {
+    let real = match which {
+        StatFn::Stat => &STAT,
+        StatFn::Stat64 => &STAT64,
+        StatFn::Lstat => &LSTAT,
+        StatFn::Lstat64 => &LSTAT64,
+    };
+    call!(real, -1, fn(*const c_char, *mut libc::stat) -> c_int, path, buf)
+}
+
+/// The real `statx`.
+pub fn statx(dir: c_int, path: *const c_char, flags: c_int, mask: c_uint, buf: *mut libc::statx) -> c_int {
+    call!(STATX, -1, fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int, dir, path, flags, mask, buf)
+}
+
+/// The real `poll` (a cancellation point).
+pub fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
+    call!(POLL, -1, extern "C-unwind" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int, fds, n, timeout)
+}
+
+/// The real `__poll_chk` (its check fails the program where the array overruns `len`).
+pub fn poll_chk(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int, len: usize) -> c_int {
+    call!(
+        POLL_CHK,
+        -1,
+        extern "C-unwind" fn(*mut libc::pollfd, libc::nfds_t, c_int, usize) -> c_int,
+        fds,
+        n,
+        timeout,
+        len
+    )
+}
+
+/// The real `__ppoll_chk` (see [`poll_chk`]).
+pub fn ppoll_chk(
+    fds: *mut libc::pollfd,
+    n: libc::nfds_t,
+    timeout: *const libc::timespec,
+    mask: *const libc::sigset_t,
+    len: usize,
+) -> c_int {
+    call!(
+        PPOLL_CHK,
+        -1,
+        extern "C-unwind" fn(
+            *mut libc::pollfd,
+            libc::nfds_t,
+            *const libc::timespec,
+            *const libc::sigset_t,
+            usize,
+        ) -> c_int,
+        fds,
+        n,
+        timeout,
+        mask,
+        len
+    )
+}
+
+/// The real `select` (a cancellation point).
+pub fn select(
+    n: c_int,
+    read: *mut libc::fd_set,
+    write: *mut libc::fd_set,
+    except: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    call!(
+        SELECT,
+        -1,
+        extern "C-unwind" fn(
+            c_int,
+            *mut libc::fd_set,
+            *mut libc::fd_set,
+            *mut libc::fd_set,
+            *mut libc::timeval,
+        ) -> c_int,
+        n,
+        read,
+        write,
+        except,
+        timeout
+    )
+}
+
+/// The real `epoll_ctl`.
+pub fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int {
+    call!(EPOLL_CTL, -1, fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int, epfd, op, fd, event)
 }
 
 /// The real `pselect`.

@@ -161,6 +161,18 @@ const PROGRAMS: &[Program] = &[
     Program { name: "handler_mask", source: include_str!("host/handler_mask.c"), metadata: true, flags: &[] },
     Program { name: "pid1", source: include_str!("host/pid1.c"), metadata: true, flags: &[] },
     Program { name: "seccomp_raw", source: include_str!("host/seccomp_raw.c"), metadata: true, flags: &[] },
+    Program {
+        name: "seccomp_wrapper",
+        source: include_str!("host/seccomp_raw.c"),
+        metadata: true,
+        flags: &["-DVIA_WRAPPER"],
+    },
+    Program {
+        name: "seccomp_wrapper_O0",
+        source: include_str!("host/seccomp_raw.c"),
+        metadata: true,
+        flags: &["-DVIA_WRAPPER", "-O0"],
+    },
     Program { name: "probe_timeouts", source: include_str!("host/probe_timeouts.c"), metadata: true, flags: &[] },
     // `siglongjmp` is `__longjmp_chk`, which checks where the jump goes.
     Program {
@@ -1365,6 +1377,19 @@ fn cases() -> Vec<Case> {
         ]),
         case("seccomp_raw_errno", "seccomp_raw", &["errno"]).repeat(3).expect(&["filter: ok, getppid: E", "done"]),
         case("seccomp_raw_tsync_trap", "seccomp_raw", &["tsync"]).repeat(5).expect(&["tsync filter: ok", "trapped: 5"]),
+        // Through a wrapper function whose number is a parameter, optimised and not (set 38 p36: built with
+        // -O0, the number loaded from the wrapper's frame was not followed, and the process was killed by
+        // SIGSYS in 5 of 5 runs).
+        case("seccomp_raw_wrapper_trap", "seccomp_wrapper", &["trap"]).repeat(3).expect(&[
+            "filter: ok, getppid: T",
+            "trapped: 5",
+            "done",
+        ]),
+        case("seccomp_raw_wrapper_unoptimised_trap", "seccomp_wrapper_O0", &["trap"]).repeat(5).expect(&[
+            "filter: ok, getppid: T",
+            "trapped: 5",
+            "done",
+        ]),
         // 34. Memory probes (SIGSEGV) and per-thread timeouts (SIGALRM) that siglongjmp out of their handlers,
         // SA_ONSTACK or not, restoring the mask or not, a timeout often while a probe is in flight.
         case("siglongjmp_probes_and_timeouts_restoring_masks", "probe_timeouts", &["mask"])
@@ -2113,6 +2138,8 @@ host_cases!(
     seccomp_raw_kill_process,
     seccomp_raw_prctl_trap,
     seccomp_raw_errno,
+    seccomp_raw_wrapper_trap,
+    seccomp_raw_wrapper_unoptimised_trap,
     seccomp_raw_tsync_trap,
     siglongjmp_probes_and_timeouts_restoring_masks,
     siglongjmp_probes_and_timeouts_onstack_restoring_masks,

@@ -160,15 +160,15 @@ fn fits(n: libc::nfds_t, len: usize) -> bool {
 /// Runs a `poll` of the `n` entries at `fds` with racewatch's descriptors there replaced by a number no
 /// descriptor has (`POLLNVAL`, as a free number), and puts them back after.
 pub fn with_own_closed(fds: *mut libc::pollfd, n: libc::nfds_t, poll: impl FnOnce() -> c_int) -> c_int {
-    if fds.is_null() || fd::own_count() == 0 {
-        return poll();
-    }
+    let own = fd::own_numbers();
+    let Some(lowest) = own.iter().flatten().min().copied().filter(|_| !fds.is_null()) else { return poll() };
     // SAFETY: `fds` is the caller's array of `n` entries, which `poll` reads and writes.
     let entries = unsafe { std::slice::from_raw_parts_mut(fds, n as usize) };
     let mut replaced = [usize::MAX; 8];
     let mut count = 0;
     for (i, entry) in entries.iter_mut().enumerate() {
-        if count < replaced.len() && fd::is_own(entry.fd) {
+        // One comparison for each of the program's (racewatch's sit above them).
+        if count < replaced.len() && entry.fd >= lowest && own.contains(&Some(entry.fd)) {
             replaced[count] = i;
             count += 1;
         }
@@ -192,17 +192,13 @@ pub fn sets_hold_own(n: c_int, sets: [*mut libc::fd_set; 3]) -> bool {
     if fd::own_count() == 0 {
         return false;
     }
-    let own_in = |set: *mut libc::fd_set| {
-        ptr::opt_ref(set.cast_const()).is_some_and(|set| {
-            fd::own_numbers().into_iter().flatten().any(|own| {
-                (0..n.min(libc::FD_SETSIZE as c_int)).contains(&own) && {
-                    // SAFETY: `set` is the caller's live fd_set and `own` is below FD_SETSIZE.
-                    unsafe { libc::FD_ISSET(own, set) }
-                }
-            })
+    let numbers = 0..n.min(libc::FD_SETSIZE as c_int);
+    sets.into_iter().filter_map(|set| ptr::opt_ref(set.cast_const())).any(|set| {
+        fd::own_numbers().into_iter().flatten().filter(|own| numbers.contains(own)).any(|own| {
+            // SAFETY: `set` is the caller's live fd_set and `own` is below FD_SETSIZE.
+            unsafe { libc::FD_ISSET(own, set) }
         })
-    };
-    sets.into_iter().any(own_in)
+    })
 }
 
 /// Interposed `select`: one of racewatch's descriptors in a set fails the call with `EBADF`, as a free

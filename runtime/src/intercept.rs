@@ -552,11 +552,13 @@ fn with_room(call: impl Fn() -> c_int) -> c_int {
 
 /// [`with_room`] for a call that takes the lowest free number at or above `lowest`.
 fn with_room_from(lowest: c_int, call: impl Fn() -> c_int) -> c_int {
-    let rc = call();
-    if rc < 0 && out_of_numbers(lowest) {
-        return call();
+    loop {
+        let rc = call();
+        // Each round moves or gives back one of racewatch's (a pipe may need two numbers).
+        if rc >= 0 || !out_of_numbers(lowest) {
+            return rc;
+        }
     }
-    rc
 }
 
 /// Makes one descriptor with `call` ([`with_room`]), the lowest free number at or above `lowest`: the
@@ -579,11 +581,12 @@ fn duplicates(cmd: c_int) -> bool {
 
 /// [`with_room`] for a call that returns a null pointer on failure.
 fn with_room_ptr<T>(call: impl Fn() -> *mut T) -> *mut T {
-    let made = call();
-    if made.is_null() && out_of_numbers(0) {
-        return call();
+    loop {
+        let made = call();
+        if !made.is_null() || !out_of_numbers(0) {
+            return made;
+        }
     }
-    made
 }
 
 /// The failed call found no free descriptor number at or above `lowest` where racewatch holds one, and

@@ -16,9 +16,11 @@
 //! - a number `eax` copies from another register (a generic system-call wrapper's parameter): only
 //!   when the module's code also loads the constant 317 into a register somewhere (`mov r32, 317` /
 //!   `mov r/m, 317`), the way a caller passes it to such a wrapper. A wrapper alone is common (rustix,
-//!   Go's runtime) and says nothing about seccomp. A number loaded from memory, or set beyond the
-//!   48 bytes decoded, is not followed (constant tables in code segments decode as such runs: a
-//!   `0f 05` in libcrypto's did).
+//!   Go's runtime) and says nothing about seccomp. A number loaded from the frame (`[rbp - n]`, as
+//!   unoptimised code keeps locals and parameters) is what was stored there: a constant, or a
+//!   register (a parameter spilled by an unoptimised wrapper: as a copied one). A number loaded
+//!   from other memory, or set beyond the 96 bytes decoded, is not followed (constant tables in
+//!   code segments decode as such runs: a `0f 05` in libcrypto's did).
 //! - `rt_sigaction` (13) with `edi` = `SIGTRAP` and `esi` not known to be null: a `SIGTRAP` handler
 //!   installed without libc (a JIT's or in-process debugger's, through linux_syscall_support) would
 //!   replace racewatch's in the kernel, and racewatch's sampling signals would reach it.
@@ -38,7 +40,8 @@ const PR_SET_SECCOMP: u64 = 22;
 const SECCOMP_GET_ACTION_AVAIL: u64 = 2;
 const SECCOMP_GET_NOTIF_SIZES: u64 = 3;
 /// How far back from a `syscall` decoding starts (bytes).
-const LOOK_BACK: usize = 48;
+/// (96: an unoptimised wrapper spills its six parameters to its frame and loads them back.)
+const LOOK_BACK: usize = 96;
 
 /// A `syscall` instruction that may install a seccomp filter, or a `SIGTRAP` handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -218,7 +221,7 @@ fn registers_at(bytes: &[u8], start: u64, site: usize) -> Option<[Value; 3]> {
 
 /// The value `reg` (any width) holds after the instructions of `run`.
 fn value_of(run: &[Instruction], reg: Register) -> Value {
-    for instr in run.iter().rev() {
+    for (i, instr) in run.iter().enumerate().rev() {
         if matches!(instr.mnemonic(), Mnemonic::Call | Mnemonic::Syscall) {
             return Value::Unknown; // The callee's result, or the kernel's.
         }
@@ -237,8 +240,38 @@ fn value_of(run: &[Instruction], reg: Register) -> Value {
                 Value::Known(0)
             }
             (Mnemonic::Mov, true, OpKind::Register) => Value::Copied,
+            (Mnemonic::Mov, true, OpKind::Memory) => match frame_slot(instr) {
+                Some(slot) => slot_value(&run[..i], slot),
+                None => Value::Unknown,
+            },
             // A compare or test reads it; anything else writes it.
             (Mnemonic::Cmp | Mnemonic::Test | Mnemonic::Push, _, _) => continue,
+            _ => Value::Unknown,
+        };
+    }
+    Value::Unknown
+}
+
+/// The frame slot (`[rbp + disp]`) an instruction's memory operand names, as unoptimised code keeps its
+/// locals and parameters.
+fn frame_slot(instr: &Instruction) -> Option<u64> {
+    (instr.memory_base() == Register::RBP && instr.memory_index() == Register::None)
+        .then(|| instr.memory_displacement64())
+}
+
+/// What frame slot `slot` holds after the instructions of `run`: a constant stored there, or a register
+/// (an unoptimised wrapper's parameter, spilled to its frame and loaded back for the `syscall`).
+fn slot_value(run: &[Instruction], slot: u64) -> Value {
+    for instr in run.iter().rev() {
+        if matches!(instr.mnemonic(), Mnemonic::Call | Mnemonic::Syscall | Mnemonic::Jmp | Mnemonic::Ret) {
+            return Value::Unknown;
+        }
+        if instr.mnemonic() != Mnemonic::Mov || instr.op0_kind() != OpKind::Memory || frame_slot(instr) != Some(slot) {
+            continue;
+        }
+        return match instr.op1_kind() {
+            OpKind::Immediate32 | OpKind::Immediate64 | OpKind::Immediate32to64 => Value::Known(instr.immediate(1)),
+            OpKind::Register => Value::Copied,
             _ => Value::Unknown,
         };
     }
@@ -316,6 +349,25 @@ mod tests {
         assert!(loads_317(&[0x90, 0xbf, 0x3d, 0x01, 0x00, 0x00])); // mov edi, 317
         assert!(loads_317(&[0x48, 0xc7, 0xc0, 0x3d, 0x01, 0x00, 0x00])); // mov rax, 317
         assert!(!loads_317(&[0x3d, 0x3d, 0x01, 0x00, 0x00])); // cmp eax, 317
+    }
+
+    #[test]
+    fn an_unoptimised_wrapper_loads_its_number_from_its_frame() {
+        // push rbp; mov rbp, rsp; mov [rbp-8], rdi; mov [rbp-16], rsi; mov rax, [rbp-8];
+        // mov rdi, [rbp-16]; syscall (clang -O0 of a `long raw(long nr, long a)` with inline assembly)
+        let wrapper = [
+            0x55, 0x48, 0x89, 0xe5, 0x48, 0x89, 0x7d, 0xf8, 0x48, 0x89, 0x75, 0xf0, 0x48, 0x8b, 0x45, 0xf8, 0x48, 0x8b,
+            0x7d, 0xf0, 0x0f, 0x05,
+        ];
+        assert_eq!(scan(&wrapper, false), None);
+        assert_eq!(scan(&wrapper, true), Some(0x1000 + 20));
+        // push rbp; mov rbp, rsp; mov qword [rbp-8], 317; mov rax, [rbp-8]; syscall: a local number
+        let local =
+            [0x55, 0x48, 0x89, 0xe5, 0x48, 0xc7, 0x45, 0xf8, 0x3d, 0x01, 0, 0, 0x48, 0x8b, 0x45, 0xf8, 0x0f, 0x05];
+        assert_eq!(scan(&local, false), Some(0x1000 + 16));
+        // The same with getpid (39) stored there: nothing.
+        let getpid = [0x55, 0x48, 0x89, 0xe5, 0x48, 0xc7, 0x45, 0xf8, 39, 0, 0, 0, 0x48, 0x8b, 0x45, 0xf8, 0x0f, 0x05];
+        assert_eq!(scan(&getpid, true), None);
     }
 
     #[test]

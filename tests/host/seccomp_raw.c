@@ -34,6 +34,17 @@ static volatile int trapped;
     ret_; \
   })
 
+#ifdef VIA_WRAPPER
+/* Built with VIA_WRAPPER, the filter goes in through a system call wrapper of the program's own whose
+ * number is a parameter (at -O0: spilled to its frame and loaded back for the instruction). */
+__attribute__((noinline)) static long raw_call(long nr, long a, long b, long c) {
+  return RAW3(nr, a, b, c);
+}
+#define INSTALL3 raw_call
+#else
+#define INSTALL3(nr, a, b, c) RAW3(nr, a, b, c)
+#endif
+
 static void on_sigsys(int sig, siginfo_t *info, void *ctx) {
   (void)sig;
   (void)info;
@@ -57,9 +68,9 @@ static int install(unsigned ret_default, int tsync) {
   }
   code[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, ret_default);
   struct sock_fprog prog = {(unsigned short)n, code};
-  if (RAW3(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0) != 0) return -1;
-  if (strcmp(mode, "prctl") == 0) return (int)RAW3(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
-  return (int)RAW3(SYS_seccomp, SECCOMP_SET_MODE_FILTER, tsync ? SECCOMP_FILTER_FLAG_TSYNC : 0, &prog);
+  if (INSTALL3(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0) != 0) return -1;
+  if (strcmp(mode, "prctl") == 0) return (int)INSTALL3(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, (long)&prog);
+  return (int)INSTALL3(SYS_seccomp, SECCOMP_SET_MODE_FILTER, tsync ? SECCOMP_FILTER_FLAG_TSYNC : 0, (long)&prog);
 }
 
 static unsigned default_action(void) {

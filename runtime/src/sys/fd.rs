@@ -187,8 +187,9 @@ pub fn move_out_of_the_way(fd: i32) -> bool {
 }
 
 /// The program's call found no free number at or above `lowest` (`EMFILE`) where one of racewatch's
-/// descriptors sits: the lowest such moves below, to a free number (the program's call made again gets
-/// it, as without racewatch). False when none is free (the caller steps aside).
+/// descriptors sits: the lowest such moves below `lowest`, to a free number (the program's call made
+/// again gets its old one, as without racewatch). False when none is free there (the caller steps
+/// aside).
 pub fn make_room(lowest: i32) -> bool {
     let Ok((soft, _)) = nofile_limit() else { return false };
     let in_range = OWN
@@ -199,7 +200,9 @@ pub fn make_room(lowest: i32) -> bool {
         .min_by_key(|&(_, fd)| fd);
     let Some((slot, own)) = in_range else { return false };
     let Some(moved) = place_lower(own) else { return false };
-    if OWN[slot].compare_exchange(own, moved, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    // Only a number below `lowest` leaves the program one more (a pipe that needs two numbers could
+    // take the last free one above).
+    if moved >= lowest || OWN[slot].compare_exchange(own, moved, Ordering::AcqRel, Ordering::Acquire).is_err() {
         real::close(moved);
         return false;
     }

@@ -99,6 +99,7 @@ static LONGJMP: Real = Real::new(c"longjmp");
 static UNDERSCORE_LONGJMP: Real = Real::new(c"_longjmp");
 static SIGLONGJMP: Real = Real::new(c"siglongjmp");
 static LONGJMP_CHK: Real = Real::new(c"__longjmp_chk");
+static SIGSETJMP: Real = Real::new(c"__sigsetjmp");
 static OPEN: Real = Real::new(c"open");
 static OPEN64: Real = Real::new(c"open64");
 static OPENAT: Real = Real::new(c"openat");
@@ -212,6 +213,7 @@ const ALL: &[&Real] = &[
     &UNDERSCORE_LONGJMP,
     &SIGLONGJMP,
     &LONGJMP_CHK,
+    &SIGSETJMP,
     &OPEN,
     &OPEN64,
     &OPENAT,
@@ -856,6 +858,12 @@ pub enum Jump {
     UnderscoreLongjmp,
     Siglongjmp,
     LongjmpChk,
+}
+
+/// The address of the C library's `__sigsetjmp` (`sigsetjmp`), which racewatch's entry jumps to with
+/// the caller's stack as it was; 0 when there is none.
+pub fn sigsetjmp_addr() -> usize {
+    SIGSETJMP.get()
 }
 
 /// The real `longjmp`, `_longjmp`, `siglongjmp` or `__longjmp_chk` (never returns; a missing one

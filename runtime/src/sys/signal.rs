@@ -184,6 +184,22 @@ thread_local! {
     /// The mask of the program's wait in progress in this thread that takes one for its duration
     /// ([`during_program_wait`]).
     static WAIT_MASK: Cell<Option<u64>> = const { Cell::new(None) };
+    /// While the program's `SIGTRAP` handler runs in this thread (called by [`chain`]): the stack
+    /// pointer of the code it interrupted, and whether the handler runs with `SIGTRAP` blocked for the
+    /// program (without `SA_NODEFER`, or in its `sa_mask`). `(0, false)`: none.
+    static IN_TRAP_HANDLER: Cell<(usize, bool)> = const { Cell::new((0, false)) };
+}
+
+/// A jump to stack pointer `target_sp` (`longjmp` and kin): where it leaves the program's `SIGTRAP`
+/// handler, whether the program's mask after it has `SIGTRAP` (the handler's mask stays, as the
+/// kernel's would); `None` where it leaves none.
+pub fn leave_trap_handlers(target_sp: usize) -> Option<bool> {
+    let (interrupted, blocks) = IN_TRAP_HANDLER.with(Cell::get);
+    if interrupted == 0 || target_sp <= interrupted {
+        return None;
+    }
+    IN_TRAP_HANDLER.with(|c| c.set((0, false)));
+    Some(blocks || trap_blocked())
 }
 
 /// Installs the `SIGTRAP` handler (once; later calls only replace the callbacks) and takes over the
@@ -1271,6 +1287,9 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
                 WAIT_MASK.with(Cell::get).unwrap_or_else(|| uc.map_or(0, |uc| to_bits(&uc.uc_sigmask)) & !trap_bit);
             let trap = if action.sa_flags & libc::SA_NODEFER == 0 { trap_bit } else { 0 };
             let old = raw::sigprocmask(libc::SIG_SETMASK, Some(interrupted | to_bits(&action.sa_mask) | trap));
+            let interrupted_sp = uc.map_or(0, |uc| uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize);
+            let blocks = trap != 0 || has_trap(&action.sa_mask);
+            let outer = IN_TRAP_HANDLER.with(|c| c.replace((interrupted_sp, blocks)));
             let mut call = || hand_on::call_program_handler(handler, action.sa_flags, sig, info, ctx);
             let onstack = action.sa_flags & libc::SA_ONSTACK != 0;
             match uc.and_then(|uc| {
@@ -1279,6 +1298,7 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, k
                 Some(top) => stacks::run_program_handler_at(top, &mut call),
                 None => call(),
             }
+            IN_TRAP_HANDLER.with(|c| c.set(outer));
             if let Some(old) = old {
                 raw::sigprocmask(libc::SIG_SETMASK, Some(old));
             }

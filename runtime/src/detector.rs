@@ -495,6 +495,7 @@ fn entering_sandbox() {
     if SANDBOXED.swap(true, Ordering::AcqRel) {
         return;
     }
+    thread::no_new_runtime_threads(1000);
     thread::stop_syscalls_in_program_threads();
     switch_off("the program enters a seccomp sandbox", false);
 }

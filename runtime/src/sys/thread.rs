@@ -100,6 +100,7 @@ pub fn program_threads() -> Option<u32> {
 
 /// Runs a runtime thread's body, counted again by glibc before it returns (its exit takes it off).
 extern "C" fn runtime_thread_main(body: *mut libc::c_void) -> *mut libc::c_void {
+    STARTING_THREADS.fetch_sub(1, Ordering::SeqCst);
     take_setxid();
     // SAFETY: `spawn_runtime_thread` passes exactly such a function pointer.
     let body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void = unsafe { std::mem::transmute(body) };
@@ -111,6 +112,7 @@ extern "C" fn runtime_thread_main(body: *mut libc::c_void) -> *mut libc::c_void 
 /// The same on a work stack of racewatch's (see [`crate::sys::stacks::run_on_work_stack`]): `slot` is
 /// the work stack's, whose body [`WORK_BODY`] holds.
 extern "C" fn runtime_thread_on_work_stack(slot: *mut libc::c_void) -> *mut libc::c_void {
+    STARTING_THREADS.fetch_sub(1, Ordering::SeqCst);
     take_setxid();
     let slot = slot as usize;
     let body = WORK_BODY[slot].load(Ordering::Acquire);
@@ -288,7 +290,42 @@ pub fn spawn_small_runtime_thread(
     spawn_runtime_thread_with(body, false)
 }
 
+/// Runtime threads being made: counted from before `pthread_create` until the new thread runs
+/// racewatch's first instruction (glibc's start, with its `rseq` and `set_robust_list` calls, is
+/// behind it then).
+static STARTING_THREADS: AtomicU32 = AtomicU32::new(0);
+/// Set once the program puts a seccomp filter on every thread: no runtime thread is made after.
+static NO_NEW_THREADS: AtomicBool = AtomicBool::new(false);
+
+/// The program is about to put a seccomp filter on every thread (`TSYNC`): no runtime thread is made
+/// from now on, and one being made (in another thread's signal handler) is waited for (about `wait_ms`
+/// at most) until glibc's start of it is done: a filter in force by then would answer glibc's system
+/// calls there (set 39 p34: `rseq` killed the process, 2 in about 190 runs).
+pub fn no_new_runtime_threads(wait_ms: u64) {
+    NO_NEW_THREADS.store(true, Ordering::SeqCst);
+    let deadline = monotonic_ns() + wait_ms * 1_000_000;
+    while STARTING_THREADS.load(Ordering::SeqCst) != 0 && monotonic_ns() < deadline {
+        raw::yield_cpu();
+    }
+}
+
 fn spawn_runtime_thread_with(
+    body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
+    work: bool,
+) -> Option<libc::pthread_t> {
+    STARTING_THREADS.fetch_add(1, Ordering::SeqCst);
+    if NO_NEW_THREADS.load(Ordering::SeqCst) {
+        STARTING_THREADS.fetch_sub(1, Ordering::SeqCst);
+        return None;
+    }
+    let thread = make_runtime_thread(body, work);
+    if thread.is_none() {
+        STARTING_THREADS.fetch_sub(1, Ordering::SeqCst);
+    }
+    thread
+}
+
+fn make_runtime_thread(
     body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
     work: bool,
 ) -> Option<libc::pthread_t> {
@@ -794,6 +831,8 @@ pub fn forget_runtime_threads() {
     for slot in &RUNTIME_TIDS {
         slot.store(0, Ordering::Release);
     }
+    // A child has none being made (its one thread is the forking one).
+    STARTING_THREADS.store(0, Ordering::SeqCst);
 }
 
 /// Whether `tid` was marked with [`mark_runtime_thread`].

@@ -113,7 +113,7 @@ fn with_fd_count(path: *const c_char, rc: c_int, buf: *mut libc::stat) -> c_int 
 /// Whether `path` is the process's own descriptor directory while racewatch holds descriptors there
 /// (no system call for a path outside `/proc`).
 fn names_fd_dir(path: *const c_char) -> bool {
-    if fd::own_count() == 0 || !ptr::cstr_starts_with(path, proc_view::PREFIX) {
+    if !ptr::cstr_starts_with(path, proc_view::PREFIX) || fd::own_count() == 0 {
         return false;
     }
     let Some(path) = ptr::opt_cstr(path) else { return false };
@@ -159,7 +159,7 @@ fn fits(n: libc::nfds_t, len: usize) -> bool {
 
 /// Runs a `poll` of the `n` entries at `fds` with racewatch's descriptors there replaced by a number no
 /// descriptor has (`POLLNVAL`, as a free number), and puts them back after.
-pub fn with_own_closed(fds: *mut libc::pollfd, n: libc::nfds_t, poll: impl FnOnce() -> c_int) -> c_int {
+pub(crate) fn with_own_closed(fds: *mut libc::pollfd, n: libc::nfds_t, poll: impl FnOnce() -> c_int) -> c_int {
     let own = fd::own_numbers();
     let Some(lowest) = own.iter().flatten().min().copied().filter(|_| !fds.is_null()) else { return poll() };
     // SAFETY: `fds` is the caller's array of `n` entries, which `poll` reads and writes.
@@ -188,7 +188,7 @@ pub fn with_own_closed(fds: *mut libc::pollfd, n: libc::nfds_t, poll: impl FnOnc
 }
 
 /// Whether any of racewatch's descriptors is in one of the `select` sets (of `n` numbers).
-pub fn sets_hold_own(n: c_int, sets: [*mut libc::fd_set; 3]) -> bool {
+pub(crate) fn sets_hold_own(n: c_int, sets: [*mut libc::fd_set; 3]) -> bool {
     if fd::own_count() == 0 {
         return false;
     }

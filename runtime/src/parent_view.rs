@@ -12,7 +12,9 @@
 //! program's `SIGTRAP` disposition and its main thread's `SIGTRAP` mask bit, for the process that starts
 //! it and those that process was told about (8 at most). Reads of those processes' `status`, `stat` and
 //! `task` listing then get their programs' own values, as their own reads do ([`crate::proc_view`]).
-//! Their reporter threads are told by name. What a program changes of `SIGTRAP` after the fork or the
+//! Their reporter threads are told by name. The item `fd<size>` tells the new image the size its
+//! descriptor table would have without racewatch's descriptors ([`crate::sys::fd::child_table_size`]),
+//! which its own `status` then shows as `FDSize`. What a program changes of `SIGTRAP` after the fork or the
 //! `exec` is not seen (the bits then stay as they were); a program without racewatch (a static binary)
 //! sees the variable, as it sees racewatch in `LD_PRELOAD`.
 
@@ -94,6 +96,11 @@ pub fn note_fork() {
 /// separated) tells of; malformed items are skipped, and so is this process's own pid (an `exec` keeps
 /// it: the new image's reads of its own files are its own program's).
 pub fn note_told(value: &[u8]) {
+    // The size this image's descriptor table would have without racewatch (`fd<size>`, see
+    // [`for_new_image`]).
+    if let Some(size) = value.split(|&b| b == b',').find_map(|item| item.strip_prefix(FD_TABLE)) {
+        crate::sys::fd::note_inherited_table(proc_view::number(size).map_or(0, |n| n as u64));
+    }
     let own = raw::getpid();
     let items = value
         .split(|&b| b == b',')
@@ -132,8 +139,21 @@ pub fn for_new_image() -> Option<Vec<u8>> {
         }
         value.extend_from_slice(format!("{}:{}:{}", view.pid, view.action, view.blocked).as_bytes());
     }
+    // The descriptor table a new image starts with is this process's (an `exec`) or a copy sized for its
+    // highest descriptor (a spawn, a fork before the `exec`): grown by racewatch's descriptors, which
+    // the image's `FDSize` would show (set 39's forked `grep`: 32768 for 64).
+    if let Some(size) = crate::sys::fd::child_table_size() {
+        if !value.is_empty() {
+            value.push(b',');
+        }
+        value.extend_from_slice(FD_TABLE);
+        value.extend_from_slice(size.to_string().as_bytes());
+    }
     (!value.is_empty()).then_some(value)
 }
+
+/// The item of [`VARIABLE`] that gives the new image's descriptor table size without racewatch.
+const FD_TABLE: &[u8] = b"fd";
 
 /// Whether this process has a view of any other process's files ([`classify`] may find one). Not in a
 /// sandbox (the child's own seccomp filter may kill the reads that make the view).

@@ -131,6 +131,21 @@ pub fn highest_open_of_program() -> i32 {
     highest
 }
 
+/// The size of the descriptor table a new image started now (an `exec` after a fork, a spawn) would
+/// have without racewatch's descriptors: a copy sized for this process's highest descriptor, at least
+/// 64. `None` when racewatch never grew the table. Raw calls.
+pub fn child_table_size() -> Option<u64> {
+    table_grown().then(|| table_size_for(highest_open_of_program()))
+}
+
+/// In a new image, before `main`: the table it started with would have had `size` entries without the
+/// racewatch of the process that started it (0: not known).
+pub fn note_inherited_table(size: u64) {
+    if size >= 64 {
+        let _ = TABLE_BEFORE.compare_exchange(0, size, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
 /// In a forked child: its table was made for the parent's highest descriptor, racewatch's too; without
 /// them it would fit the program's (at least 64).
 pub fn note_fork_table() {

@@ -1,8 +1,9 @@
 //! The program's calls that look at descriptors by number, answered as if racewatch's own were free
 //! numbers: `fstat`, `fstatat` and `statx` of one fail with `EBADF`, `poll` and `ppoll` mark it
-//! `POLLNVAL`, `select` and `pselect` with one in a set fail with `EBADF`, `epoll_ctl` refuses it, and a
+//! `POLLNVAL`, `select` and `pselect` with one in a set fail with `EBADF`, `epoll_ctl` refuses it, a
 //! `stat` of the process's own `/proc/<pid>/fd` directory counts only the program's descriptors in
-//! `st_size` (the kernel gives the number of open descriptors there). With `close`, `fcntl` and the
+//! `st_size` (the kernel gives the number of open descriptors there), and its entry for one of
+//! racewatch's (`/proc/self/fd/<n>`, `fdinfo/<n>`) is not there for `readlink`, `stat` or `open`. With `close`, `fcntl` and the
 //! listings of [`crate::proc_view`], a scan of every number by any of these finds the program's own.
 
 use crate::proc_view::{self, Target};
@@ -48,6 +49,9 @@ pub extern "C" fn fstatat(dir: c_int, path: *const c_char, buf: *mut libc::stat,
     if through_own(dir, path) {
         return ebadf();
     }
+    if names_own_descriptor(path) {
+        return enoent();
+    }
     with_fd_count(path, real::fstatat(false, dir, path, buf, flags), buf)
 }
 
@@ -57,30 +61,45 @@ pub extern "C" fn fstatat64(dir: c_int, path: *const c_char, buf: *mut libc::sta
     if through_own(dir, path) {
         return ebadf();
     }
+    if names_own_descriptor(path) {
+        return enoent();
+    }
     with_fd_count(path, real::fstatat(true, dir, path, buf, flags), buf)
 }
 
 /// Interposed `stat`: the process's own `fd` directory counts the program's descriptors only.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    if names_own_descriptor(path) {
+        return enoent();
+    }
     with_fd_count(path, real::stat(real::StatFn::Stat, path, buf), buf)
 }
 
 /// Interposed `stat64` (see [`stat`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    if names_own_descriptor(path) {
+        return enoent();
+    }
     with_fd_count(path, real::stat(real::StatFn::Stat64, path, buf), buf)
 }
 
 /// Interposed `lstat` (see [`stat`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn lstat(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    if names_own_descriptor(path) {
+        return enoent();
+    }
     with_fd_count(path, real::stat(real::StatFn::Lstat, path, buf), buf)
 }
 
 /// Interposed `lstat64` (see [`stat`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn lstat64(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    if names_own_descriptor(path) {
+        return enoent();
+    }
     with_fd_count(path, real::stat(real::StatFn::Lstat64, path, buf), buf)
 }
 
@@ -90,6 +109,9 @@ pub extern "C" fn statx(dir: c_int, path: *const c_char, flags: c_int, mask: c_u
     if through_own(dir, path) {
         return ebadf();
     }
+    if names_own_descriptor(path) {
+        return enoent();
+    }
     let rc = real::statx(dir, path, flags, mask, buf);
     if rc == 0 && names_fd_dir(path) {
         if let Some(buf) = ptr::opt_mut(buf) {
@@ -97,6 +119,40 @@ pub extern "C" fn statx(dir: c_int, path: *const c_char, flags: c_int, mask: c_u
         }
     }
     rc
+}
+
+/// Whether `path` is `/proc/self/fd/<n>` (or `fdinfo`, of any name for the process) for one of
+/// racewatch's descriptors (no system call for a path outside `/proc`).
+pub fn names_own_descriptor(path: *const c_char) -> bool {
+    if !ptr::cstr_starts_with(path, proc_view::PREFIX) || fd::own_count() == 0 {
+        return false;
+    }
+    ptr::opt_cstr(path).is_some_and(|path| proc_view::names_own_descriptor(path.to_bytes()))
+}
+
+fn enoent() -> c_int {
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = libc::ENOENT };
+    -1
+}
+
+/// Interposed `readlink`: `/proc/self/fd/<n>` of one of racewatch's descriptors is not there (a probe of
+/// every number by its link reads the program's own).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn readlink(path: *const c_char, buf: *mut c_char, len: usize) -> isize {
+    if names_own_descriptor(path) {
+        return enoent() as isize;
+    }
+    real::readlink(path, buf, len)
+}
+
+/// Interposed `readlinkat` (see [`readlink`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn readlinkat(dir: c_int, path: *const c_char, buf: *mut c_char, len: usize) -> isize {
+    if names_own_descriptor(path) {
+        return enoent() as isize;
+    }
+    real::readlinkat(dir, path, buf, len)
 }
 
 /// After a successful `stat` of `path` into `buf` (`rc` 0): the process's own `fd` directory's size

@@ -1650,7 +1650,11 @@ fn proc_open(path: *const c_char, flags: c_int) -> Option<c_int> {
     if !ptr::cstr_starts_with(path, proc_view::PREFIX) {
         return None;
     }
-    proc_view::open(opt_cstr(path)?, flags)
+    let path = opt_cstr(path)?;
+    if crate::fd_view::names_own_descriptor(path.as_ptr()) {
+        return Some(errno_result(-libc::ENOENT));
+    }
+    proc_view::open(path, flags)
 }
 
 /// Descriptor `fd`, which the program opened as `path`: when the kernel names it one of the process's

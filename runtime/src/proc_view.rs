@@ -269,6 +269,14 @@ fn facts_for(tid: i32, caller: i32) -> Facts {
     }
 }
 
+/// Whether `path` names one of racewatch's descriptors in the process's own `fd` or `fdinfo` directory
+/// (`/proc/self/fd/<n>`): not there for the program, as its listing leaves it out.
+pub fn names_own_descriptor(path: &[u8]) -> bool {
+    let Some(slash) = path.iter().rposition(|&b| b == b'/') else { return false };
+    let own = number(&path[slash + 1..]).is_some_and(fd::is_own);
+    own && classify(&path[..slash], raw::getpid(), raw::gettid(), raw::thread_alive) == Some(Target::FdDir)
+}
+
 /// For an `open` of `path` with `flags` by the program: a descriptor of a snapshot holding the
 /// program's text, or `None` to open the file for real (not one of the process's own files that
 /// show racewatch's state, nothing to hide, or no snapshot could be made).

@@ -16,13 +16,17 @@ static int scan(int limit) {
   return n;
 }
 
-/* The other ways a program looks at its descriptors: fstat and poll of every number, the size of its
- * /proc/self/fd directory (the kernel's count), its fdinfo listing, and the table size in its status. */
+/* The other ways a program looks at its descriptors: fstat, statx, poll and readlink of /proc/self/fd/<n>
+ * for every number, the size of its /proc/self/fd directory (the kernel's count), its fdinfo listing, and
+ * the table size in its status. */
 static void views(const char *when, int limit) {
-  int by_fstat = 0, by_poll = 0, by_statx = 0;
+  int by_fstat = 0, by_poll = 0, by_statx = 0, by_link = 0;
   struct stat st;
   struct statx stx;
   for (int fd = 0; fd < limit; fd++) {
+    char link[64], target[256];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    if (readlink(link, target, sizeof target) >= 0) by_link++;
     if (fstat(fd, &st) == 0) by_fstat++;
     if (statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &stx) == 0) by_statx++;
     struct pollfd p = {fd, POLLIN, 0};
@@ -39,8 +43,8 @@ static void views(const char *when, int limit) {
     if (!strncmp(line, "FDSize:", 7)) snprintf(table, sizeof table, "%s", line + 8);
   if (f) fclose(f);
   table[strcspn(table, "\n")] = 0;
-  printf("%s: fstat %d, statx %d, poll %d, fd dir size %lld, fdinfo %d, FDSize %s\n", when, by_fstat, by_statx,
-         by_poll, size, fdinfo, table);
+  printf("%s: fstat %d, statx %d, poll %d, readlink %d, fd dir size %lld, fdinfo %d, FDSize %s\n", when, by_fstat,
+         by_statx, by_poll, by_link, size, fdinfo, table);
 }
 
 /* A shell's way of parking descriptors high: F_DUPFD from 40 below the limit, 40 times, then one more.

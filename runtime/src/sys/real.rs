@@ -159,6 +159,8 @@ static SELECT: Real = Real::new(c"select");
 static POLL_CHK: Real = Real::new(c"__poll_chk");
 static PPOLL_CHK: Real = Real::new(c"__ppoll_chk");
 static EPOLL_CTL: Real = Real::new(c"epoll_ctl");
+static READLINK: Real = Real::new(c"readlink");
+static READLINKAT: Real = Real::new(c"readlinkat");
 static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
 static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
 
@@ -252,6 +254,8 @@ const ALL: &[&Real] = &[
     &POLL,
     &SELECT,
     &EPOLL_CTL,
+    &READLINK,
+    &READLINKAT,
     &OWN_PTHREAD_CREATE,
     &OWN_SIGACTION,
 ];
@@ -537,6 +541,16 @@ pub fn select(
         except,
         timeout
     )
+}
+
+/// The real `readlink`.
+pub fn readlink(path: *const c_char, buf: *mut c_char, len: usize) -> isize {
+    call!(READLINK, -1, fn(*const c_char, *mut c_char, usize) -> isize, path, buf, len)
+}
+
+/// The real `readlinkat`.
+pub fn readlinkat(dir: c_int, path: *const c_char, buf: *mut c_char, len: usize) -> isize {
+    call!(READLINKAT, -1, fn(c_int, *const c_char, *mut c_char, usize) -> isize, dir, path, buf, len)
 }
 
 /// The real `epoll_ctl`.

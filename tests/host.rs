@@ -760,6 +760,7 @@ fn cases() -> Vec<Case> {
             "descriptors listed with readdir and scandir agree: 1",
             "descriptors read raw agree: 1 1",
             "threads read raw agree: 1",
+            "threads by the directory's link count agree: 1",
         ]),
         case("own_proc_files_show_a_blocked_sigtrap", "own_proc", &["blocked"]).repeat(2).expect(&[
             "process SigBlk:\t0000000000000210",

@@ -67,7 +67,8 @@ pub extern "C" fn fstatat64(dir: c_int, path: *const c_char, buf: *mut libc::sta
     with_fd_count(path, real::fstatat(true, dir, path, buf, flags), buf)
 }
 
-/// Interposed `stat`: the process's own `fd` directory counts the program's descriptors only.
+/// Interposed `stat`: the process's own `fd` directory counts the program's descriptors only, its `task`
+/// directory the program's threads.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
     if names_own_descriptor(path) {
@@ -113,10 +114,9 @@ pub extern "C" fn statx(dir: c_int, path: *const c_char, flags: c_int, mask: c_u
         return enoent();
     }
     let rc = real::statx(dir, path, flags, mask, buf);
-    if rc == 0 && names_fd_dir(path) {
-        if let Some(buf) = ptr::opt_mut(buf) {
-            buf.stx_size = buf.stx_size.saturating_sub(fd::own_count() as u64);
-        }
+    if let (0, Some((entries, threads)), Some(buf)) = (rc, hidden_in(path), ptr::opt_mut(buf)) {
+        buf.stx_size = buf.stx_size.saturating_sub(entries);
+        buf.stx_nlink = buf.stx_nlink.saturating_sub(threads as u32);
     }
     rc
 }
@@ -156,24 +156,28 @@ pub extern "C" fn readlinkat(dir: c_int, path: *const c_char, buf: *mut c_char, 
 }
 
 /// After a successful `stat` of `path` into `buf` (`rc` 0): the process's own `fd` directory's size
-/// without racewatch's descriptors.
+/// without racewatch's descriptors, its `task` directory's link count without racewatch's thread.
 fn with_fd_count(path: *const c_char, rc: c_int, buf: *mut libc::stat) -> c_int {
-    if rc == 0 && names_fd_dir(path) {
-        if let Some(buf) = ptr::opt_mut(buf) {
-            buf.st_size = buf.st_size.saturating_sub(fd::own_count() as i64).max(0);
-        }
+    if let (0, Some((entries, threads)), Some(buf)) = (rc, hidden_in(path), ptr::opt_mut(buf)) {
+        buf.st_size = buf.st_size.saturating_sub(entries as i64).max(0);
+        buf.st_nlink = buf.st_nlink.saturating_sub(threads);
     }
     rc
 }
 
-/// Whether `path` is the process's own descriptor directory while racewatch holds descriptors there
-/// (no system call for a path outside `/proc`).
-fn names_fd_dir(path: *const c_char) -> bool {
-    if !ptr::cstr_starts_with(path, proc_view::PREFIX) || fd::own_count() == 0 {
-        return false;
+/// For the process's own `fd` directory (whose size the kernel gives as the number of open descriptors)
+/// and `task` directory (whose link count is its threads + 2): racewatch's descriptors and threads
+/// counted there. `None` for any other path (no system call for a path outside `/proc`).
+fn hidden_in(path: *const c_char) -> Option<(u64, u64)> {
+    if !ptr::cstr_starts_with(path, proc_view::PREFIX) {
+        return None;
     }
-    let Some(path) = ptr::opt_cstr(path) else { return false };
-    proc_view::classify(path.to_bytes(), raw::getpid(), raw::gettid(), raw::thread_alive) == Some(Target::FdDir)
+    let path = ptr::opt_cstr(path)?;
+    match proc_view::classify(path.to_bytes(), raw::getpid(), raw::gettid(), raw::thread_alive)? {
+        Target::FdDir => Some((fd::own_count() as u64, 0)),
+        Target::TaskDir => Some((0, u64::from(crate::reporter::kernel_count().unwrap_or(0)))),
+        _ => None,
+    }
 }
 
 /// Interposed `poll`: racewatch's descriptors read as closed (`POLLNVAL`), as free numbers do.

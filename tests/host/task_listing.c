@@ -1,6 +1,6 @@
 /* A program that counts its threads by listing /proc/self/task right after starting them, and compares
  * the count with Threads: in its status, round after round: three workers wait on a barrier while main
- * lists; then they end, so each round starts from one thread (racewatch's reporter thread rests when the
+ * lists (and takes the task directory's link count); then they end, so each round starts from one thread (racewatch's reporter thread rests when the
  * program is single-threaded, and starts again with the round's first pthread_create). Prints the rounds
  * whose counts differ; the task directory is listed twice, with opendir/readdir and with scandir (libuv's, so
  * node's, way). Then, while workers still race, its descriptors listed both ways must agree, and both
@@ -70,8 +70,12 @@ int main(int argc, char **argv) {
     int listed = listed_entries("/proc/self/task");
     int scans = scanned("/proc/self/task");
     int counted = (int)rw_status_field("/proc/self/status", "Threads");
-    if (listed != 4 || scans != 4 || counted != 4) {
-      if (differ < 3) printf("round %d: listed %d, scandir %d, status %d\n", round, listed, scans, counted);
+    /* The directory's link count: its threads + 2 (a quick count some programs take). */
+    struct stat st;
+    int linked = stat("/proc/self/task", &st) == 0 ? (int)st.st_nlink - 2 : -1;
+    if (listed != 4 || scans != 4 || counted != 4 || linked != 4) {
+      if (differ < 3)
+        printf("round %d: listed %d, scandir %d, status %d, links %d\n", round, listed, scans, counted, linked);
       differ++;
     }
     pthread_barrier_wait(&barrier);
@@ -85,9 +89,12 @@ int main(int argc, char **argv) {
   /* Each listing counts its own directory descriptor, open as it reads. */
   int fds_raw = raw_entries("/proc/self/fd", 1), fds_glibc = raw_entries("/proc/self/fd", 0);
   int tasks_listed = listed_entries("/proc/self/task"), tasks_raw = raw_entries("/proc/self/task", 1);
+  struct stat task_dir;
+  int tasks_linked = stat("/proc/self/task", &task_dir) == 0 ? (int)task_dir.st_nlink - 2 : -1;
   rw_join();
   printf("descriptors listed with readdir and scandir agree: %d\n", fds_listed == fds_scanned);
   printf("descriptors read raw agree: %d %d\n", fds_raw == fds_listed, fds_glibc == fds_listed);
   printf("threads read raw agree: %d\n", tasks_raw == tasks_listed);
+  printf("threads by the directory's link count agree: %d\n", tasks_linked == tasks_listed);
   return 0;
 }

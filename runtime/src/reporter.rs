@@ -1359,18 +1359,22 @@ fn in_main_stack_mapping(addr: u64) -> bool {
 /// compare-exchange loop), like `racewatch verify`'s notes (see
 /// `racewatch_instrument::tags::is_core_atomic_access`). A line borrowed from a neighbouring
 /// instruction (`~`) is not the access's own and never counts.
+/// Also an access the standard library's own atomics order
+/// (`racewatch_instrument::tags::is_library_ordered_access`: libstdc++'s last `shared_ptr` release).
 fn is_core_atomic(stack: &[Frame]) -> bool {
     let Some(first) = stack.first().filter(|f| f.elided == 0) else { return false };
     let line = if first.line_approximate { 0 } else { first.line.unwrap_or(0) };
     let caller = stack.get(1).filter(|_| first.inlined);
-    racewatch_instrument::tags::is_core_atomic_access(&racewatch_instrument::tags::Innermost {
+    let innermost = racewatch_instrument::tags::Innermost {
         file: first.file.as_deref(),
         line,
         function: first.function.as_deref(),
         inlined: first.inlined,
         caller_file: caller.and_then(|c| c.file.as_deref()),
         caller_line: caller.and_then(|c| c.line).unwrap_or(0),
-    })
+    };
+    racewatch_instrument::tags::is_core_atomic_access(&innermost)
+        || racewatch_instrument::tags::is_library_ordered_access(&innermost)
 }
 
 /// The standard library's volatile accesses, by the innermost frame's function.

@@ -13,9 +13,10 @@ use std::ffi::{c_char, c_int, c_uint};
 /// A number no descriptor can have (above the kernel's largest table): `poll` marks it `POLLNVAL`.
 const NO_DESCRIPTOR: c_int = c_int::MAX;
 
-fn ebadf() -> c_int {
+/// Fails the program's call with `errno` = `code` (-1).
+fn failed(code: c_int) -> c_int {
     // SAFETY: errno is this thread's.
-    unsafe { *libc::__errno_location() = libc::EBADF };
+    unsafe { *libc::__errno_location() = code };
     -1
 }
 
@@ -23,7 +24,7 @@ fn ebadf() -> c_int {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
     if fd::is_own(fd) {
-        return ebadf();
+        return failed(libc::EBADF);
     }
     real::fstat(false, fd, buf)
 }
@@ -32,7 +33,7 @@ pub extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fstat64(fd: c_int, buf: *mut libc::stat) -> c_int {
     if fd::is_own(fd) {
-        return ebadf();
+        return failed(libc::EBADF);
     }
     real::fstat(true, fd, buf)
 }
@@ -47,71 +48,53 @@ fn through_own(dir: c_int, path: *const c_char) -> bool {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fstatat(dir: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int {
     if through_own(dir, path) {
-        return ebadf();
+        return failed(libc::EBADF);
     }
-    if names_own_descriptor(path) {
-        return enoent();
-    }
-    with_fd_count(path, real::fstatat(false, dir, path, buf, flags), buf)
+    by_path(path, buf, || real::fstatat(false, dir, path, buf, flags))
 }
 
 /// Interposed `fstatat64` (see [`fstatat`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fstatat64(dir: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int {
     if through_own(dir, path) {
-        return ebadf();
+        return failed(libc::EBADF);
     }
-    if names_own_descriptor(path) {
-        return enoent();
-    }
-    with_fd_count(path, real::fstatat(true, dir, path, buf, flags), buf)
+    by_path(path, buf, || real::fstatat(true, dir, path, buf, flags))
 }
 
 /// Interposed `stat`: the process's own `fd` directory counts the program's descriptors only, its `task`
 /// directory the program's threads.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    if names_own_descriptor(path) {
-        return enoent();
-    }
-    with_fd_count(path, real::stat(real::StatFn::Stat, path, buf), buf)
+    by_path(path, buf, || real::stat(real::StatFn::Stat, path, buf))
 }
 
 /// Interposed `stat64` (see [`stat`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    if names_own_descriptor(path) {
-        return enoent();
-    }
-    with_fd_count(path, real::stat(real::StatFn::Stat64, path, buf), buf)
+    by_path(path, buf, || real::stat(real::StatFn::Stat64, path, buf))
 }
 
 /// Interposed `lstat` (see [`stat`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn lstat(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    if names_own_descriptor(path) {
-        return enoent();
-    }
-    with_fd_count(path, real::stat(real::StatFn::Lstat, path, buf), buf)
+    by_path(path, buf, || real::stat(real::StatFn::Lstat, path, buf))
 }
 
 /// Interposed `lstat64` (see [`stat`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn lstat64(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    if names_own_descriptor(path) {
-        return enoent();
-    }
-    with_fd_count(path, real::stat(real::StatFn::Lstat64, path, buf), buf)
+    by_path(path, buf, || real::stat(real::StatFn::Lstat64, path, buf))
 }
 
 /// Interposed `statx` (see [`fstat`] and [`stat`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn statx(dir: c_int, path: *const c_char, flags: c_int, mask: c_uint, buf: *mut libc::statx) -> c_int {
     if through_own(dir, path) {
-        return ebadf();
+        return failed(libc::EBADF);
     }
     if names_own_descriptor(path) {
-        return enoent();
+        return failed(libc::ENOENT);
     }
     let rc = real::statx(dir, path, flags, mask, buf);
     if let (0, Some((entries, threads)), Some(buf)) = (rc, hidden_in(path), ptr::opt_mut(buf)) {
@@ -130,18 +113,12 @@ pub fn names_own_descriptor(path: *const c_char) -> bool {
     ptr::opt_cstr(path).is_some_and(|path| proc_view::names_own_descriptor(path.to_bytes()))
 }
 
-fn enoent() -> c_int {
-    // SAFETY: errno is this thread's.
-    unsafe { *libc::__errno_location() = libc::ENOENT };
-    -1
-}
-
 /// Interposed `readlink`: `/proc/self/fd/<n>` of one of racewatch's descriptors is not there (a probe of
 /// every number by its link reads the program's own).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn readlink(path: *const c_char, buf: *mut c_char, len: usize) -> isize {
     if names_own_descriptor(path) {
-        return enoent() as isize;
+        return failed(libc::ENOENT) as isize;
     }
     real::readlink(path, buf, len)
 }
@@ -150,9 +127,18 @@ pub extern "C" fn readlink(path: *const c_char, buf: *mut c_char, len: usize) ->
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn readlinkat(dir: c_int, path: *const c_char, buf: *mut c_char, len: usize) -> isize {
     if names_own_descriptor(path) {
-        return enoent() as isize;
+        return failed(libc::ENOENT) as isize;
     }
     real::readlinkat(dir, path, buf, len)
+}
+
+/// A `stat` of `path` into `buf` made by `call`: racewatch's own entries in `/proc/self/fd` are not
+/// there, and the `fd` and `task` directories count the program's ([`with_fd_count`]).
+fn by_path(path: *const c_char, buf: *mut libc::stat, call: impl FnOnce() -> c_int) -> c_int {
+    if names_own_descriptor(path) {
+        return failed(libc::ENOENT);
+    }
+    with_fd_count(path, call(), buf)
 }
 
 /// After a successful `stat` of `path` into `buf` (`rc` 0): the process's own `fd` directory's size
@@ -272,7 +258,7 @@ pub extern "C-unwind" fn select(
     timeout: *mut libc::timeval,
 ) -> c_int {
     if sets_hold_own(n, [read, write, except]) {
-        return ebadf();
+        return failed(libc::EBADF);
     }
     real::select(n, read, write, except, timeout)
 }
@@ -281,7 +267,7 @@ pub extern "C-unwind" fn select(
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int {
     if fd::is_own(epfd) || fd::is_own(fd) {
-        return ebadf();
+        return failed(libc::EBADF);
     }
     real::epoll_ctl(epfd, op, fd, event)
 }

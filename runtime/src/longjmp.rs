@@ -68,11 +68,14 @@ fn program_trap_after_jump(env: *mut c_void) -> bool {
         None if jump::restores_mask(env) => return left.is_some(),
         None => left.unwrap_or_else(signal::trap_blocked),
     };
-    signal::set_trap_blocked(blocked);
     // The kernel's mask at the target never blocks it (racewatch keeps the bit).
     jump::clear_saved_trap(env);
-    if !blocked {
-        signal::take_parked_on_unblock();
+    let was_blocked = signal::trap_blocked();
+    if blocked != was_blocked {
+        signal::set_trap_blocked(blocked);
+        if was_blocked {
+            signal::take_parked_on_unblock();
+        }
     }
     left.is_some()
 }

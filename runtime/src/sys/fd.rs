@@ -201,19 +201,22 @@ pub fn move_out_of_the_way(fd: i32) -> bool {
     true
 }
 
+/// The slot and number of racewatch's lowest descriptor in `lowest..end`.
+fn lowest_own_in(lowest: i32, end: i32) -> Option<(usize, i32)> {
+    OWN.iter()
+        .enumerate()
+        .map(|(slot, fd)| (slot, fd.load(Ordering::Acquire)))
+        .filter(|&(_, fd)| fd >= lowest.max(0) && fd < end)
+        .min_by_key(|&(_, fd)| fd)
+}
+
 /// The program's call found no free number at or above `lowest` (`EMFILE`) where one of racewatch's
 /// descriptors sits: the lowest such moves below `lowest`, to a free number (the program's call made
 /// again gets its old one, as without racewatch). False when none is free there (the caller steps
 /// aside).
 pub fn make_room(lowest: i32) -> bool {
     let Ok((soft, _)) = nofile_limit() else { return false };
-    let in_range = OWN
-        .iter()
-        .enumerate()
-        .map(|(slot, fd)| (slot, fd.load(Ordering::Acquire)))
-        .filter(|&(_, fd)| fd >= lowest.max(0) && (fd as u64) < soft)
-        .min_by_key(|&(_, fd)| fd);
-    let Some((slot, own)) = in_range else { return false };
+    let Some((slot, own)) = lowest_own_in(lowest, i32::try_from(soft).unwrap_or(i32::MAX)) else { return false };
     let Some(moved) = place_lower(own) else { return false };
     // Only a number below `lowest` leaves the program one more (a pipe that needs two numbers could
     // take the last free one above).
@@ -233,13 +236,7 @@ pub fn make_room(lowest: i32) -> bool {
 /// `step_aside` runs (it closes racewatch's descriptors), and the number is the program's all the same.
 /// Not in a `vfork` child (its table is its own copy).
 pub fn in_order(got: i32, lowest: i32, step_aside: impl FnOnce()) -> i32 {
-    let skipped = OWN
-        .iter()
-        .enumerate()
-        .map(|(slot, fd)| (slot, fd.load(Ordering::Acquire)))
-        .filter(|&(_, fd)| fd >= lowest.max(0) && fd < got)
-        .min_by_key(|&(_, fd)| fd);
-    let Some((slot, own)) = skipped else { return got };
+    let Some((slot, own)) = lowest_own_in(lowest, got) else { return got };
     match place_lower(own) {
         Some(moved) if OWN[slot].compare_exchange(own, moved, Ordering::AcqRel, Ordering::Acquire).is_ok() => {
             note_private_move(own, moved);

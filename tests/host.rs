@@ -99,6 +99,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "fork_status", source: include_str!("host/fork_status.c"), metadata: true, flags: &[] },
     Program { name: "own_proc", source: include_str!("host/own_proc.c"), metadata: true, flags: &[] },
     Program { name: "task_listing", source: include_str!("host/task_listing.c"), metadata: true, flags: &[] },
+    Program { name: "budgets", source: include_str!("host/budgets.c"), metadata: true, flags: &[] },
     Program { name: "foreign_altstack", source: include_str!("host/foreign_altstack.c"), metadata: true, flags: &[] },
     Program { name: "main_waits", source: include_str!("host/main_waits.c"), metadata: true, flags: &[] },
     Program { name: "own_memory", source: include_str!("host/own_memory.c"), metadata: true, flags: &[] },
@@ -1250,6 +1251,13 @@ fn cases() -> Vec<Case> {
         case("address_space_across_first_threads_under_rlimit_as", "footprint", &["address", "budget"])
             .repeat(2)
             .expect(&["setrlimit(RLIMIT_AS): ok"]),
+        // RLIMIT_AS and RLIMIT_DATA leave the program as much as without racewatch, set absolutely or
+        // from its own VmSize/VmData, and read back (getrlimit, prlimit, /proc/self/limits; in an exec'd,
+        // a spawned and a system() shell) as it set them. Runtime of 1b8ee06: 3628 of 3788 64 KiB chunks
+        // under a 256 MiB RLIMIT_AS, 527 of 752 under a 64 MiB RLIMIT_DATA.
+        case("memory_budgets_are_the_programs", "budgets", &[])
+            .repeat(2)
+            .expect(&["setrlimit AS: ok", "main: Max address space         1073741824           2147483648           bytes     ", "done"]),
         // Exactly: without races (no report), a churn changes neither VmSize nor the maps lines, whatever
         // new tids the threads get, and the reporter's start for a module loaded meanwhile (libgcc_s, by
         // the first pthread_exit) maps nothing (set 19 p23).
@@ -2061,6 +2069,7 @@ host_cases!(
     rlimit_as_thread_capacity,
     address_space_across_first_threads,
     address_space_across_first_threads_under_rlimit_as,
+    memory_budgets_are_the_programs,
     cancel_deferred_while_racing,
     cancel_async_while_racing,
     pthread_sigqueue_to_a_worker_runs_there,

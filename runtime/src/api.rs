@@ -169,6 +169,8 @@ fn init() {
     }
     detector::watch_fatal_signals();
     detector::prepare();
+    // Last: the footprint racewatch added to the program's memory budgets is complete.
+    sys::budget::init();
 }
 
 /// The options `RACEWATCH_OPTIONS` sets (bad ones warned about).

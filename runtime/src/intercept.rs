@@ -43,7 +43,8 @@
 use crate::sys::ptr::{self, opt_cstr, opt_mut, opt_ref};
 use crate::sys::real::{self, StartRoutine};
 use crate::sys::{
-    confined, environ, fatal, fd, hand_on, handlers, setxid, signal, stacks, thread, thread_end, trap_wait, unwind_info,
+    budget, confined, environ, fatal, fd, hand_on, handlers, raw, setxid, signal, stacks, thread, thread_end,
+    trap_wait, unwind_info,
 };
 use crate::{detector, handover, log, proc_view, seccomp_filter};
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void};
@@ -1339,12 +1340,17 @@ fn sets_own_mask(attr: *const libc::posix_spawnattr_t) -> bool {
 /// of its parent's, without `SIGTRAP`: it is blocked there as the parent's thread had it, or as the
 /// child set it since.
 fn exec(image: Image, call: impl FnOnce() -> c_int) -> c_int {
-    if !signal::ignore_trap_for_exec() {
-        return exec_with_mask(image, call);
-    }
+    // The new image's memory budgets are the program's, without racewatch's footprint.
+    let lowered = image == Image::New && budget::before_exec();
+    let ignoring = signal::ignore_trap_for_exec();
     let rc = exec_with_mask(image, call);
     let errno = errno();
-    signal::handle_trap_after_exec();
+    if ignoring {
+        signal::handle_trap_after_exec();
+    }
+    if lowered {
+        budget::after_failed_exec();
+    }
     set_errno(errno);
     rc
 }
@@ -1442,14 +1448,25 @@ fn with_trap_out_of_mask(target: &libc::ucontext_t, switch: impl FnOnce(&libc::u
 /// Interposed `setrlimit`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_int {
-    limiting(0, resource, limit);
-    real::setrlimit(resource, limit)
+    prlimit(0, resource, limit, std::ptr::null_mut())
 }
 
 /// Interposed `setrlimit64` (the same function on x86-64).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn setrlimit64(resource: c_int, limit: *const libc::rlimit) -> c_int {
     setrlimit(resource, limit)
+}
+
+/// Interposed `getrlimit`: the program's memory budgets as it set them ([`budget`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn getrlimit(resource: c_int, limit: *mut libc::rlimit) -> c_int {
+    prlimit(0, resource, std::ptr::null(), limit)
+}
+
+/// Interposed `getrlimit64` (the same function on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn getrlimit64(resource: c_int, limit: *mut libc::rlimit) -> c_int {
+    getrlimit(resource, limit)
 }
 
 // ---- identity changes: glibc's broadcast to every thread never meets a thread start in a handler ----
@@ -1571,7 +1588,8 @@ pub extern "C" fn setns(fd: c_int, nstype: c_int) -> c_int {
     real::setns(fd, nstype)
 }
 
-/// Interposed `prlimit`.
+/// Interposed `prlimit`: this process's memory budgets (`RLIMIT_AS`, `RLIMIT_DATA`) are the program's,
+/// with racewatch's footprint on top in the kernel ([`budget`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn prlimit(
     pid: libc::pid_t,
@@ -1579,8 +1597,23 @@ pub extern "C" fn prlimit(
     new: *const libc::rlimit,
     old: *mut libc::rlimit,
 ) -> c_int {
-    limiting(pid, resource, new);
-    real::prlimit(pid, resource, new, old)
+    let ours = pid == 0 || pid == thread::getpid();
+    let Some(resource) = u32::try_from(resource).ok().filter(|&r| ours && budget::is_budget(r)) else {
+        limiting(pid, resource, new);
+        return real::prlimit(pid, resource, new, old);
+    };
+    let before = budget::program_limit(resource)
+        .or_else(|| raw::limit(resource).map(|(soft, hard)| budget::Limit { soft, hard }));
+    if let Some(new) = opt_ref(new) {
+        if let Err(code) = budget::program_sets(resource, budget::Limit { soft: new.rlim_cur, hard: new.rlim_max }) {
+            set_errno(code);
+            return -1;
+        }
+    }
+    if let (Some(old), Some(before)) = (opt_mut(old), before) {
+        *old = libc::rlimit { rlim_cur: before.soft, rlim_max: before.hard };
+    }
+    0
 }
 
 /// Interposed `prlimit64` (the same function on x86-64).
@@ -1688,26 +1721,29 @@ fn identified_listing(fd: c_int, path: Option<&std::ffi::CStr>) -> Option<proc_v
 /// Interposed `fopen`: as `open`, for reading.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    proc_fopen(path, mode)
+    own_descriptor_stream(path)
         .unwrap_or_else(|| identified_file(with_room_ptr(|| real::fopen(false, path, mode)), path, mode))
 }
 
 /// Interposed `fopen64`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    proc_fopen(path, mode)
+    own_descriptor_stream(path)
         .unwrap_or_else(|| identified_file(with_room_ptr(|| real::fopen(true, path, mode)), path, mode))
 }
 
-fn proc_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut libc::FILE> {
-    let mode = opt_cstr(mode)?;
-    let flags = proc_view::fopen_flags(mode.to_bytes())?;
-    let view = proc_open(path, flags)?;
-    let file = fd::fdopen(view, mode);
-    if file.is_none() {
-        real::close(view);
+/// An `fopen` of `/proc/self/fd/<n>` for one of racewatch's descriptors: no stream (`ENOENT`), as for a
+/// free number. Other files of the process's own are opened for real first and then replaced by their
+/// view ([`identified_file`]): the stream's allocation (the process's first `malloc` makes its heap)
+/// comes before the text is read, as without racewatch, where the kernel makes it at the first read.
+fn own_descriptor_stream(path: *const c_char) -> Option<*mut libc::FILE> {
+    if !ptr::cstr_starts_with(path, proc_view::PREFIX)
+        || !crate::fd_view::names_own_descriptor(opt_cstr(path)?.as_ptr())
+    {
+        return None;
     }
-    file
+    set_errno(libc::ENOENT);
+    Some(std::ptr::null_mut())
 }
 
 /// A stream the program opened as `path` for reading, its descriptor [`identified`].

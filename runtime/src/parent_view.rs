@@ -101,6 +101,8 @@ pub fn note_told(value: &[u8]) {
     if let Some(size) = value.split(|&b| b == b',').find_map(|item| item.strip_prefix(FD_TABLE)) {
         crate::sys::fd::note_inherited_table(proc_view::number(size).map_or(0, |n| n as u64));
     }
+    // The program's memory budgets (`as<soft>:<hard>`, `data<soft>:<hard>`, see [`for_new_image`]).
+    value.split(|&b| b == b',').for_each(crate::sys::budget::note_told);
     let own = raw::getpid();
     let items = value
         .split(|&b| b == b',')
@@ -149,6 +151,14 @@ pub fn for_new_image() -> Option<Vec<u8>> {
         value.extend_from_slice(FD_TABLE);
         value.extend_from_slice(size.to_string().as_bytes());
     }
+    // The program's memory budgets, which the kernel's limits exceed by racewatch's footprint.
+    let budgets = crate::sys::budget::items();
+    if !budgets.is_empty() {
+        if !value.is_empty() {
+            value.push(b',');
+        }
+        value.extend_from_slice(&budgets);
+    }
     (!value.is_empty()).then_some(value)
 }
 
@@ -194,6 +204,7 @@ pub fn facts_for(process: i32, tid: i32) -> Facts {
         trap_pending: (blocked == Some(false)).then_some(false),
         hidden_threads: reporter_threads(process),
         fd_table: None,
+        own: Default::default(),
     }
 }
 

@@ -529,12 +529,7 @@ pub fn nofile_hard_limit() -> Option<u64> {
 
 /// The soft and hard `RLIMIT_NOFILE`.
 fn nofile_limit() -> std::io::Result<(u64, u64)> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `limit` is a live rlimit the kernel fills.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((limit.rlim_cur, limit.rlim_max))
+    super::raw::limit(libc::RLIMIT_NOFILE).ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 fn relocate(fd: i32) -> std::io::Result<i32> {

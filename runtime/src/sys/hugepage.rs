@@ -62,6 +62,7 @@ impl HugeSlice {
         if tail > 0 {
             super::raw::munmap(aligned + mapped, tail);
         }
+        super::budget::note_own(aligned, mapped);
         // SAFETY: advice only, on the kept part of the mapping just made; failure (THP disabled) leaves
         // ordinary pages.
         unsafe { libc::madvise(aligned as *mut libc::c_void, mapped, libc::MADV_HUGEPAGE) };

@@ -172,26 +172,18 @@ fn memlock_enforced() -> bool {
 /// Whether the process may lock memory beyond its `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK` in its effective set).
 fn can_lock_freely() -> bool {
     const CAP_IPC_LOCK: u32 = 14;
-    std::fs::read_to_string("/proc/self/status").ok().is_some_and(|status| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("CapEff:"))
-            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-            .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
-    })
+    super::raw::has_capability(CAP_IPC_LOCK)
 }
 
-/// A resource's soft limit; `None` when unlimited or unknown.
+/// A resource's soft limit in the kernel; `None` when unlimited or unknown.
 fn soft_limit(resource: libc::__rlimit_resource_t) -> Option<u64> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `limit` is a live rlimit the kernel fills.
-    let known = unsafe { libc::getrlimit(resource, &mut limit) } == 0;
-    (known && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+    super::raw::limit(resource).map(|(soft, _)| soft).filter(|&soft| soft != libc::RLIM_INFINITY)
 }
 
 /// A fresh private anonymous read-write mapping of `len` bytes, untouched (`None` when the kernel refuses
 /// it: no address space, a memory limit, strict overcommit).
 pub fn map_private(len: usize) -> Option<*mut libc::c_void> {
+    super::budget::before_mapping(len);
     // SAFETY: a new mapping at an address the kernel picks; no existing memory is touched.
     let mem = unsafe {
         libc::mmap(
@@ -203,6 +195,7 @@ pub fn map_private(len: usize) -> Option<*mut libc::c_void> {
             0,
         )
     };
+    super::budget::mapped();
     (mem != libc::MAP_FAILED).then_some(mem)
 }
 

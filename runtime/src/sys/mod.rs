@@ -2,6 +2,7 @@
 //! each behind a safe wrapper with a `// SAFETY:` comment.
 
 pub mod alloc;
+pub mod budget;
 pub mod bystander;
 pub mod cancel;
 pub mod code;

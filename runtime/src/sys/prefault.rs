@@ -3,7 +3,7 @@
 //! without a system call (set 19 p22), where racewatch's signals first wrote a page of its data, of a
 //! runtime stack or of the thread's alternate stack, or first read a page of a module's unwind tables.
 
-use std::sync::atomic::AtomicU8;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 const PAGE: usize = 4096;
 /// `madvise` advice (Linux 5.14): fault the range in readable, as if each page had been read.
@@ -42,6 +42,24 @@ pub fn unlock_own_module() {
             unsafe { libc::munlock(lo as *const libc::c_void, hi - lo) };
         }
     });
+}
+
+/// The span of racewatch's own module in memory: from its first loaded segment's page to the end of
+/// its last one's zero-filled part (`(0, 0)` when not found).
+pub fn own_span() -> (usize, usize) {
+    static LO: AtomicUsize = AtomicUsize::new(0);
+    static HI: AtomicUsize = AtomicUsize::new(0);
+    if HI.load(Ordering::Acquire) == 0 {
+        fn note(lo: usize, hi: usize, _flags: u32) {
+            let lo = lo & !(PAGE - 1);
+            if LO.load(Ordering::Relaxed) == 0 || lo < LO.load(Ordering::Relaxed) {
+                LO.store(lo, Ordering::Relaxed);
+            }
+            HI.fetch_max(hi.next_multiple_of(PAGE), Ordering::Release);
+        }
+        for_own_segments(note);
+    }
+    (LO.load(Ordering::Acquire), HI.load(Ordering::Acquire))
 }
 
 /// Calls `each(start, end, p_flags)` for every loaded segment of racewatch's own module.

@@ -167,9 +167,43 @@ pub fn has_handler(sig: i32) -> Option<bool> {
     (rc == 0).then(|| one_shot || (old[0] != libc::SIG_DFL as u64 && old[0] != libc::SIG_IGN as u64))
 }
 
-/// Unmaps `[addr, addr + len)`; true when the kernel did.
+/// Unmaps `[addr, addr + len)`, a mapping of racewatch's; true when the kernel did. The program's memory
+/// budgets are told ([`super::budget::unmapped`]).
 pub fn munmap(addr: usize, len: usize) -> bool {
-    syscall6(libc::SYS_munmap, [addr as u64, len as u64, 0, 0, 0, 0]) == 0
+    let done = syscall6(libc::SYS_munmap, [addr as u64, len as u64, 0, 0, 0, 0]) == 0;
+    if done {
+        super::budget::unmapped(addr, len);
+    }
+    done
+}
+
+/// The process's soft and hard limit of `resource` as the kernel holds them (`prlimit64`, not the
+/// program's view of them); `None` when the kernel does not say.
+pub fn limit(resource: u32) -> Option<(u64, u64)> {
+    let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let rc = syscall6(libc::SYS_prlimit64, [0, u64::from(resource), 0, &mut old as *mut libc::rlimit as u64, 0, 0]);
+    (rc == 0).then_some((old.rlim_cur, old.rlim_max))
+}
+
+/// Whether capability `bit` is in the calling thread's effective set (`capget`); false when unknown.
+pub fn has_capability(bit: u32) -> bool {
+    const VERSION_3: u32 = 0x2008_0522;
+    let header = [VERSION_3, 0u32];
+    // Per 32-bit word: effective, permitted, inheritable.
+    let mut data = [0u32; 6];
+    let rc = syscall6(libc::SYS_capget, [header.as_ptr() as u64, data.as_mut_ptr() as u64, 0, 0, 0, 0]);
+    rc == 0 && bit < 64 && data[(bit / 32) as usize * 3] & (1 << (bit % 32)) != 0
+}
+
+/// Sets the process's limit of `resource` in the kernel; `Err(errno)` when refused.
+pub fn set_limit(resource: u32, soft: u64, hard: u64) -> Result<(), i32> {
+    let new = libc::rlimit { rlim_cur: soft, rlim_max: hard };
+    let rc = syscall6(libc::SYS_prlimit64, [0, u64::from(resource), &new as *const libc::rlimit as u64, 0, 0, 0]);
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(-rc as i32)
+    }
 }
 
 /// `sigaltstack`: installs `new` (when given) and returns the previous setting, or `None` on failure.

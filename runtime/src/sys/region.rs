@@ -113,6 +113,12 @@ fn heap_base() -> Option<usize> {
     (here & !((1 << 30) - 1)).checked_sub(REGION_OFFSET).filter(|&start| start >= 1 << 32)
 }
 
+/// The address range `use_`'s region has handed out so far (`(0, 0)`: none, or this thread holds a
+/// region's lock).
+pub fn span(use_: Use) -> (usize, usize) {
+    with_region(use_, |region| (region.base, region.cursor.max(region.reserved_end))).unwrap_or((0, 0))
+}
+
 /// Runs `f` on `use_`'s region with its lock held; `None` when this thread holds one already.
 fn with_region<R>(use_: Use, f: impl FnOnce(&mut Region) -> R) -> Option<R> {
     if HOLDING.with(|holding| holding.replace(true)) {
@@ -191,6 +197,7 @@ fn map_new(len: usize, use_: Use) -> Option<usize> {
     .flatten()
     .unwrap_or(0);
     let noreserve = if use_ == Use::Stacks { libc::MAP_NORESERVE } else { 0 };
+    crate::sys::budget::before_mapping(len);
     // SAFETY: a fresh private anonymous mapping; the hint is only a hint (no MAP_FIXED), so no
     // existing memory is touched.
     let addr = unsafe {
@@ -207,6 +214,7 @@ fn map_new(len: usize, use_: Use) -> Option<usize> {
         // Not where asked (the program mapped that range): the range stays the region's to reuse.
         with_region(use_, |region| region.give_back(hint, len));
     }
+    crate::sys::budget::mapped();
     (addr != libc::MAP_FAILED).then_some(addr as usize)
 }
 
@@ -252,6 +260,12 @@ pub fn close_gap_above_own_module() {
 
 /// The mapping [`close_gap_above_own_module`] made: start and length (0: none).
 static GAP: spin::Mutex<(usize, usize)> = spin::Mutex::new((0, 0));
+
+/// The mapping over the gap above racewatch's module: start and length (`(0, 0)`: none, or its record is
+/// being changed right now).
+pub fn gap_above_own_module() -> (usize, usize) {
+    GAP.try_lock().map_or((0, 0), |gap| *gap)
+}
 
 /// Unmaps the gap's mapping again: before an `mlockall(MCL_CURRENT)`, which counts every mapping, an
 /// inaccessible one too, against the program's `RLIMIT_MEMLOCK` (three 1 MiB thread stacks no longer fit

@@ -100,6 +100,7 @@ pub fn program_threads() -> Option<u32> {
 
 /// Runs a runtime thread's body, counted again by glibc before it returns (its exit takes it off).
 extern "C" fn runtime_thread_main(body: *mut libc::c_void) -> *mut libc::c_void {
+    note_own_stack();
     STARTING_THREADS.fetch_sub(1, Ordering::SeqCst);
     take_setxid();
     // SAFETY: `spawn_runtime_thread` passes exactly such a function pointer.
@@ -112,6 +113,7 @@ extern "C" fn runtime_thread_main(body: *mut libc::c_void) -> *mut libc::c_void 
 /// The same on a work stack of racewatch's (see [`crate::sys::stacks::run_on_work_stack`]): `slot` is
 /// the work stack's, whose body [`WORK_BODY`] holds.
 extern "C" fn runtime_thread_on_work_stack(slot: *mut libc::c_void) -> *mut libc::c_void {
+    note_own_stack();
     STARTING_THREADS.fetch_sub(1, Ordering::SeqCst);
     take_setxid();
     let slot = slot as usize;
@@ -122,6 +124,14 @@ extern "C" fn runtime_thread_on_work_stack(slot: *mut libc::c_void) -> *mut libc
     crate::sys::stacks::run_on_work_stack(slot, &mut || result = body(std::ptr::null_mut()));
     counted_again_or_park();
     result
+}
+
+/// The glibc stack of the calling runtime thread is racewatch's footprint ([`super::budget`]): the
+/// mapping that holds its thread record, at most the largest size [`make_runtime_thread`] asks for.
+fn note_own_stack() {
+    // SAFETY: `pthread_self` only reads the thread pointer.
+    let record = unsafe { libc::pthread_self() } as usize;
+    super::budget::note_own_stack(record, with_tls_room(RUNTIME_STACK, RUNTIME_STACK / 2).next_multiple_of(PAGE));
 }
 
 /// A runtime thread takes glibc's `SIGSETXID` (all it lets through): `setuid` and its kin wait until
@@ -258,6 +268,7 @@ pub fn reserve_small_stack() {
         return;
     }
     note_static_tls();
+    super::budget::before_mapping(small_stack_len());
     // SAFETY: a fresh private anonymous mapping without an address hint: no existing memory is touched.
     let addr = unsafe {
         libc::mmap(
@@ -271,6 +282,9 @@ pub fn reserve_small_stack() {
     };
     if addr != libc::MAP_FAILED {
         SMALL_STACK_PLACE.store(addr as usize, Ordering::Release);
+        super::budget::note_own(addr as usize, small_stack_len());
+    } else {
+        super::budget::mapped();
     }
 }
 
@@ -329,7 +343,6 @@ fn make_runtime_thread(
     body: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
     work: bool,
 ) -> Option<libc::pthread_t> {
-    const STACK: usize = 256 << 10;
     // Every signal but glibc's `SIGSETXID` waits while the thread is made (the new one inherits the
     // mask): an identity change in another thread holds the lock `pthread_create` takes until this
     // thread has answered it. In a signal handler, where it stays held, [`crate::sys::setxid`] keeps
@@ -348,7 +361,7 @@ fn make_runtime_thread(
     }
     if thread.is_none() {
         thread = create_runtime_thread(
-            with_tls_room(STACK, STACK / 2),
+            with_tls_room(RUNTIME_STACK, RUNTIME_STACK / 2),
             PAGE,
             runtime_thread_main,
             body as *mut libc::c_void,
@@ -366,6 +379,8 @@ fn make_runtime_thread(
 }
 
 const PAGE: usize = 4096;
+/// The glibc stack of a runtime thread that works on it (no work stack of racewatch's was free).
+const RUNTIME_STACK: usize = 256 << 10;
 
 /// The real `pthread_create` of `entry(arg)` on a glibc stack of `size` bytes with a guard of `guard`.
 fn create_runtime_thread(

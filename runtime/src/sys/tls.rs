@@ -68,14 +68,19 @@ static CHUNK_AT: [AtomicUsize; CHUNKS] = [const { AtomicUsize::new(0) }; CHUNKS]
 fn map_into(slot: &AtomicUsize, len: usize) -> Option<usize> {
     let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
     let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+    super::budget::before_mapping(len);
     let mapped = super::raw::syscall6(libc::SYS_mmap, [0, len as u64, prot, flags, u64::MAX, 0]);
     if mapped < 0 {
+        super::budget::mapped();
         return None;
     }
     match slot.compare_exchange(0, mapped as usize, Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => Some(mapped as usize),
+        Ok(_) => {
+            super::budget::note_own(mapped as usize, len);
+            Some(mapped as usize)
+        }
         Err(other) => {
-            super::raw::syscall6(libc::SYS_munmap, [mapped as u64, len as u64, 0, 0, 0, 0]);
+            super::raw::munmap(mapped as usize, len);
             Some(other)
         }
     }

@@ -1251,8 +1251,7 @@ fn cases() -> Vec<Case> {
         case("address_space_across_first_threads_under_rlimit_as", "footprint", &["address", "budget"])
             .repeat(2)
             .expect(&["setrlimit(RLIMIT_AS): ok"]),
-        // RLIMIT_AS and RLIMIT_DATA leave the program as much as without racewatch, set absolutely or
-        // from its own VmSize/VmData, and read back (getrlimit, prlimit, /proc/self/limits; in an exec'd,
+        // RLIMIT_AS and RLIMIT_DATA leave the program as much as without racewatch, and read back (getrlimit, prlimit, /proc/self/limits; in an exec'd,
         // a spawned and a system() shell) as it set them. Runtime of 1b8ee06: 3628 of 3788 64 KiB chunks
         // under a 256 MiB RLIMIT_AS, 527 of 752 under a 64 MiB RLIMIT_DATA.
         case("memory_budgets_are_the_programs", "budgets", &[])

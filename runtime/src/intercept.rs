@@ -1721,29 +1721,26 @@ fn identified_listing(fd: c_int, path: Option<&std::ffi::CStr>) -> Option<proc_v
 /// Interposed `fopen`: as `open`, for reading.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    own_descriptor_stream(path)
+    proc_fopen(path, mode)
         .unwrap_or_else(|| identified_file(with_room_ptr(|| real::fopen(false, path, mode)), path, mode))
 }
 
 /// Interposed `fopen64`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    own_descriptor_stream(path)
+    proc_fopen(path, mode)
         .unwrap_or_else(|| identified_file(with_room_ptr(|| real::fopen(true, path, mode)), path, mode))
 }
 
-/// An `fopen` of `/proc/self/fd/<n>` for one of racewatch's descriptors: no stream (`ENOENT`), as for a
-/// free number. Other files of the process's own are opened for real first and then replaced by their
-/// view ([`identified_file`]): the stream's allocation (the process's first `malloc` makes its heap)
-/// comes before the text is read, as without racewatch, where the kernel makes it at the first read.
-fn own_descriptor_stream(path: *const c_char) -> Option<*mut libc::FILE> {
-    if !ptr::cstr_starts_with(path, proc_view::PREFIX)
-        || !crate::fd_view::names_own_descriptor(opt_cstr(path)?.as_ptr())
-    {
-        return None;
+fn proc_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut libc::FILE> {
+    let mode = opt_cstr(mode)?;
+    let flags = proc_view::fopen_flags(mode.to_bytes())?;
+    let view = proc_open(path, flags)?;
+    let file = fd::fdopen(view, mode);
+    if file.is_none() {
+        real::close(view);
     }
-    set_errno(libc::ENOENT);
-    Some(std::ptr::null_mut())
+    file
 }
 
 /// A stream the program opened as `path` for reading, its descriptor [`identified`].

@@ -100,6 +100,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "own_proc", source: include_str!("host/own_proc.c"), metadata: true, flags: &[] },
     Program { name: "task_listing", source: include_str!("host/task_listing.c"), metadata: true, flags: &[] },
     Program { name: "budgets", source: include_str!("host/budgets.c"), metadata: true, flags: &[] },
+    Program { name: "status_kept_open", source: include_str!("host/status_kept_open.c"), metadata: true, flags: &[] },
     Program { name: "foreign_altstack", source: include_str!("host/foreign_altstack.c"), metadata: true, flags: &[] },
     Program { name: "main_waits", source: include_str!("host/main_waits.c"), metadata: true, flags: &[] },
     Program { name: "own_memory", source: include_str!("host/own_memory.c"), metadata: true, flags: &[] },
@@ -1251,9 +1252,18 @@ fn cases() -> Vec<Case> {
         case("address_space_across_first_threads_under_rlimit_as", "footprint", &["address", "budget"])
             .repeat(2)
             .expect(&["setrlimit(RLIMIT_AS): ok"]),
-        // RLIMIT_AS and RLIMIT_DATA leave the program as much as without racewatch, and read back (getrlimit, prlimit, /proc/self/limits; in an exec'd,
+        // RLIMIT_AS and RLIMIT_DATA leave the program as much as without racewatch, set absolutely or
+        // from its own VmSize/VmData, and read back (getrlimit, prlimit, /proc/self/limits; in an exec'd,
         // a spawned and a system() shell) as it set them. Runtime of 1b8ee06: 3628 of 3788 64 KiB chunks
         // under a 256 MiB RLIMIT_AS, 527 of 752 under a 64 MiB RLIMIT_DATA.
+        // A monitor that keeps its status and statm open reads them again (lseek + read, pread, rewind)
+        // as the kernel makes them again, and the descriptor looks like the file (fstat, fstatfs, its
+        // link, its fdinfo flags): opened before the first thread, and while threads race (runtime of
+        // 1b8ee06: the re-read after the join still said 4 threads, and VmSize grown).
+        case("own_files_kept_open_read_again", "status_kept_open", &[]).repeat(2).expect(&["done"]),
+        case("own_files_opened_while_racing_read_again", "status_kept_open", &["late"])
+            .repeat(2)
+            .expect(&["joined: threads 1 by read, 1 by pread, 1 by stream; statm size grew: no", "done"]),
         case("memory_budgets_are_the_programs", "budgets", &[])
             .repeat(2)
             .expect(&["setrlimit AS: ok", "main: Max address space         1073741824           2147483648           bytes     ", "done"]),
@@ -2069,6 +2079,8 @@ host_cases!(
     address_space_across_first_threads,
     address_space_across_first_threads_under_rlimit_as,
     memory_budgets_are_the_programs,
+    own_files_kept_open_read_again,
+    own_files_opened_while_racing_read_again,
     cancel_deferred_while_racing,
     cancel_async_while_racing,
     pthread_sigqueue_to_a_worker_runs_there,

@@ -8,7 +8,8 @@
 
 use crate::proc_view::{self, Target};
 use crate::sys::{fd, ptr, raw, real};
-use std::ffi::{c_char, c_int, c_uint};
+use crate::view_fds;
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 /// A number no descriptor can have (above the kernel's largest table): `poll` marks it `POLLNVAL`.
 const NO_DESCRIPTOR: c_int = c_int::MAX;
@@ -20,22 +21,126 @@ fn failed(code: c_int) -> c_int {
     -1
 }
 
-/// Interposed `fstat`: racewatch's descriptors are not there for the program.
+/// Interposed `fstat`: racewatch's descriptors are not there for the program, and a view of one of the
+/// process's own files ([`view_fds`]) is that file.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
-    if fd::is_own(fd) {
-        return failed(libc::EBADF);
-    }
-    real::fstat(false, fd, buf)
+    fstat_of(false, fd, buf)
 }
 
 /// Interposed `fstat64` (see [`fstat`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fstat64(fd: c_int, buf: *mut libc::stat) -> c_int {
+    fstat_of(true, fd, buf)
+}
+
+fn fstat_of(large: bool, fd: c_int, buf: *mut libc::stat) -> c_int {
     if fd::is_own(fd) {
         return failed(libc::EBADF);
     }
-    real::fstat(true, fd, buf)
+    if let Some((path, len)) = view_fds::stands_for(fd) {
+        let path = std::ffi::CStr::from_bytes_with_nul(&path[..=len]).unwrap_or(c"/proc/self/status");
+        return real::stat(if large { real::StatFn::Stat64 } else { real::StatFn::Stat }, path.as_ptr(), buf);
+    }
+    real::fstat(large, fd, buf)
+}
+
+/// Interposed `fstatfs`: a view of one of the process's own files is on `/proc` ([`view_fds`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fstatfs(fd: c_int, buf: *mut libc::statfs) -> c_int {
+    match view_fds::stands_for(fd) {
+        Some((path, len)) => {
+            let path = std::ffi::CStr::from_bytes_with_nul(&path[..=len]).unwrap_or(c"/proc/self/status");
+            real::statfs(path.as_ptr(), buf)
+        }
+        None => real::fstatfs(fd, buf),
+    }
+}
+
+/// Interposed `fstatfs64` (the same function on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fstatfs64(fd: c_int, buf: *mut libc::statfs) -> c_int {
+    fstatfs(fd, buf)
+}
+
+/// Interposed `lseek`: a view of one of the process's own files gets the file's text of now, as the
+/// kernel makes the file's text again at a seek ([`view_fds`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn lseek(fd: c_int, offset: libc::off_t, whence: c_int) -> libc::off_t {
+    view_fds::refresh(fd);
+    real::lseek(fd, offset, whence)
+}
+
+/// Interposed `lseek64` (the same function on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn lseek64(fd: c_int, offset: libc::off_t, whence: c_int) -> libc::off_t {
+    lseek(fd, offset, whence)
+}
+
+/// Interposed `pread` (see [`lseek`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn pread(fd: c_int, buf: *mut c_void, len: usize, offset: libc::off_t) -> isize {
+    view_fds::refresh(fd);
+    real::pread(fd, buf, len, offset)
+}
+
+/// Interposed `pread64` (the same function on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn pread64(fd: c_int, buf: *mut c_void, len: usize, offset: libc::off_t) -> isize {
+    pread(fd, buf, len, offset)
+}
+
+/// A stream's descriptor, when it is a view's: made again before the stream seeks (glibc's own
+/// `lseek` is not the interposed one).
+fn refresh_stream(file: *mut libc::FILE) {
+    if let Some(fd) = ptr::fileno(file) {
+        view_fds::refresh(fd);
+    }
+}
+
+/// Interposed `fseek` (see [`refresh_stream`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fseek(file: *mut libc::FILE, offset: std::ffi::c_long, whence: c_int) -> c_int {
+    refresh_stream(file);
+    real::fseeko(file, offset, whence)
+}
+
+/// Interposed `fseeko` (see [`refresh_stream`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fseeko(file: *mut libc::FILE, offset: libc::off_t, whence: c_int) -> c_int {
+    refresh_stream(file);
+    real::fseeko(file, offset, whence)
+}
+
+/// Interposed `fseeko64` (the same function on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fseeko64(file: *mut libc::FILE, offset: libc::off_t, whence: c_int) -> c_int {
+    fseeko(file, offset, whence)
+}
+
+/// Interposed `rewind` (see [`refresh_stream`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn rewind(file: *mut libc::FILE) {
+    refresh_stream(file);
+    real::rewind(file)
+}
+
+/// Interposed `fsetpos` (see [`refresh_stream`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fsetpos(file: *mut libc::FILE, pos: *const libc::fpos_t) -> c_int {
+    refresh_stream(file);
+    real::fsetpos(file, pos)
+}
+
+/// Interposed `fsetpos64` (the same function on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fsetpos64(file: *mut libc::FILE, pos: *const libc::fpos_t) -> c_int {
+    fsetpos(file, pos)
+}
+
+/// Whether a call names its descriptor itself (`AT_EMPTY_PATH` with an empty path).
+fn empty_path(path: *const c_char, flags: c_int) -> bool {
+    flags & libc::AT_EMPTY_PATH != 0 && ptr::opt_cstr(path).is_some_and(|p| p.is_empty())
 }
 
 /// Whether a call relative to directory `dir` with `path` names racewatch's descriptor itself, or a path
@@ -50,6 +155,9 @@ pub extern "C" fn fstatat(dir: c_int, path: *const c_char, buf: *mut libc::stat,
     if through_own(dir, path) {
         return failed(libc::EBADF);
     }
+    if empty_path(path, flags) && view_fds::lookup(dir).is_some() {
+        return fstat_of(false, dir, buf);
+    }
     by_path(path, buf, || real::fstatat(false, dir, path, buf, flags))
 }
 
@@ -58,6 +166,9 @@ pub extern "C" fn fstatat(dir: c_int, path: *const c_char, buf: *mut libc::stat,
 pub extern "C" fn fstatat64(dir: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int {
     if through_own(dir, path) {
         return failed(libc::EBADF);
+    }
+    if empty_path(path, flags) && view_fds::lookup(dir).is_some() {
+        return fstat_of(true, dir, buf);
     }
     by_path(path, buf, || real::fstatat(true, dir, path, buf, flags))
 }
@@ -96,6 +207,11 @@ pub extern "C" fn statx(dir: c_int, path: *const c_char, flags: c_int, mask: c_u
     if names_own_descriptor(path) {
         return failed(libc::ENOENT);
     }
+    if let (true, Some((name, len))) = (empty_path(path, flags), view_fds::stands_for(dir)) {
+        // A view's `statx` by its descriptor: the file it stands for's.
+        let name = std::ffi::CStr::from_bytes_with_nul(&name[..=len]).unwrap_or(c"/proc/self/status");
+        return real::statx(libc::AT_FDCWD, name.as_ptr(), flags & !libc::AT_EMPTY_PATH, mask, buf);
+    }
     let rc = real::statx(dir, path, flags, mask, buf);
     if let (0, Some((entries, threads)), Some(buf)) = (rc, hidden_in(path), ptr::opt_mut(buf)) {
         buf.stx_size = buf.stx_size.saturating_sub(entries);
@@ -120,7 +236,27 @@ pub extern "C" fn readlink(path: *const c_char, buf: *mut c_char, len: usize) ->
     if names_own_descriptor(path) {
         return failed(libc::ENOENT) as isize;
     }
+    if let Some(n) = view_link(path, buf, len) {
+        return n;
+    }
     real::readlink(path, buf, len)
+}
+
+/// `readlink` of `/proc/self/fd/<n>` for a view of one of the process's own files ([`view_fds`]): the
+/// file's name, as the kernel gives it for the file itself; `None` for any other path.
+fn view_link(path: *const c_char, buf: *mut c_char, len: usize) -> Option<isize> {
+    if !ptr::cstr_starts_with(path, proc_view::PREFIX) || !view_fds::any() {
+        return None;
+    }
+    let path = ptr::opt_cstr(path)?.to_bytes();
+    let slash = path.iter().rposition(|&b| b == b'/')?;
+    let fd = proc_view::number(&path[slash + 1..])?;
+    let dir = proc_view::classify(&path[..slash], raw::getpid(), raw::gettid(), raw::thread_alive);
+    let (name, name_len) = view_fds::stands_for(fd).filter(|_| dir == Some(Target::FdDir))?;
+    let n = name_len.min(len);
+    // SAFETY: `buf` is the caller's buffer of `len` bytes; `n` is at most that.
+    unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), buf as *mut u8, n) };
+    Some(n as isize)
 }
 
 /// Interposed `readlinkat` (see [`readlink`]).
@@ -128,6 +264,9 @@ pub extern "C" fn readlink(path: *const c_char, buf: *mut c_char, len: usize) ->
 pub extern "C" fn readlinkat(dir: c_int, path: *const c_char, buf: *mut c_char, len: usize) -> isize {
     if names_own_descriptor(path) {
         return failed(libc::ENOENT) as isize;
+    }
+    if let Some(n) = view_link(path, buf, len) {
+        return n;
     }
     real::readlinkat(dir, path, buf, len)
 }

@@ -715,7 +715,11 @@ pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 /// The program closes descriptors `first..=last` (none of racewatch's, see [`close`]): its stderr
 /// among them is noticed.
 fn closing(first: u64, last: u64) {
-    if (first..=last).contains(&2) && !signal::in_borrowed_memory() {
+    if signal::in_borrowed_memory() {
+        return;
+    }
+    crate::view_fds::forget_range(first, last);
+    if (first..=last).contains(&2) {
         log::stderr_closed();
     }
 }
@@ -724,6 +728,9 @@ fn closing(first: u64, last: u64) {
 /// `vfork` child the descriptor table is the child's own copy, while racewatch's records are its
 /// parent's: nothing of the parent's changes); where it cannot, racewatch steps aside.
 fn replacing(new: c_int) {
+    if !signal::in_borrowed_memory() {
+        crate::view_fds::forget(new);
+    }
     let ours = fd::is_own(new);
     if !(ours || new == 2) || signal::in_borrowed_memory() {
         return;
@@ -1702,7 +1709,9 @@ fn identified(fd: c_int, path: *const c_char, flags: c_int) -> c_int {
     let Some(len) = fd::procfs_name(fd, &mut name) else { return fd };
     let Ok(name) = std::ffi::CStr::from_bytes_with_nul(&name[..=len]) else { return fd };
     if let Some(view) = proc_view::open(name, flags) {
-        fd::replace_with(view, fd, flags & libc::O_CLOEXEC != 0);
+        if fd::replace_with(view, fd, flags & libc::O_CLOEXEC != 0) {
+            crate::view_fds::moved(view, fd);
+        }
     }
     fd
 }
@@ -1721,26 +1730,29 @@ fn identified_listing(fd: c_int, path: Option<&std::ffi::CStr>) -> Option<proc_v
 /// Interposed `fopen`: as `open`, for reading.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    proc_fopen(path, mode)
+    own_descriptor_stream(path)
         .unwrap_or_else(|| identified_file(with_room_ptr(|| real::fopen(false, path, mode)), path, mode))
 }
 
 /// Interposed `fopen64`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    proc_fopen(path, mode)
+    own_descriptor_stream(path)
         .unwrap_or_else(|| identified_file(with_room_ptr(|| real::fopen(true, path, mode)), path, mode))
 }
 
-fn proc_fopen(path: *const c_char, mode: *const c_char) -> Option<*mut libc::FILE> {
-    let mode = opt_cstr(mode)?;
-    let flags = proc_view::fopen_flags(mode.to_bytes())?;
-    let view = proc_open(path, flags)?;
-    let file = fd::fdopen(view, mode);
-    if file.is_none() {
-        real::close(view);
+/// An `fopen` of `/proc/self/fd/<n>` for one of racewatch's descriptors: no stream (`ENOENT`), as for a
+/// free number. Other files of the process's own are opened for real first and then replaced by their
+/// view ([`identified_file`]): the stream's allocation (the process's first `malloc` makes its heap)
+/// comes before the text is read, as without racewatch, where the kernel makes it at the first read.
+fn own_descriptor_stream(path: *const c_char) -> Option<*mut libc::FILE> {
+    if !ptr::cstr_starts_with(path, proc_view::PREFIX)
+        || !crate::fd_view::names_own_descriptor(opt_cstr(path)?.as_ptr())
+    {
+        return None;
     }
-    file
+    set_errno(libc::ENOENT);
+    Some(std::ptr::null_mut())
 }
 
 /// A stream the program opened as `path` for reading, its descriptor [`identified`].

@@ -51,6 +51,7 @@ pub mod suppressions;
 pub mod symbolize;
 pub mod sys;
 pub mod unwind;
+pub mod view_fds;
 pub mod watch;
 
 /// A failed allocation waits for memory instead of aborting the host ([`sys::alloc`]). Only in the

@@ -204,6 +204,7 @@ pub fn facts_for(process: i32, tid: i32) -> Facts {
         trap_pending: (blocked == Some(false)).then_some(false),
         hidden_threads: reporter_threads(process),
         fd_table: None,
+        own: Default::default(),
     }
 }
 

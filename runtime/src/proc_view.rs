@@ -13,6 +13,8 @@
 //! snapshot and [`crate::intercept`] holds the entry points.
 
 use crate::reporter;
+use crate::sys::budget::Footprint;
+use crate::sys::memfile::Dest;
 use crate::sys::{environ, fd, raw, signal};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -34,6 +36,8 @@ pub enum Target {
     Environ,
     /// `limits`: the process's resource limits.
     Limits,
+    /// `statm`: the process's memory in pages.
+    Statm,
     /// The `task` listing of the parent that forked this process ([`crate::parent_view`]).
     ParentTaskDir,
 }
@@ -65,6 +69,8 @@ pub fn classify(path: &[u8], pid: i32, caller: i32, own_thread: impl Fn(i32) -> 
         (Some(b"task"), Some(_), Some(b"fd" | b"fdinfo"), None) if !thread_self => Target::FdDir,
         (Some(b"environ"), None, ..) => Target::Environ,
         (Some(b"limits"), None, ..) => Target::Limits,
+        (Some(b"statm"), None, ..) => Target::Statm,
+        (Some(b"task"), Some(_), Some(b"statm"), None) if !thread_self => Target::Statm,
         (Some(b"task"), Some(_), Some(b"limits"), None) if !thread_self => Target::Limits,
         (Some(b"task"), Some(_), Some(b"environ"), None) if !thread_self => Target::Environ,
         (Some(b"task"), None, ..) if !thread_self => Target::TaskDir,
@@ -101,6 +107,9 @@ pub struct Facts {
     pub hidden_threads: u32,
     /// The size of the descriptor table without racewatch's descriptors (`FDSize`).
     pub fd_table: Option<u64>,
+    /// racewatch's own mappings, left out of the address space (`VmPeak`, `VmSize`, `vsize`) and the
+    /// data (`VmData`) the file shows.
+    pub own: Footprint,
 }
 
 const TRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
@@ -129,10 +138,46 @@ pub fn rewrite_status(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usiz
             w.put_fmt(format_args!("Threads:\t{}\n", less(n, facts.hidden_threads)))?;
         } else if let (true, Some(size)) = (line.starts_with(b"FDSize:"), facts.fd_table) {
             w.put_fmt(format_args!("FDSize:\t{size}\n"))?;
+        } else if let Some((key, kb, own)) = memory_line(line, facts.own) {
+            w.put(key)?;
+            w.put_fmt(format_args!("\t{:>8} kB\n", kb.saturating_sub(own >> 10)))?;
         } else {
             w.put(line)?;
         }
     }
+    Some(w.len)
+}
+
+/// A `status` line of the process's memory that racewatch's footprint `own` counts in: its key, the
+/// kernel's value in KiB and racewatch's part of it in bytes.
+fn memory_line(line: &[u8], own: Footprint) -> Option<(&[u8], u64, u64)> {
+    let (key, own) = [(&b"VmPeak:"[..], own.address_space), (b"VmSize:", own.address_space), (b"VmData:", own.data)]
+        .into_iter()
+        .find(|(key, own)| *own != 0 && line.starts_with(key))?;
+    let value = line[key.len()..].trim_ascii().strip_suffix(b" kB")?;
+    Some((key, decimal_field(value)?, own))
+}
+
+/// `statm` text (sizes in pages: total, resident, shared, text, library, data and stack, 0) without
+/// racewatch's mappings in the total and the data.
+pub fn rewrite_statm(text: &[u8], own: Footprint, out: &mut [u8]) -> Option<usize> {
+    let mut w = Writer { out, len: 0 };
+    let line = text.strip_suffix(b"\n").unwrap_or(text);
+    for (i, field) in line.split(|&b| b == b' ').enumerate() {
+        if i > 0 {
+            w.put(b" ")?;
+        }
+        let less = match i {
+            0 => own.address_space / 4096,
+            5 => own.data / 4096,
+            _ => 0,
+        };
+        match decimal_field(field) {
+            Some(n) if less != 0 => w.put_fmt(format_args!("{}", n.saturating_sub(less)))?,
+            _ => w.put(field)?,
+        }
+    }
+    w.put(b"\n")?;
     Some(w.len)
 }
 
@@ -184,6 +229,10 @@ pub fn rewrite_stat(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usize>
         };
         match (i, decimal_field(field), signals) {
             (18, Some(n), _) => w.put_fmt(format_args!("{}", less(n, facts.hidden_threads)))?,
+            // Field 23, `vsize`, in bytes.
+            (21, Some(n), _) if facts.own.address_space != 0 => {
+                w.put_fmt(format_args!("{}", n.saturating_sub(facts.own.address_space)))?
+            }
             (_, Some(bits), Some((blocked, Some(set)))) => {
                 w.put_fmt(format_args!("{}", program_bits(blocked, bits, set, facts) & 0x7fff_ffff))?
             }
@@ -253,8 +302,18 @@ pub fn worth_identifying(path: &[u8]) -> bool {
 /// the records are its parent's). Not asked in a thread's own seccomp sandbox, where making the view
 /// takes system calls the filter may kill: the program reads the kernel's file there.
 fn anything_to_hide() -> bool {
-    (signal::is_installed() || reporter::kernel_count() != Some(0) || fd::table_grown())
+    let shows = signal::is_installed() || reporter::kernel_count() != Some(0) || fd::table_grown();
+    let here = !crate::sys::confined::here() && !signal::in_borrowed_memory();
+    (shows && here) || own_memory_shows()
+}
+
+/// Whether the process's memory figures are shown without racewatch's mappings (which a preloaded
+/// racewatch always has): not in a seccomp sandbox (making the view takes system calls a filter may
+/// kill) nor in a `vfork` child (the records are its parent's).
+fn own_memory_shows() -> bool {
+    cfg!(feature = "preload")
         && !crate::sys::confined::here()
+        && !crate::detector::is_sandboxed()
         && !signal::in_borrowed_memory()
 }
 
@@ -271,6 +330,7 @@ fn facts_for(tid: i32, caller: i32) -> Facts {
         trap_pending: (installed && blocked == Some(false)).then_some(false),
         hidden_threads: reporter::kernel_count().unwrap_or(1),
         fd_table: fd::table_grown().then(|| fd::program_table_size(fd::highest_open_of_program())).flatten(),
+        own: if own_memory_shows() { crate::sys::budget::own_footprint() } else { Footprint::default() },
     }
 }
 
@@ -300,19 +360,38 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     let Some(target) = classify(bytes, raw::getpid(), caller, raw::thread_alive) else {
         return open_parents(path, flags);
     };
+    let fd = make(path, target, caller, Dest::New { cloexec: flags & libc::O_CLOEXEC != 0 })?;
+    crate::view_fds::register(fd, crate::view_fds::Viewed { target, in_task: crate::view_fds::names_task(bytes) });
+    Some(fd)
+}
+
+/// A seek or `pread` of the program's on `fd`, its view of `target` (at `path`): the view gets the file's
+/// text of now.
+pub fn view_again(fd: libc::c_int, path: &std::ffi::CStr, target: Target) {
+    make(path, target, raw::gettid(), Dest::Existing(fd));
+}
+
+/// The program's view of `target`, the file at `path`, asked by thread `caller`, put where `into` says
+/// ([`crate::sys::memfile::rewritten`]); `None` when there is nothing to hide in it.
+fn make(path: &std::ffi::CStr, target: Target, caller: i32, into: Dest) -> Option<libc::c_int> {
     if target == Target::Environ {
         if !environ::hid_anything() || signal::in_borrowed_memory() {
             return None;
         }
-        let cloexec = flags & libc::O_CLOEXEC != 0;
-        return crate::sys::memfile::rewritten(path, cloexec, |_| true, environ::rewrite_proc_environ);
+        return crate::sys::memfile::rewritten(path, into, |_| true, environ::rewrite_proc_environ);
     }
     if target == Target::Limits {
         if !crate::sys::budget::any_kept() || signal::in_borrowed_memory() {
             return None;
         }
-        let cloexec = flags & libc::O_CLOEXEC != 0;
-        return crate::sys::memfile::rewritten(path, cloexec, |_| true, crate::sys::budget::rewrite_limits);
+        return crate::sys::memfile::rewritten(path, into, |_| true, crate::sys::budget::rewrite_limits);
+    }
+    if target == Target::Statm {
+        if !own_memory_shows() {
+            return None;
+        }
+        let own = crate::sys::budget::own_footprint();
+        return crate::sys::memfile::rewritten(path, into, |_| true, |text, out| rewrite_statm(text, own, out));
     }
     if !anything_to_hide() {
         return None;
@@ -320,7 +399,9 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     let (tid, stat) = match target {
         Target::Status { tid } => (tid, false),
         Target::Stat { tid } => (tid, true),
-        Target::TaskDir | Target::FdDir | Target::Environ | Target::Limits | Target::ParentTaskDir => return None,
+        Target::TaskDir | Target::FdDir | Target::Environ | Target::Limits | Target::Statm | Target::ParentTaskDir => {
+            return None
+        }
     };
     let facts = facts_for(tid, caller);
     let rewrite = |text: &[u8], out: &mut [u8]| {
@@ -343,7 +424,7 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
         let mask_settled = stat || tid == caller || !shows_handler_mask(text) || signal::mask_in_handler(tid).is_some();
         mask_settled && reporter::kernel_count().is_some()
     };
-    crate::sys::memfile::rewritten(path, flags & libc::O_CLOEXEC != 0, settled, rewrite)
+    crate::sys::memfile::rewritten(path, into, settled, rewrite)
 }
 
 /// [`open`] for a file of the parent that forked this process ([`crate::parent_view`]): its `status` or
@@ -365,7 +446,7 @@ fn open_parents(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int
     };
     // The parent's thread caught inside racewatch's handler (every signal blocked): read again.
     let settled = |text: &[u8]| stat || !shows_handler_mask(text);
-    crate::sys::memfile::rewritten(path, flags & libc::O_CLOEXEC != 0, settled, rewrite)
+    crate::sys::memfile::rewritten(path, Dest::New { cloexec: flags & libc::O_CLOEXEC != 0 }, settled, rewrite)
 }
 
 /// The `open` flags of an `fopen` mode that only reads (`None`: one that writes, never rewritten).
@@ -382,7 +463,7 @@ pub fn hidden_entry(dir: Target, name: &[u8]) -> bool {
         Target::TaskDir => reporter::is_reporter_thread(n),
         Target::FdDir => fd::is_own(n),
         Target::ParentTaskDir => crate::parent_view::hidden_in_listing(n),
-        Target::Status { .. } | Target::Stat { .. } | Target::Environ | Target::Limits => false,
+        Target::Status { .. } | Target::Stat { .. } | Target::Environ | Target::Limits | Target::Statm => false,
     }
 }
 
@@ -467,7 +548,7 @@ pub fn note_listing(dir: usize, target: Target) {
         Target::TaskDir => TASK_TAG,
         Target::FdDir => FD_TAG,
         Target::ParentTaskDir => PARENT_TASK_TAG,
-        Target::Status { .. } | Target::Stat { .. } | Target::Environ | Target::Limits => return,
+        Target::Status { .. } | Target::Stat { .. } | Target::Environ | Target::Limits | Target::Statm => return,
     };
     if dir & 0xf != 0 {
         return;
@@ -526,8 +607,9 @@ mod tests {
         assert_eq!(c("/proc/107/status"), Some(Target::Status { tid: 107 }));
         assert_eq!(c("/proc/105/stat"), Some(Target::Stat { tid: 105 }));
         assert_eq!(c("/proc/107/task"), None);
+        assert_eq!(c("/proc/self/statm"), Some(Target::Statm));
         assert_eq!(c("/proc/100/limits"), Some(Target::Limits));
-        for other in ["/proc/101/status", "/proc/self/statm", "proc/self/status", "/proc/self/task/x/status"] {
+        for other in ["/proc/101/status", "/proc/self/smaps", "proc/self/status", "/proc/self/task/x/status"] {
             assert_eq!(c(other), None, "{other}");
         }
         assert_eq!(c("/proc/self/../1/status"), None);
@@ -564,6 +646,7 @@ mod tests {
             trap_pending: None,
             hidden_threads: 1,
             fd_table: Some(256),
+            own: Footprint::default(),
         };
         let text = status_with(facts);
         assert!(text.contains("\nSigBlk:\t0000000000000010\n"), "{text}");
@@ -580,6 +663,20 @@ mod tests {
         let facts = Facts { trap_pending: Some(false), ..Facts::default() };
         let len = rewrite_status(pending.as_bytes(), &facts, &mut out).unwrap();
         assert!(std::str::from_utf8(&out[..len]).unwrap().contains("\nSigPnd:\t0000000000000200\n"));
+    }
+
+    #[test]
+    fn memory_figures_leave_racewatchs_mappings_out() {
+        let text =
+            "Name:\tprog\nVmPeak:\t   30000 kB\nVmSize:\t   26000 kB\nVmLck:\t       0 kB\nVmData:\t    9000 kB\n";
+        let facts = Facts { own: Footprint { address_space: 8 << 20, data: 6 << 20 }, ..Facts::default() };
+        let mut out = [0u8; 256];
+        let len = rewrite_status(text.as_bytes(), &facts, &mut out).unwrap();
+        let want =
+            "Name:\tprog\nVmPeak:\t   21808 kB\nVmSize:\t   17808 kB\nVmLck:\t       0 kB\nVmData:\t    2856 kB\n";
+        assert_eq!(std::str::from_utf8(&out[..len]).unwrap(), want);
+        let len = rewrite_statm(b"6500 1350 900 5 0 2250 0\n", facts.own, &mut out).unwrap();
+        assert_eq!(std::str::from_utf8(&out[..len]).unwrap(), "4452 1350 900 5 0 714 0\n");
     }
 
     #[test]
@@ -606,10 +703,11 @@ mod tests {
             trap_pending: Some(false),
             hidden_threads: 1,
             fd_table: None,
+            own: Footprint { address_space: 4096, data: 0 },
         };
         let mut out = [0u8; 1024];
         let len = rewrite_stat(stat.as_bytes(), &facts, &mut out).unwrap();
-        let want = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 2 0 12345 1000000 200 \
+        let want = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 2 0 12345 995904 200 \
                     18446744073709551615 1 1 0 0 0 0 16 4096 2560 0 0 0 17 1 0 0 0 0 0\n";
         assert_eq!(std::str::from_utf8(&out[..len]).unwrap(), want);
     }

@@ -1,5 +1,6 @@
 /* Memory budgets as a program sets and reads them: RLIMIT_AS and RLIMIT_DATA, absolute (a supervisor's
- * setrlimit, `ulimit -v`), counted in 64 KiB mappings until the kernel refuses; the limits read back (getrlimit, prlimit, /proc/self/limits) and as children see them
+ * setrlimit, `ulimit -v`) and relative to the program's own VmSize, counted in 64 KiB mappings until the
+ * kernel refuses; the limits read back (getrlimit, prlimit, /proc/self/limits) and as children see them
  * (fork + exec of a shell, posix_spawn, system). Racing threads run meanwhile. */
 #include <spawn.h>
 #include <sys/mman.h>
@@ -7,6 +8,15 @@
 extern char **environ;
 
 #define CHUNK (64ul << 10)
+
+static unsigned long statm_pages(int field) {
+  unsigned long v[7] = {0};
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (!f || fscanf(f, "%lu %lu %lu %lu %lu %lu %lu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]) != 7)
+    printf("cannot read statm\n");
+  if (f) fclose(f);
+  return v[field] * 4096ul;
+}
 
 /* 64 KiB private writable mappings until one fails; all unmapped again. */
 static int count_chunks(void) {
@@ -21,12 +31,13 @@ static int count_chunks(void) {
   return n;
 }
 
-/* In a forked child: sets `resource` to `limit` and counts chunks twice (racewatch may map between the
- * rounds). */
-static void budget(const char *name, int resource, unsigned long limit) {
+/* In a forked child: sets `resource` to `limit` (or the program's own figure + `limit` when relative) and
+ * counts chunks twice (racewatch may map between the rounds). */
+static void budget(const char *name, int resource, unsigned long limit, int relative) {
   fflush(stdout);
   pid_t child = fork();
   if (child == 0) {
+    if (relative) limit += statm_pages(resource == RLIMIT_AS ? 0 : 5);
     struct rlimit rl = {limit, limit};
     if (setrlimit(resource, &rl)) printf("%s: setrlimit: %s\n", name, rw_errname(errno));
     int first = count_chunks();
@@ -80,8 +91,10 @@ int main(int argc, char **argv) {
   (void)argc;
   (void)argv;
   rw_start(2, 1.0, 0);
-  budget("AS 256 MiB", RLIMIT_AS, 256ul << 20);
-  budget("DATA 64 MiB", RLIMIT_DATA, 64ul << 20);
+  budget("AS 256 MiB", RLIMIT_AS, 256ul << 20, 0);
+  budget("DATA 64 MiB", RLIMIT_DATA, 64ul << 20, 0);
+  budget("AS VmSize + 64 MiB", RLIMIT_AS, 64ul << 20, 1);
+  budget("DATA VmData + 32 MiB", RLIMIT_DATA, 32ul << 20, 1);
   struct rlimit as = {1ul << 30, 2ul << 30}, data = {512ul << 20, RLIM_INFINITY};
   printf("setrlimit AS: %s\n", setrlimit(RLIMIT_AS, &as) ? rw_errname(errno) : "ok");
   printf("setrlimit DATA: %s\n", setrlimit(RLIMIT_DATA, &data) ? rw_errname(errno) : "ok");

@@ -66,12 +66,21 @@ impl Drop for Scratch {
     }
 }
 
-/// Reads `path`, rewrites its text with `rewrite` (into a buffer; `None`: it does not fit) and returns
-/// a memory file holding the result, positioned at its start (close-on-exec when `cloexec`). `None`
-/// when the rewrite is the file's own text or anything fails: the caller opens the file for real.
+/// Where [`rewritten`] puts the text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dest {
+    /// A new memory file, read-only and positioned at its start, close-on-exec when `cloexec` is set.
+    New { cloexec: bool },
+    /// The memory file descriptor `fd` already holds (a view made again): its text is replaced.
+    Existing(libc::c_int),
+}
+
+/// Reads `path`, rewrites its text with `rewrite` (into a buffer; `None`: it does not fit) and puts
+/// the result where `into` says. `None` when a new file's text is the file's own or anything fails:
+/// the caller opens the file for real.
 pub fn rewritten(
     path: &CStr,
-    cloexec: bool,
+    into: Dest,
     settled: impl Fn(&[u8]) -> bool,
     rewrite: impl FnOnce(&[u8], &mut [u8]) -> Option<usize>,
 ) -> Option<libc::c_int> {
@@ -94,6 +103,10 @@ pub fn rewritten(
         len = super::raw::read_whole(path, text)?;
     }
     let new_len = rewrite(&text[..len], out)?;
+    let cloexec = match into {
+        Dest::Existing(fd) => return write_again(fd, &out[..new_len]).then_some(fd),
+        Dest::New { cloexec } => cloexec,
+    };
     if out[..new_len] == text[..len] {
         return None;
     }
@@ -107,18 +120,60 @@ pub fn rewritten(
         return None;
     }
     let fd = fd as libc::c_int;
-    let mut done = 0;
-    while done < new_len {
-        let rest = &out[done..new_len];
-        let n = syscall6(libc::SYS_write, [fd as u64, rest.as_ptr() as u64, rest.len() as u64, 0, 0, 0]);
-        if n <= 0 {
-            syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
-            return None;
-        }
-        done += n as usize;
+    if !write_all(fd, &out[..new_len]) {
+        syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+        return None;
     }
     syscall6(libc::SYS_lseek, [fd as u64, 0, libc::SEEK_SET as u64, 0, 0, 0]);
+    read_only(fd, cloexec);
     Some(fd)
+}
+
+fn write_all(fd: libc::c_int, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        let n = syscall6(libc::SYS_write, [fd as u64, bytes.as_ptr() as u64, bytes.len() as u64, 0, 0, 0]);
+        if n <= 0 {
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    true
+}
+
+/// `/proc/self/fd/<fd>` (NUL-terminated) in `buf`.
+fn own_link(fd: libc::c_int, buf: &mut [u8; 32]) -> &CStr {
+    let mut w = std::io::Cursor::new(&mut buf[..]);
+    let _ = std::io::Write::write_fmt(&mut w, format_args!("/proc/self/fd/{fd}\0"));
+    CStr::from_bytes_until_nul(buf).unwrap_or(c"/proc/self/fd/-1")
+}
+
+/// Replaces memory file `fd` (same number) by a read-only open of it, as the program's own `open` of the
+/// file it stands for is (its `fdinfo` flags); left as it is when that fails.
+fn read_only(fd: libc::c_int, cloexec: bool) {
+    let mut buf = [0u8; 32];
+    let link = own_link(fd, &mut buf);
+    let flags = libc::O_RDONLY | if cloexec { libc::O_CLOEXEC } else { 0 };
+    let again = syscall6(libc::SYS_openat, [libc::AT_FDCWD as u64, link.as_ptr() as u64, flags as u64, 0, 0, 0]);
+    if again >= 0 {
+        let dup_flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+        syscall6(libc::SYS_dup3, [again as u64, fd as u64, dup_flags as u64, 0, 0, 0]);
+        syscall6(libc::SYS_close, [again as u64, 0, 0, 0, 0, 0]);
+    }
+}
+
+/// Replaces the text of memory file `fd` (a read-only descriptor of it) with `text`, through a
+/// writable open of its own that truncates it.
+fn write_again(fd: libc::c_int, text: &[u8]) -> bool {
+    let mut buf = [0u8; 32];
+    let link = own_link(fd, &mut buf);
+    let flags = libc::O_WRONLY | libc::O_TRUNC | libc::O_CLOEXEC;
+    let writable = syscall6(libc::SYS_openat, [libc::AT_FDCWD as u64, link.as_ptr() as u64, flags as u64, 0, 0, 0]);
+    if writable < 0 {
+        return false;
+    }
+    let done = write_all(writable as libc::c_int, text);
+    syscall6(libc::SYS_close, [writable as u64, 0, 0, 0, 0, 0]);
+    done
 }
 
 /// How many times [`rewritten`] reads a text again that is not settled (half after yielding, half after
@@ -145,14 +200,33 @@ mod tests {
             out[..text.len()].make_ascii_uppercase();
             Some(text.len())
         };
-        let fd = super::rewritten(c"/proc/self/comm", true, |_| true, upper).unwrap();
+        let fd = super::rewritten(c"/proc/self/comm", super::Dest::New { cloexec: true }, |_| true, upper).unwrap();
         let own = std::fs::read_to_string("/proc/self/comm").unwrap();
         assert_eq!(read(fd), own.to_uppercase());
         let same = |text: &[u8], out: &mut [u8]| {
             out[..text.len()].copy_from_slice(text);
             Some(text.len())
         };
-        assert_eq!(super::rewritten(c"/proc/self/comm", true, |_| true, same), None);
-        assert_eq!(super::rewritten(c"/nonexistent/file", true, |_| true, same), None);
+        assert_eq!(super::rewritten(c"/proc/self/comm", super::Dest::New { cloexec: true }, |_| true, same), None);
+        assert_eq!(super::rewritten(c"/nonexistent/file", super::Dest::New { cloexec: true }, |_| true, same), None);
+    }
+
+    #[test]
+    fn a_view_is_read_only_and_made_again_in_place() {
+        let upper = |text: &[u8], out: &mut [u8]| {
+            out[..text.len()].copy_from_slice(text);
+            out[..text.len()].make_ascii_uppercase();
+            Some(text.len())
+        };
+        let fd = super::rewritten(c"/proc/self/comm", super::Dest::New { cloexec: true }, |_| true, upper).unwrap();
+        // SAFETY: F_GETFL on a descriptor this test owns.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        assert_eq!(flags & libc::O_ACCMODE, libc::O_RDONLY, "as the program's own open of the file");
+        let shorter = |_: &[u8], out: &mut [u8]| {
+            out[..3].copy_from_slice(b"ab\n");
+            Some(3)
+        };
+        assert_eq!(super::rewritten(c"/proc/self/comm", super::Dest::Existing(fd), |_| true, shorter), Some(fd));
+        assert_eq!(read(fd), "ab\n", "the same descriptor, the new text only");
     }
 }

@@ -160,6 +160,13 @@ static POLL_CHK: Real = Real::new(c"__poll_chk");
 static PPOLL_CHK: Real = Real::new(c"__ppoll_chk");
 static EPOLL_CTL: Real = Real::new(c"epoll_ctl");
 static READLINK: Real = Real::new(c"readlink");
+static LSEEK: Real = Real::new(c"lseek");
+static PREAD: Real = Real::new(c"pread");
+static FSEEKO: Real = Real::new(c"fseeko");
+static REWIND: Real = Real::new(c"rewind");
+static FSETPOS: Real = Real::new(c"fsetpos");
+static STATFS: Real = Real::new(c"statfs");
+static FSTATFS: Real = Real::new(c"fstatfs");
 static READLINKAT: Real = Real::new(c"readlinkat");
 static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
 static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
@@ -541,6 +548,42 @@ pub fn select(
         except,
         timeout
     )
+}
+
+/// The real `lseek` (the same function as `lseek64` on x86-64).
+pub fn lseek(fd: c_int, offset: libc::off_t, whence: c_int) -> libc::off_t {
+    call!(LSEEK, -1, fn(c_int, libc::off_t, c_int) -> libc::off_t, fd, offset, whence)
+}
+
+/// The real `pread` (the same function as `pread64` on x86-64): a cancellation point.
+pub fn pread(fd: c_int, buf: *mut c_void, len: usize, offset: libc::off_t) -> isize {
+    call!(PREAD, -1, extern "C-unwind" fn(c_int, *mut c_void, usize, libc::off_t) -> isize, fd, buf, len, offset)
+}
+
+/// The real `fseeko` (the same function as `fseek`'s and `fseeko64`'s on x86-64, where `long` and
+/// `off_t` are both 64 bits).
+pub fn fseeko(file: *mut libc::FILE, offset: libc::off_t, whence: c_int) -> c_int {
+    call!(FSEEKO, -1, fn(*mut libc::FILE, libc::off_t, c_int) -> c_int, file, offset, whence)
+}
+
+/// The real `rewind`.
+pub fn rewind(file: *mut libc::FILE) {
+    call!(REWIND, (), fn(*mut libc::FILE) -> (), file)
+}
+
+/// The real `fsetpos` (the same function as `fsetpos64` on x86-64).
+pub fn fsetpos(file: *mut libc::FILE, pos: *const libc::fpos_t) -> c_int {
+    call!(FSETPOS, -1, fn(*mut libc::FILE, *const libc::fpos_t) -> c_int, file, pos)
+}
+
+/// The real `statfs` (the same function as `statfs64` on x86-64).
+pub fn statfs(path: *const c_char, buf: *mut libc::statfs) -> c_int {
+    call!(STATFS, -1, fn(*const c_char, *mut libc::statfs) -> c_int, path, buf)
+}
+
+/// The real `fstatfs` (the same function as `fstatfs64` on x86-64).
+pub fn fstatfs(fd: c_int, buf: *mut libc::statfs) -> c_int {
+    call!(FSTATFS, -1, fn(c_int, *mut libc::statfs) -> c_int, fd, buf)
 }
 
 /// The real `readlink`.

@@ -48,13 +48,8 @@ static void report(const char *when, int fd, FILE *f, int statm, long statm_befo
          threads_by_fd(fd, 1), threads_by_stream(f), size > statm_before ? "yes" : "no");
 }
 
-static int late(void) {
-  rw_start(3, 1.0, 0);
-  int fd = open("/proc/self/status", O_RDONLY);
-  int statm = open("/proc/self/statm", O_RDONLY);
-  FILE *f = fopen("/proc/self/status", "r");
-  long statm_before = statm_size(statm);
-  report("opened while racing", fd, f, statm, statm_before);
+/* After the threads are joined: reads once more, closes everything. */
+static int finish(int fd, FILE *f, int statm, long statm_before) {
   rw_join();
   rw_sleep(0.05);
   report("joined", fd, f, statm, statm_before);
@@ -63,6 +58,16 @@ static int late(void) {
   close(statm);
   printf("done\n");
   return 0;
+}
+
+static int late(void) {
+  rw_start(3, 1.0, 0);
+  int fd = open("/proc/self/status", O_RDONLY);
+  int statm = open("/proc/self/statm", O_RDONLY);
+  FILE *f = fopen("/proc/self/status", "r");
+  long statm_before = statm_size(statm);
+  report("opened while racing", fd, f, statm, statm_before);
+  return finish(fd, f, statm, statm_before);
 }
 
 int main(int argc, char **argv) {
@@ -96,13 +101,6 @@ int main(int argc, char **argv) {
   rw_start(3, 1.0, 0);
   void *block = mmap(NULL, 64 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   report("with 3 racing threads", fd, f, statm, statm_before);
-  rw_join();
   munmap(block, 64 << 20);
-  rw_sleep(0.05);
-  report("joined", fd, f, statm, statm_before);
-  fclose(f);
-  close(fd);
-  close(statm);
-  printf("done\n");
-  return 0;
+  return finish(fd, f, statm, statm_before);
 }

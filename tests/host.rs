@@ -1259,7 +1259,8 @@ fn cases() -> Vec<Case> {
         // A monitor that keeps its status and statm open reads them again (lseek + read, pread, rewind)
         // as the kernel makes them again, and the descriptor looks like the file (fstat, fstatfs, its
         // link, its fdinfo flags): opened before the first thread, and while threads race (runtime of
-        // 1b8ee06: the re-read after the join still said 4 threads, and VmSize grown).
+        // 1b8ee06: the re-read after the join still said 4 threads, and VmSize grown); a forked child reads its
+        // parent's file through the descriptor it inherited.
         case("own_files_kept_open_read_again", "status_kept_open", &[]).repeat(2).expect(&["done"]),
         case("own_files_opened_while_racing_read_again", "status_kept_open", &["late"])
             .repeat(2)

@@ -361,7 +361,10 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
         return open_parents(path, flags);
     };
     let fd = make(path, target, caller, Dest::New { cloexec: flags & libc::O_CLOEXEC != 0 })?;
-    crate::view_fds::register(fd, crate::view_fds::Viewed { target, in_task: crate::view_fds::names_task(bytes) });
+    crate::view_fds::register(
+        fd,
+        crate::view_fds::Viewed { target, in_task: crate::view_fds::names_task(bytes), pid: 0 },
+    );
     Some(fd)
 }
 

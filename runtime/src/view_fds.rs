@@ -24,21 +24,26 @@ const ENVIRON: u64 = 5;
 
 struct Slot {
     fd: AtomicI32,
+    /// The process whose file it is (a forked child holds its parent's).
+    pid: AtomicI32,
     /// kind | in a `task` directory << 8 | tid << 16.
     what: AtomicU64,
     /// The memory file's inode.
     ino: AtomicU64,
 }
 
-static SLOT: [Slot; SLOTS] =
-    [const { Slot { fd: AtomicI32::new(-1), what: AtomicU64::new(0), ino: AtomicU64::new(0) } }; SLOTS];
+static SLOT: [Slot; SLOTS] = [const {
+    Slot { fd: AtomicI32::new(-1), pid: AtomicI32::new(0), what: AtomicU64::new(0), ino: AtomicU64::new(0) }
+}; SLOTS];
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
-/// What a view stands for: the file and whether the program named it in a `task` directory.
+/// What a view stands for: the file, whether the program named it in a `task` directory, and the
+/// process whose file it is (0: this one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Viewed {
     pub target: Target,
     pub in_task: bool,
+    pub pid: i32,
 }
 
 impl Viewed {
@@ -64,13 +69,13 @@ impl Viewed {
             ENVIRON => Target::Environ,
             _ => return None,
         };
-        Some(Viewed { target, in_task: packed & 0x100 != 0 })
+        Some(Viewed { target, in_task: packed & 0x100 != 0, pid: 0 })
     }
 
     /// The file's name as the kernel gives it in the descriptor's link: `/proc/<pid>/status`, or
     /// `/proc/<pid>/task/<tid>/status` when named in a `task` directory.
     pub fn path(self) -> ([u8; 64], usize) {
-        let pid = raw::getpid();
+        let pid = if self.pid > 0 { self.pid } else { raw::getpid() };
         let (name, tid) = match self.target {
             Target::Status { tid } => ("status", tid),
             Target::Stat { tid } => ("stat", tid),
@@ -111,6 +116,7 @@ pub fn register(fd: i32, viewed: Viewed) {
     for slot in &SLOT {
         if slot.fd.compare_exchange(-1, -2, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             slot.what.store(packed, Ordering::Release);
+            slot.pid.store(if viewed.pid > 0 { viewed.pid } else { raw::getpid() }, Ordering::Release);
             slot.ino.store(ino, Ordering::Release);
             slot.fd.store(fd, Ordering::Release);
             COUNT.fetch_add(1, Ordering::AcqRel);
@@ -166,7 +172,8 @@ pub fn lookup(fd: i32) -> Option<Viewed> {
         return None;
     }
     let slot = SLOT.iter().find(|slot| slot.fd.load(Ordering::Acquire) == fd)?;
-    let viewed = Viewed::unpack(slot.what.load(Ordering::Acquire))?;
+    let mut viewed = Viewed::unpack(slot.what.load(Ordering::Acquire))?;
+    viewed.pid = slot.pid.load(Ordering::Acquire);
     if inode(fd) != Some(slot.ino.load(Ordering::Acquire)) {
         forget(fd); // Closed unseen, and the number taken again.
         return None;
@@ -177,7 +184,8 @@ pub fn lookup(fd: i32) -> Option<Viewed> {
 /// Before a seek or a `pread` of the program's on `fd`: a view gets the file's current text, as the
 /// kernel makes it again.
 pub fn refresh(fd: i32) {
-    if let Some(viewed) = lookup(fd) {
+    // Not a view of another process's file: a forked child's of its parent's (whose text it shares).
+    if let Some(viewed) = lookup(fd).filter(|viewed| viewed.pid == raw::getpid()) {
         let (path, len) = viewed.path();
         if let Ok(path) = std::ffi::CStr::from_bytes_with_nul(&path[..=len]) {
             proc_view::view_again(fd, path, viewed.target);
@@ -200,16 +208,18 @@ mod tests {
             [Target::Status { tid: 77 }, Target::Stat { tid: 5 }, Target::Statm, Target::Limits, Target::Environ]
         {
             for in_task in [false, true] {
-                let viewed = Viewed { target, in_task };
+                let viewed = Viewed { target, in_task, pid: 0 };
                 assert_eq!(Viewed::unpack(viewed.pack().unwrap()), Some(viewed));
             }
         }
-        assert_eq!(Viewed { target: Target::TaskDir, in_task: false }.pack(), None);
+        assert_eq!(Viewed { target: Target::TaskDir, in_task: false, pid: 0 }.pack(), None);
         let pid = raw::getpid();
-        let (path, len) = Viewed { target: Target::Status { tid: 77 }, in_task: true }.path();
+        let (path, len) = Viewed { target: Target::Status { tid: 77 }, in_task: true, pid: 0 }.path();
         assert_eq!(std::str::from_utf8(&path[..len]).unwrap(), format!("/proc/{pid}/task/77/status"));
-        let (path, len) = Viewed { target: Target::Statm, in_task: false }.path();
+        let (path, len) = Viewed { target: Target::Statm, in_task: false, pid: 0 }.path();
         assert_eq!(std::str::from_utf8(&path[..len]).unwrap(), format!("/proc/{pid}/statm"));
+        let (path, len) = Viewed { target: Target::Limits, in_task: false, pid: 42 }.path();
+        assert_eq!(&path[..len], b"/proc/42/limits", "a forked child's view of its parent's file");
         assert!(names_task(b"/proc/thread-self/status") && names_task(b"/proc/self/task/5/stat"));
         assert!(!names_task(b"/proc/self/status"));
     }
@@ -218,7 +228,7 @@ mod tests {
     fn a_number_taken_again_is_not_a_view() {
         let file = std::fs::File::open("/proc/self/cmdline").unwrap();
         let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
-        register(fd, Viewed { target: Target::Statm, in_task: false });
+        register(fd, Viewed { target: Target::Statm, in_task: false, pid: 0 });
         assert!(lookup(fd).is_some());
         drop(file);
         let other = std::fs::File::open("/dev/null").unwrap();

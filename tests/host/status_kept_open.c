@@ -60,6 +60,27 @@ static int finish(int fd, FILE *f, int statm, long statm_before) {
   return 0;
 }
 
+/* A forked child reads the status descriptor it inherited: its parent's file, by pread and by its link. */
+static void forked_child_reads(int fd) {
+  fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) {
+    char buf[8192], link[64], target[256], want[64];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = 0;
+    printf("forked child reads its parent's Pid: %d\n", field_from(buf, "\nPid:") == getppid());
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t k = readlink(link, target, sizeof target - 1);
+    target[k > 0 ? k : 0] = 0;
+    snprintf(want, sizeof want, "/proc/%d/status", getppid());
+    printf("forked child's link names its parent's file: %d\n", !strcmp(target, want));
+    fflush(stdout);
+    _exit(0);
+  }
+  int status;
+  waitpid(child, &status, 0);
+}
+
 static int late(void) {
   rw_start(3, 1.0, 0);
   int fd = open("/proc/self/status", O_RDONLY);
@@ -98,6 +119,7 @@ int main(int argc, char **argv) {
   if (info) fclose(info);
   long statm_before = statm_size(statm);
   report("alone", fd, f, statm, statm_before);
+  forked_child_reads(fd);
   rw_start(3, 1.0, 0);
   void *block = mmap(NULL, 64 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   report("with 3 racing threads", fd, f, statm, statm_before);

@@ -1260,7 +1260,8 @@ fn cases() -> Vec<Case> {
         // as the kernel makes them again, and the descriptor looks like the file (fstat, fstatfs, its
         // link, its fdinfo flags): opened before the first thread, and while threads race (runtime of
         // 1b8ee06: the re-read after the join still said 4 threads, and VmSize grown); a forked child reads its
-        // parent's file through the descriptor it inherited.
+        // parent's file through the descriptor it inherited, and a dup reads as the descriptor (runtime of bfac7f0: 1 thread
+        // for 4).
         case("own_files_kept_open_read_again", "status_kept_open", &[]).repeat(2).expect(&["done"]),
         case("own_files_opened_while_racing_read_again", "status_kept_open", &["late"])
             .repeat(2)

@@ -540,7 +540,17 @@ pub extern "C" fn dup(fd: c_int) -> c_int {
     if fd::is_own(fd) {
         return errno_result(-libc::EBADF);
     }
-    made_fd(0, || real::dup(fd))
+    let new = made_fd(0, || real::dup(fd));
+    duplicated_view(fd, new);
+    new
+}
+
+/// A descriptor of a view of one of the process's own files, duplicated, is the same view
+/// ([`crate::view_fds`]); not in a `vfork` child, whose records are its parent's.
+fn duplicated_view(old: c_int, new: c_int) {
+    if !signal::in_borrowed_memory() {
+        crate::view_fds::duplicated(old, new);
+    }
 }
 
 /// Makes a descriptor with `call`; where it fails with `EMFILE` while racewatch's own descriptors sit
@@ -669,6 +679,9 @@ pub extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     }
     let rc = real::dup2(old, new);
     fd::note_made(if rc >= 0 { new } else { -1 });
+    if rc >= 0 {
+        duplicated_view(old, new);
+    }
     rc
 }
 
@@ -683,6 +696,9 @@ pub extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     }
     let rc = real::dup3(old, new, flags);
     fd::note_made(if rc >= 0 { new } else { -1 });
+    if rc >= 0 {
+        duplicated_view(old, new);
+    }
     rc
 }
 
@@ -695,7 +711,9 @@ pub extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
         return errno_result(-libc::EBADF);
     }
     if duplicates(cmd) {
-        return made_fd(arg.min(c_int::MAX as c_ulong) as c_int, || real::fcntl(false, fd, cmd, arg));
+        let new = made_fd(arg.min(c_int::MAX as c_ulong) as c_int, || real::fcntl(false, fd, cmd, arg));
+        duplicated_view(fd, new);
+        return new;
     }
     with_room(|| real::fcntl(false, fd, cmd, arg))
 }
@@ -707,7 +725,9 @@ pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
         return errno_result(-libc::EBADF);
     }
     if duplicates(cmd) {
-        return made_fd(arg.min(c_int::MAX as c_ulong) as c_int, || real::fcntl(true, fd, cmd, arg));
+        let new = made_fd(arg.min(c_int::MAX as c_ulong) as c_int, || real::fcntl(true, fd, cmd, arg));
+        duplicated_view(fd, new);
+        return new;
     }
     with_room(|| real::fcntl(true, fd, cmd, arg))
 }

@@ -136,6 +136,15 @@ pub fn moved(from: i32, to: i32) {
     }
 }
 
+/// The program duplicated view `old` as `new` (`dup`, `dup2`, `dup3`, `F_DUPFD`): `new` is the same view.
+pub fn duplicated(old: i32, new: i32) {
+    if old != new && new >= 0 {
+        if let Some(viewed) = lookup(old) {
+            register(new, viewed);
+        }
+    }
+}
+
 /// The program closed `fd` (or a `dup2` replaced it).
 pub fn forget(fd: i32) {
     if COUNT.load(Ordering::Acquire) == 0 {

@@ -120,8 +120,11 @@ int main(int argc, char **argv) {
   long statm_before = statm_size(statm);
   report("alone", fd, f, statm, statm_before);
   forked_child_reads(fd);
+  int copy = dup(fd);
   rw_start(3, 1.0, 0);
   void *block = mmap(NULL, 64 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  printf("a dup of the descriptor reads %d threads\n", threads_by_fd(copy, 1));
+  close(copy);
   report("with 3 racing threads", fd, f, statm, statm_before);
   munmap(block, 64 << 20);
   return finish(fd, f, statm, statm_before);

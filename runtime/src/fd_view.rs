@@ -38,9 +38,9 @@ fn fstat_of(large: bool, fd: c_int, buf: *mut libc::stat) -> c_int {
     if fd::is_own(fd) {
         return failed(libc::EBADF);
     }
-    if let Some((path, len)) = view_fds::stands_for(fd) {
-        let path = std::ffi::CStr::from_bytes_with_nul(&path[..=len]).unwrap_or(c"/proc/self/status");
-        return real::stat(if large { real::StatFn::Stat64 } else { real::StatFn::Stat }, path.as_ptr(), buf);
+    if let Some(file) = view_fds::stands_for(fd) {
+        let which = if large { real::StatFn::Stat64 } else { real::StatFn::Stat };
+        return real::stat(which, file.as_cstr().as_ptr(), buf);
     }
     real::fstat(large, fd, buf)
 }
@@ -49,10 +49,7 @@ fn fstat_of(large: bool, fd: c_int, buf: *mut libc::stat) -> c_int {
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fstatfs(fd: c_int, buf: *mut libc::statfs) -> c_int {
     match view_fds::stands_for(fd) {
-        Some((path, len)) => {
-            let path = std::ffi::CStr::from_bytes_with_nul(&path[..=len]).unwrap_or(c"/proc/self/status");
-            real::statfs(path.as_ptr(), buf)
-        }
+        Some(file) => real::statfs(file.as_cstr().as_ptr(), buf),
         None => real::fstatfs(fd, buf),
     }
 }
@@ -207,10 +204,9 @@ pub extern "C" fn statx(dir: c_int, path: *const c_char, flags: c_int, mask: c_u
     if names_own_descriptor(path) {
         return failed(libc::ENOENT);
     }
-    if let (true, Some((name, len))) = (empty_path(path, flags), view_fds::stands_for(dir)) {
+    if let (true, Some(file)) = (empty_path(path, flags), view_fds::stands_for(dir)) {
         // A view's `statx` by its descriptor: the file it stands for's.
-        let name = std::ffi::CStr::from_bytes_with_nul(&name[..=len]).unwrap_or(c"/proc/self/status");
-        return real::statx(libc::AT_FDCWD, name.as_ptr(), flags & !libc::AT_EMPTY_PATH, mask, buf);
+        return real::statx(libc::AT_FDCWD, file.as_cstr().as_ptr(), flags & !libc::AT_EMPTY_PATH, mask, buf);
     }
     let rc = real::statx(dir, path, flags, mask, buf);
     if let (0, Some((entries, threads)), Some(buf)) = (rc, hidden_in(path), ptr::opt_mut(buf)) {
@@ -252,8 +248,9 @@ fn view_link(path: *const c_char, buf: *mut c_char, len: usize) -> Option<isize>
     let slash = path.iter().rposition(|&b| b == b'/')?;
     let fd = proc_view::number(&path[slash + 1..])?;
     let dir = proc_view::classify(&path[..slash], raw::getpid(), raw::gettid(), raw::thread_alive);
-    let (name, name_len) = view_fds::stands_for(fd).filter(|_| dir == Some(Target::FdDir))?;
-    let n = name_len.min(len);
+    let file = view_fds::stands_for(fd).filter(|_| dir == Some(Target::FdDir))?;
+    let name = file.as_cstr().to_bytes();
+    let n = name.len().min(len);
     // SAFETY: `buf` is the caller's buffer of `len` bytes; `n` is at most that.
     unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), buf as *mut u8, n) };
     Some(n as isize)

@@ -74,7 +74,7 @@ impl Viewed {
 
     /// The file's name as the kernel gives it in the descriptor's link: `/proc/<pid>/status`, or
     /// `/proc/<pid>/task/<tid>/status` when named in a `task` directory.
-    pub fn path(self) -> ([u8; 64], usize) {
+    pub fn path(self) -> FileName {
         let pid = if self.pid > 0 { self.pid } else { raw::getpid() };
         let (name, tid) = match self.target {
             Target::Status { tid } => ("status", tid),
@@ -91,7 +91,19 @@ impl Viewed {
             std::io::Write::write_fmt(&mut w, format_args!("/proc/{pid}/{name}\0"))
         };
         let len = if written.is_ok() { w.position() as usize - 1 } else { 0 };
-        (out, len)
+        FileName { bytes: out, len }
+    }
+}
+
+/// The name of the file a view stands for, as the kernel gives it.
+pub struct FileName {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+impl FileName {
+    pub fn as_cstr(&self) -> &std::ffi::CStr {
+        std::ffi::CStr::from_bytes_with_nul(&self.bytes[..=self.len]).unwrap_or(c"/proc/self/status")
     }
 }
 
@@ -195,15 +207,12 @@ pub fn lookup(fd: i32) -> Option<Viewed> {
 pub fn refresh(fd: i32) {
     // Not a view of another process's file: a forked child's of its parent's (whose text it shares).
     if let Some(viewed) = lookup(fd).filter(|viewed| viewed.pid == raw::getpid()) {
-        let (path, len) = viewed.path();
-        if let Ok(path) = std::ffi::CStr::from_bytes_with_nul(&path[..=len]) {
-            proc_view::view_again(fd, path, viewed.target);
-        }
+        proc_view::view_again(fd, viewed.path().as_cstr(), viewed.target);
     }
 }
 
 /// The path `fstat`, `fstatfs` and `statx` of view `fd` look at instead (the file it stands for).
-pub fn stands_for(fd: i32) -> Option<([u8; 64], usize)> {
+pub fn stands_for(fd: i32) -> Option<FileName> {
     lookup(fd).map(Viewed::path)
 }
 
@@ -223,12 +232,17 @@ mod tests {
         }
         assert_eq!(Viewed { target: Target::TaskDir, in_task: false, pid: 0 }.pack(), None);
         let pid = raw::getpid();
-        let (path, len) = Viewed { target: Target::Status { tid: 77 }, in_task: true, pid: 0 }.path();
-        assert_eq!(std::str::from_utf8(&path[..len]).unwrap(), format!("/proc/{pid}/task/77/status"));
-        let (path, len) = Viewed { target: Target::Statm, in_task: false, pid: 0 }.path();
-        assert_eq!(std::str::from_utf8(&path[..len]).unwrap(), format!("/proc/{pid}/statm"));
-        let (path, len) = Viewed { target: Target::Limits, in_task: false, pid: 42 }.path();
-        assert_eq!(&path[..len], b"/proc/42/limits", "a forked child's view of its parent's file");
+        let name = |viewed: Viewed| viewed.path().as_cstr().to_str().unwrap().to_string();
+        assert_eq!(
+            name(Viewed { target: Target::Status { tid: 77 }, in_task: true, pid: 0 }),
+            format!("/proc/{pid}/task/77/status")
+        );
+        assert_eq!(name(Viewed { target: Target::Statm, in_task: false, pid: 0 }), format!("/proc/{pid}/statm"));
+        assert_eq!(
+            name(Viewed { target: Target::Limits, in_task: false, pid: 42 }),
+            "/proc/42/limits",
+            "a forked child's view of its parent's file"
+        );
         assert!(names_task(b"/proc/thread-self/status") && names_task(b"/proc/self/task/5/stat"));
         assert!(!names_task(b"/proc/self/status"));
     }

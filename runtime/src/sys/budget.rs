@@ -147,7 +147,7 @@ pub fn note_own(start: usize, len: usize) {
 pub fn note_own_stack(inside: usize, max_len: usize) {
     let (mut below, mut found) = ((0, 0, false), None);
     super::raw::for_each_line(c"/proc/self/maps", &mut |line| {
-        let Some((start, end, perms)) = parse_line(line) else { return true };
+        let Some((start, end, perms)) = super::raw::maps_entry(line) else { return true };
         if (start..end).contains(&inside) {
             let start = start.max(end.saturating_sub(max_len));
             let guard = below.1 == start && below.2 && start - below.0 == PAGE;
@@ -195,7 +195,7 @@ fn own_ranges(each: &mut dyn FnMut(usize, usize)) {
 pub fn own_footprint() -> Footprint {
     let mut footprint = Footprint::default();
     super::raw::for_each_line(c"/proc/self/maps", &mut |line| {
-        if let Some((start, end, perms)) = parse_line(line) {
+        if let Some((start, end, perms)) = super::raw::maps_entry(line) {
             let mut inside = 0;
             own_ranges(&mut |lo, hi| inside += overlap(start, end, lo, hi));
             footprint.address_space += inside as u64;
@@ -213,15 +213,6 @@ fn overlap(start: usize, end: usize, lo: usize, hi: usize) -> usize {
         return 0;
     }
     end.min(hi).saturating_sub(start.max(lo))
-}
-
-/// A `/proc/self/maps` line's start, end and permissions.
-fn parse_line(line: &[u8]) -> Option<(usize, usize, &[u8])> {
-    let mut fields = line.split(|&b| b == b' ');
-    let range = fields.next()?;
-    let dash = range.iter().position(|&b| b == b'-')?;
-    let hex = |digits: &[u8]| usize::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok();
-    Some((hex(&range[..dash])?, hex(&range[dash + 1..])?, fields.next()?))
 }
 
 /// The kernel's soft limit for a program soft limit `soft` with racewatch's `own` bytes on top, within

@@ -214,6 +214,15 @@ pub fn sigaltstack(new: Option<&libc::stack_t>) -> Option<libc::stack_t> {
     (rc == 0).then_some(old)
 }
 
+/// A `/proc/<pid>/maps` line's start and end addresses and its permissions (`rw-p`).
+pub fn maps_entry(line: &[u8]) -> Option<(usize, usize, &[u8])> {
+    let mut fields = line.split(|&b| b == b' ');
+    let range = fields.next()?;
+    let dash = range.iter().position(|&b| b == b'-')?;
+    let hex = |digits: &[u8]| usize::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok();
+    Some((hex(&range[..dash])?, hex(&range[dash + 1..])?, fields.next().unwrap_or_default()))
+}
+
 /// The whole text of `path` into `buf` (raw calls: no descriptor kept, none of racewatch's
 /// interposers, not a cancellation point); `None` if it cannot be read or does not fit.
 pub fn read_whole(path: &CStr, buf: &mut [u8]) -> Option<usize> {

@@ -234,7 +234,7 @@ pub fn close_gap_above_own_module() {
     let here = std::ptr::addr_of!(HEAP) as usize;
     let (mut end, mut gap) = (0usize, None);
     crate::sys::raw::for_each_line(c"/proc/self/maps", &mut |line| {
-        let Some((start, stop)) = address_range(line) else { return false };
+        let Some((start, stop, _)) = crate::sys::raw::maps_entry(line) else { return false };
         if end == 0 {
             if (start..stop).contains(&here) {
                 end = stop;
@@ -275,14 +275,6 @@ pub fn open_gap_above_own_module() {
     if len != 0 {
         crate::sys::raw::munmap(start, len);
     }
-}
-
-/// The start and end addresses of a `/proc/self/maps` line.
-fn address_range(line: &[u8]) -> Option<(usize, usize)> {
-    let range = line.split(|&b| b == b' ').next()?;
-    let dash = range.iter().position(|&b| b == b'-')?;
-    let hex = |digits: &[u8]| usize::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok();
-    Some((hex(&range[..dash])?, hex(&range[dash + 1..])?))
 }
 
 /// Unmaps what [`map`] returned for `use_` (or a page-aligned part of it), and gives its range back to

@@ -498,7 +498,7 @@ fn main_thread_stack() -> Option<(usize, usize)> {
     let mut below = 0usize;
     let mut found = None;
     raw::for_each_line(c"/proc/self/maps", &mut |line| {
-        let Some((from, to)) = map_range(line) else { return true };
+        let Some((from, to, _)) = raw::maps_entry(line) else { return true };
         if (from..to).contains(&start) {
             let size = (limit.rlim_cur as usize).wrapping_sub(to - end) & !(PAGE - 1);
             let size = size.min(end - below);
@@ -509,14 +509,6 @@ fn main_thread_stack() -> Option<(usize, usize)> {
         true
     });
     found
-}
-
-/// The `from-to` addresses at the start of a line of `/proc/self/maps`.
-fn map_range(line: &[u8]) -> Option<(usize, usize)> {
-    let range = line.split(|&b| b == b' ').next()?;
-    let mut parts = range.split(|&b| b == b'-');
-    let hex = |part: &[u8]| usize::from_str_radix(std::str::from_utf8(part).ok()?, 16).ok();
-    Some((hex(parts.next()?)?, hex(parts.next()?)?))
 }
 
 extern "C" {

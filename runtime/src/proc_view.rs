@@ -208,6 +208,14 @@ pub fn shows_handler_mask(text: &[u8]) -> bool {
         .is_some_and(|bits| bits & GLIBC_INTERNAL == GLIBC_INTERNAL)
 }
 
+/// Whether `status` text shows `SIGTRAP` in the thread's `SigPnd`.
+fn shows_pending_trap(text: &[u8]) -> bool {
+    text.split(|&b| b == b'\n')
+        .find_map(|line| line.strip_prefix(b"SigPnd:"))
+        .and_then(hex_field)
+        .is_some_and(|bits| bits & TRAP_BIT != 0)
+}
+
 /// `stat` text with the program's thread count (field 20, `num_threads`) and signal sets (fields 31 to 34:
 /// pending, blocked, ignored, caught; decimal, the first 31 signals).
 pub fn rewrite_stat(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usize> {
@@ -423,9 +431,12 @@ fn make(path: &std::ffi::CStr, target: Target, caller: i32, into: Dest) -> Optio
     // Another thread's status read while racewatch's handler enters or leaves there (before it noted
     // the interrupted mask, or after) shows the handler's mask: read again.
     // Likewise one read while a reporter thread is being started, before its id is known.
+    // Likewise the caller's own status showing a `SIGTRAP` of racewatch's pending (a sample that fired
+    // while the program blocks `SIGTRAP`): taken back as `sigpending` does, and read again.
     let settled = |text: &[u8]| {
         let mask_settled = stat || tid == caller || !shows_handler_mask(text) || signal::mask_in_handler(tid).is_some();
-        mask_settled && reporter::kernel_count().is_some()
+        let own_pending = !stat && tid == caller && shows_pending_trap(text) && signal::own_trap_taken_back();
+        mask_settled && !own_pending && reporter::kernel_count().is_some()
     };
     crate::sys::memfile::rewritten(path, into, settled, rewrite)
 }

@@ -643,6 +643,14 @@ pub fn block_trap_for_exec(new_image: bool) -> bool {
     true
 }
 
+/// A read of the calling thread's own `status` showed `SIGTRAP` pending: one of the runtime's is taken
+/// back as for [`before_program_sigpending`]; true when none is pending any more (it was racewatch's,
+/// and the text is to be read again), false when the program's stays.
+pub fn own_trap_taken_back() -> bool {
+    before_program_sigpending();
+    !trap_pending()
+}
+
 /// The program asks which signals are pending (`sigpending`): a `SIGTRAP` of the runtime's left pending
 /// on this thread (a watch trap or a sample that fired after the thread's `SIGTRAP` became blocked for
 /// real, when racewatch stepped aside) is taken back first, so the program sees only its own. One

@@ -238,7 +238,7 @@ pub fn rewrite_stat(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usize>
         match (i, decimal_field(field), signals) {
             (18, Some(n), _) => w.put_fmt(format_args!("{}", less(n, facts.hidden_threads)))?,
             // Field 23, `vsize`, in bytes.
-            (21, Some(n), _) if facts.own.address_space != 0 => {
+            (STAT_VSIZE, Some(n), _) if facts.own.address_space != 0 => {
                 w.put_fmt(format_args!("{}", n.saturating_sub(facts.own.address_space)))?
             }
             (_, Some(bits), Some((blocked, Some(set)))) => {
@@ -249,6 +249,9 @@ pub fn rewrite_stat(text: &[u8], facts: &Facts, out: &mut [u8]) -> Option<usize>
     }
     Some(w.len)
 }
+
+/// Field 23 of `stat`, `vsize` (the address space in bytes), counted from 0 after the command name.
+const STAT_VSIZE: usize = 21;
 
 fn less(n: u64, hidden: u32) -> u64 {
     n.saturating_sub(u64::from(hidden)).max(1)
@@ -338,8 +341,32 @@ fn facts_for(tid: i32, caller: i32) -> Facts {
         trap_pending: (installed && blocked == Some(false)).then_some(false),
         hidden_threads: reporter::kernel_count().unwrap_or(1),
         fd_table: fd::table_grown().then(|| fd::program_table_size(fd::highest_open_of_program())).flatten(),
-        own: if own_memory_shows() { crate::sys::budget::own_footprint() } else { Footprint::default() },
+        own: Footprint::default(),
     }
+}
+
+/// racewatch's footprint to leave out of the memory figures of `text`, the kernel's `status`, `stat` or
+/// `statm` ([`Target`]'s kind), which show the process's whole address space
+/// ([`crate::sys::budget::footprint_at`]); nothing when the figures are shown as the kernel's.
+fn footprint_in(text: &[u8], target: Target) -> Footprint {
+    if !own_memory_shows() {
+        return Footprint::default();
+    }
+    let total = match target {
+        Target::Status { .. } => text
+            .split(|&b| b == b'\n')
+            .find_map(|line| line.strip_prefix(b"VmSize:"))
+            .and_then(|value| decimal_field(value.trim_ascii().strip_suffix(b" kB")?))
+            .map(|kb| kb << 10),
+        Target::Stat { .. } => text
+            .iter()
+            .rposition(|&b| b == b')')
+            .and_then(|close| text[close + 1..].split(|&b| b == b' ').nth(STAT_VSIZE))
+            .and_then(decimal_field),
+        Target::Statm => text.split(|&b| b == b' ').next().and_then(decimal_field).map(|pages| pages * 4096),
+        _ => None,
+    };
+    crate::sys::budget::footprint_at(total.unwrap_or(u64::MAX))
 }
 
 /// Whether `path` names one of racewatch's descriptors in the process's own `fd` or `fdinfo` directory
@@ -401,8 +428,8 @@ fn make(path: &std::ffi::CStr, target: Target, caller: i32, into: Dest) -> Optio
         if !own_memory_shows() {
             return None;
         }
-        let own = crate::sys::budget::own_footprint();
-        return crate::sys::memfile::rewritten(path, into, |_| true, |text, out| rewrite_statm(text, own, out));
+        let rewrite = |text: &[u8], out: &mut [u8]| rewrite_statm(text, footprint_in(text, target), out);
+        return crate::sys::memfile::rewritten(path, into, |_| true, rewrite);
     }
     if !anything_to_hide() {
         return None;
@@ -421,7 +448,8 @@ fn make(path: &std::ffi::CStr, target: Target, caller: i32, into: Dest) -> Optio
         // Likewise whether the kernel counted a reporter thread in the text: one starting or retiring
         // right then is counted there while racewatch's own state says otherwise.
         let hidden_threads = reporter::kernel_count().unwrap_or(facts.hidden_threads);
-        let facts = Facts { blocked_in_handler: in_handler, hidden_threads, ..facts };
+        let own = footprint_in(text, target);
+        let facts = Facts { blocked_in_handler: in_handler, hidden_threads, own, ..facts };
         if stat {
             rewrite_stat(text, &facts, out)
         } else {

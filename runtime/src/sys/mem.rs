@@ -196,6 +196,9 @@ pub fn map_private(len: usize) -> Option<*mut libc::c_void> {
         )
     };
     super::budget::mapped();
+    if mem != libc::MAP_FAILED && super::budget::may_adjust() {
+        super::raw::keep_apart(mem as usize, len);
+    }
     (mem != libc::MAP_FAILED).then_some(mem)
 }
 

@@ -196,6 +196,7 @@ fn protect_guard(addr: usize) {
     // SAFETY: `addr` is the first page of a mapping of ours; making it inaccessible turns an
     // overflow into a fault instead of silent corruption.
     unsafe { libc::mprotect(addr as *mut libc::c_void, PAGE, libc::PROT_NONE) };
+    super::budget::protected();
 }
 
 /// The address of a local of the caller's frame: (about) the current stack pointer.

@@ -305,8 +305,8 @@ impl std::fmt::Write for Writer<'_> {
 /// `/proc`): the opened descriptor's own name is then asked of the kernel. Not while nothing of
 /// racewatch's shows, nor for absolute paths that never mention `proc` (no system call for those).
 pub fn worth_identifying(path: &[u8]) -> bool {
-    (anything_to_hide() || crate::sys::budget::any_kept())
-        && (!path.starts_with(b"/") || path.windows(4).any(|w| w == b"proc"))
+    (!path.starts_with(b"/") || path.windows(4).any(|w| w == b"proc"))
+        && (anything_to_hide() || crate::sys::budget::any_kept())
 }
 
 /// Whether anything of racewatch's shows in the process's `/proc` files now (never in a `vfork` child:

@@ -202,6 +202,11 @@ pub fn move_out_of_the_way(fd: i32) -> bool {
 }
 
 /// The slot and number of racewatch's lowest descriptor in `lowest..end`.
+/// Whether one of racewatch's descriptors lies in `[lowest, end)` (no system call).
+pub fn own_between(lowest: i32, end: i32) -> bool {
+    lowest_own_in(lowest, end).is_some()
+}
+
 fn lowest_own_in(lowest: i32, end: i32) -> Option<(usize, i32)> {
     OWN.iter()
         .enumerate()

@@ -155,6 +155,7 @@ const PROGRAMS: &[Program] = &[
     Program { name: "nofile_full", source: include_str!("host/nofile_full.c"), metadata: true, flags: &[] },
     Program { name: "nofile_1024", source: include_str!("host/nofile_1024.c"), metadata: true, flags: &[] },
     Program { name: "tracer", source: include_str!("host/tracer.c"), metadata: true, flags: &[] },
+    Program { name: "traced_syscalls", source: include_str!("host/traced_syscalls.c"), metadata: true, flags: &[] },
     Program { name: "footprint", source: include_str!("host/footprint.c"), metadata: true, flags: &[] },
     Program { name: "pthread_exit_main", source: include_str!("host/pthread_exit_main.c"), metadata: true, flags: &[] },
     Program { name: "thread_frames", source: include_str!("host/thread_frames.c"), metadata: true, flags: &["-ldl"] },
@@ -1310,6 +1311,14 @@ fn cases() -> Vec<Case> {
             .expect(&["setrlimit: ok", "RLIMIT_NOFILE 1024/1024", "raising the hard limit again: EPERM", "done"]),
         // 32. A tracer (a debugger passing signals through) of a racing child, traced from its start: no
         // signal of racewatch's reaches it, and no thread of racewatch's is created.
+        // A system-call tracer counts what a forked child does with ordinary files (open, write, dup,
+        // dup2, F_DUPFD, close, unlink): only the program's calls (set 41 p14: racewatch's getpid around
+        // an open and a close showed as 4 calls more; around each dup as 1 more).
+        case("traced_child_makes_only_its_own_system_calls", "traced_syscalls", &[]).repeat(2).expect(&[
+            "child: exit 0",
+            "system calls entered: 38; other stops: 0",
+            "  call 39: 1",
+        ]),
         case("ptrace_traced_racing_child", "tracer", &[]).repeat(3).expect(&[
             "child: exit 0",
             "clone events: 2, new threads' first stops: 2",
@@ -2158,6 +2167,7 @@ host_cases!(
     nofile_1024_before_threads_without_cap_sys_resource,
     nofile_1024_after_threads_without_cap_sys_resource,
     ptrace_traced_racing_child,
+    traced_child_makes_only_its_own_system_calls,
     thread_stack_depth_to_guard_page,
     busy_thread_no_voluntary_switches,
     busy_thread_no_voluntary_switches_at_the_debug_rate,

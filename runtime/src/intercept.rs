@@ -548,7 +548,7 @@ pub extern "C" fn dup(fd: c_int) -> c_int {
 /// A descriptor of a view of one of the process's own files, duplicated, is the same view
 /// ([`crate::view_fds`]); not in a `vfork` child, whose records are its parent's.
 fn duplicated_view(old: c_int, new: c_int) {
-    if !signal::in_borrowed_memory() {
+    if crate::view_fds::any() && !signal::in_borrowed_memory() {
         crate::view_fds::duplicated(old, new);
     }
 }

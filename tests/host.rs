@@ -1392,6 +1392,12 @@ fn cases() -> Vec<Case> {
             "child started with SIGTRAP blocked: 0, 3 arguments, last vfork-unblocked, RW_CHILD_ENV unset",
             "child started with SIGTRAP blocked: 1, 3 arguments, last clone-vfork, RW_CHILD_ENV unset",
         ]),
+        // A child that shares the memory without being a thread (clone(CLONE_VM), with or without
+        // CLONE_VFORK) and does not exec reads SIGTRAP blocked and not caught, as the program left it.
+        case("clone_vm_children_see_sigtrap_as_the_program_set_it", "children_mask", &["clone-vm"]).repeat(3).expect(&[
+            "clone(CLONE_VM) child: SIGTRAP blocked in status: 1, caught in status: 0",
+            "clone(CLONE_VM | CLONE_VFORK) child: SIGTRAP blocked in status: 1, caught in status: 0",
+        ]),
         case("vfork_child_resets_stay_in_the_child", "children_mask", &["vfork"]).repeat(3).expect(&[
             "vfork children failed: 0",
             "handler still ours: 1, SIGTRAP still blocked: 1",
@@ -2188,6 +2194,7 @@ host_cases!(
     rlimit_nproc_threads_until_eagain,
     blocked_sigtrap_reaches_spawned_children,
     vfork_child_resets_stay_in_the_child,
+    clone_vm_children_see_sigtrap_as_the_program_set_it,
     sigtrap_action_reads_back_like_any_signal,
     full_sa_mask_holds_off_the_programs_sigtrap,
     seccomp_raw_trap,

@@ -1055,6 +1055,59 @@ pub extern "C" fn raise(sig: c_int) -> c_int {
     real::raise(sig)
 }
 
+/// A child [`clone`] is making: the program's function and argument, and its `SIGTRAP` to put in the
+/// kernel first.
+struct CloneStart {
+    start: real::CloneFn,
+    arg: usize,
+    trap: signal::ChildTrap,
+}
+
+/// Children being made by [`clone`] (a slot is free again once its child took it).
+static CLONE_STARTS: [spin::Mutex<Option<CloneStart>>; 8] = [const { spin::Mutex::new(None) }; 8];
+
+/// Interposed `clone` (glibc's wrapper; variadic in C, its last three arguments passed on as given): a
+/// child that shares the process's memory without being one of its threads (`CLONE_VM` without
+/// `CLONE_THREAD`) starts with `SIGTRAP` blocked and handled in the kernel as the program set it,
+/// before the program's function runs (set 41 p12: such a child's own `status` showed `SIGTRAP`
+/// unblocked and caught, racewatch's handler, where the program had blocked it).
+#[cfg_attr(feature = "preload", no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn clone(
+    start: Option<real::CloneFn>,
+    stack: *mut c_void,
+    flags: c_int,
+    arg: *mut c_void,
+    parent_tid: *mut libc::pid_t,
+    tls: *mut c_void,
+    child_tid: *mut libc::pid_t,
+) -> c_int {
+    let shares_memory = flags & libc::CLONE_VM != 0 && flags & libc::CLONE_THREAD == 0;
+    let trap = (shares_memory && start.is_some())
+        .then(|| signal::ChildTrap::for_child(flags & libc::CLONE_SIGHAND != 0))
+        .flatten();
+    let slot = trap.and_then(|trap| {
+        CLONE_STARTS.iter().position(|slot| {
+            let Some(mut free) = slot.try_lock().filter(|s| s.is_none()) else { return false };
+            *free = start.map(|start| CloneStart { start, arg: arg as usize, trap });
+            true
+        })
+    });
+    let Some(slot) = slot else { return real::clone(start, stack, flags, arg, parent_tid, tls, child_tid) };
+    let made = real::clone(Some(clone_child), stack, flags, slot as *mut c_void, parent_tid, tls, child_tid);
+    if made < 0 {
+        *CLONE_STARTS[slot].lock() = None;
+    }
+    made
+}
+
+/// The start of a child [`clone`] made: the program's `SIGTRAP` first, then the program's function.
+extern "C" fn clone_child(slot: *mut c_void) -> c_int {
+    let Some(child) = CLONE_STARTS[slot as usize].lock().take() else { return 0 };
+    child.trap.put();
+    (child.start)(child.arg as *mut c_void)
+}
+
 /// Interposed `gsignal`.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn gsignal(sig: c_int) -> c_int {

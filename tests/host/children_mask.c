@@ -10,6 +10,10 @@
  *             child that resets every disposition to SIG_DFL and unblocks every signal before exec (as
  *             CPython's _posixsubprocess does); then it checks its own handler and mask are as it left
  *             them and raises SIGTRAP, taken when it unblocks it;
+ *   "clone-vm": the program blocks SIGTRAP, races, and starts children with clone(CLONE_VM) and
+ *             clone(CLONE_VM | CLONE_VFORK) that do not exec: each reads its own /proc/self/status and
+ *             prints whether SIGTRAP is blocked (SigBlk) and caught (SigCgt) there (set 41 p12: racewatch's
+ *             unblocked SIGTRAP and its handler showed);
  *   "report": prints whether SIGTRAP is blocked. */
 #include <sched.h>
 #include <spawn.h>
@@ -157,8 +161,46 @@ static int vfork_children(void) {
   return 0;
 }
 
+/* Whether the SIGTRAP bit is set in the hexadecimal set on the line of /proc/self/status named `key`. */
+static int status_trap_bit(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int bit = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, key, strlen(key))) bit = (int)((strtoull(line + strlen(key), NULL, 16) >> (SIGTRAP - 1)) & 1);
+  if (f) fclose(f);
+  return bit;
+}
+
+static int clone_vm_child(void *arg) {
+  printf("%s child: SIGTRAP blocked in status: %d, caught in status: %d\n", (const char *)arg,
+         status_trap_bit("SigBlk:"), status_trap_bit("SigCgt:"));
+  fflush(stdout);
+  return 0;
+}
+
+static int clone_vm_children(void) {
+  sigset_t trap;
+  sigemptyset(&trap);
+  sigaddset(&trap, SIGTRAP);
+  sigprocmask(SIG_BLOCK, &trap, NULL);
+  rw_start(2, 1.0, 0);
+  static char stack[256 << 10];
+  fflush(stdout);
+  int flags[] = {CLONE_VM | SIGCHLD, CLONE_VM | CLONE_VFORK | SIGCHLD};
+  const char *names[] = {"clone(CLONE_VM)", "clone(CLONE_VM | CLONE_VFORK)"};
+  for (int k = 0; k < 2; k++) {
+    pid_t pid = clone(clone_vm_child, stack + sizeof stack, flags[k], (void *)names[k]);
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) printf("%s: failed\n", names[k]);
+  }
+  rw_join();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
+  if (!strcmp(mode, "clone-vm")) return clone_vm_children();
   if (!strcmp(mode, "report")) {
     report(argc, argv);
     return 0;

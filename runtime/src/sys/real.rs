@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// `pthread_create`'s start routine.
 pub type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+/// The function a child made by `clone` runs.
+pub type CloneFn = extern "C" fn(*mut c_void) -> c_int;
 /// A C `main` as `__libc_start_main` calls it: `argc`, `argv`, `envp`.
 pub type MainFn = extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
 
@@ -134,6 +136,7 @@ static EPOLL_PWAIT: Real = Real::new(c"epoll_pwait");
 static PTHREAD_SIGQUEUE: Real = Real::new(c"pthread_sigqueue");
 static PTHREAD_KILL: Real = Real::new(c"pthread_kill");
 static RAISE: Real = Real::new(c"raise");
+static CLONE: Real = Real::new(c"clone");
 static TGKILL: Real = Real::new(c"tgkill");
 static SETUID: Real = Real::new(c"setuid");
 static SETGID: Real = Real::new(c"setgid");
@@ -265,6 +268,7 @@ const ALL: &[&Real] = &[
     &READLINKAT,
     &OWN_PTHREAD_CREATE,
     &OWN_SIGACTION,
+    &CLONE,
 ];
 
 /// Resolves every real function now (call from the constructor).
@@ -662,6 +666,32 @@ pub fn pthread_sigqueue(thread: libc::pthread_t, sig: c_int, value: libc::sigval
 
 pub fn pthread_kill(thread: libc::pthread_t, sig: c_int) -> c_int {
     call!(PTHREAD_KILL, libc::ENOSYS, fn(libc::pthread_t, c_int) -> c_int, thread, sig)
+}
+
+/// glibc's `clone` wrapper (variadic in C: its last three arguments are read only when `flags` asks for
+/// them, and are passed on as the program gave them).
+#[allow(clippy::too_many_arguments)]
+pub fn clone(
+    start: Option<CloneFn>,
+    stack: *mut c_void,
+    flags: c_int,
+    arg: *mut c_void,
+    parent_tid: *mut libc::pid_t,
+    tls: *mut c_void,
+    child_tid: *mut libc::pid_t,
+) -> c_int {
+    call!(
+        CLONE,
+        -1,
+        fn(Option<CloneFn>, *mut c_void, c_int, *mut c_void, *mut libc::pid_t, *mut c_void, *mut libc::pid_t) -> c_int,
+        start,
+        stack,
+        flags,
+        arg,
+        parent_tid,
+        tls,
+        child_tid
+    )
 }
 
 pub fn raise(sig: c_int) -> c_int {

@@ -282,6 +282,47 @@ pub fn hand_back() {
     }
 }
 
+/// `SIGTRAP` as the program set it in the calling thread, for a child that shares the process's memory
+/// without being one of its threads (`clone` with `CLONE_VM`, without `CLONE_THREAD`): racewatch keeps
+/// nothing of its own in such a child (its events follow threads only, and its records are the
+/// parent's), so the child's kernel state is made the program's ([`ChildTrap::put`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ChildTrap {
+    blocked: bool,
+    /// The kernel's `struct sigaction` (handler, flags, restorer, mask); `None` where the child shares
+    /// the parent's handlers (`CLONE_SIGHAND`), which stay racewatch's.
+    action: Option<[u64; 4]>,
+}
+
+impl ChildTrap {
+    /// The program's `SIGTRAP` for a child made now (`shares_handlers`: `CLONE_SIGHAND`); `None` when
+    /// racewatch does not own `SIGTRAP`.
+    pub fn for_child(shares_handlers: bool) -> Option<ChildTrap> {
+        if !is_installed() {
+            return None;
+        }
+        let program = program_action();
+        let action = [
+            program.sa_sigaction as u64,
+            program.sa_flags as u64,
+            program.sa_restorer.map_or(0, |f| f as usize as u64),
+            to_bits(&program.sa_mask),
+        ];
+        Some(ChildTrap { blocked: trap_blocked(), action: (!shares_handlers).then_some(action) })
+    }
+
+    /// In the child, first thing: its kernel mask and disposition of `SIGTRAP` become the program's.
+    /// System calls only (the child shares the parent thread's thread-local storage and `errno`).
+    pub fn put(&self) {
+        if let Some(action) = self.action {
+            raw::syscall6(libc::SYS_rt_sigaction, [libc::SIGTRAP as u64, action.as_ptr() as u64, 0, 8, 0, 0]);
+        }
+        if self.blocked {
+            raw::sigprocmask(libc::SIG_BLOCK, Some(1 << (libc::SIGTRAP - 1)));
+        }
+    }
+}
+
 /// Whether the runtime owns `SIGTRAP` (the program's calls are then virtualised).
 pub fn is_installed() -> bool {
     INSTALLED.load(Ordering::Acquire)

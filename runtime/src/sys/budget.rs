@@ -536,6 +536,22 @@ Max address space         549755813888         549755813888         bytes     \n
     }
 
     #[test]
+    fn a_views_footprint_is_read_again_after_racewatch_maps() {
+        // Not taken for the address space of a real process: read off maps the first time.
+        // (Other tests map and unmap meanwhile: what is checked is that the remembered value is not
+        // given again.)
+        let total = 1 << 40;
+        let before = footprint_at(total);
+        let len = 64 << 10;
+        let Some(mem) = crate::sys::mem::map_private(len) else { return };
+        note_own(mem as usize, len);
+        let grown = footprint_at(total);
+        assert_ne!(grown, before, "the new mapping is counted though the total given is the same");
+        crate::sys::raw::munmap(mem as usize, len);
+        assert_ne!(footprint_at(total), grown, "and left out once unmapped");
+    }
+
+    #[test]
     fn the_footprint_counts_the_runtimes_own_module() {
         let own = own_footprint();
         let (lo, hi) = crate::sys::prefault::own_span();

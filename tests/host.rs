@@ -664,11 +664,11 @@ fn cases() -> Vec<Case> {
         // TSYNC one; so did every libseccomp load, at its probes): nothing to step aside for; every thread
         // is sampled on under the TSYNC one, which also goes on every thread when a race was reported
         // (the reporter thread must not carry the first worker's own filter: TSYNC failed on it).
-        // A deny-list of 120 calls racewatch says it never makes, killing the process on each, on every
+        // A deny-list of 121 calls racewatch says it never makes, killing the process on each, on every
         // thread while racewatch reports, starts and ends its thread, and starts again in a forked child.
         case("seccomp_deny_list_of_calls_racewatch_never_makes", "seccomp", &["deny-never"])
             .repeat(2)
-            .expect(&["tsync deny-list of 120 calls: ok", "child: exit 0", "done"])
+            .expect(&["tsync deny-list of 121 calls: ok", "child: exit 0", "done"])
             .check(detection_stays_on),
         case("seccomp_deny_lists_leave_detection_on", "seccomp", &["deny-list"])
             .repeat(4)

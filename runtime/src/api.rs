@@ -95,6 +95,12 @@ fn init() {
     let secure = sys::secure_file::secure_execution();
     let opts = options::install(if secure { secure_options() } else { environment_options() });
     crate::exit_status::install();
+    // Before any system call of racewatch's that a filter the process inherited might kill.
+    let inherited_filter = sys::seccomp_probe::probe();
+    if !matches!(inherited_filter, sys::seccomp_probe::Verdict::Killed { .. }) {
+        // Asked once, now: a filter the program installs later may deny `uname` (seccomp_filter.rs).
+        sys::identity::note_node_name();
+    }
     if let Some(path) = &opts.log_path {
         let host = opts.host.clone().or_else(sys::identity::node_name).unwrap_or_else(|| "unknown".into());
         log::set_log_path(path, &host);
@@ -107,8 +113,7 @@ fn init() {
     if cfg!(feature = "preload") {
         sys::environ::hide_own();
     }
-    // Before any system call of racewatch's that a filter the process inherited might kill.
-    match sys::seccomp_probe::probe() {
+    match inherited_filter {
         sys::seccomp_probe::Verdict::Killed { call, signal } => {
             // Dormant from here: no index (reading the modules' tables is a system call too).
             detector::inherited_filter_kills(call, signal);

@@ -31,9 +31,9 @@
  *                             none of those calls: it stays on (the first worker is left unsampled, as
  *                             any thread's own sandbox).
  * argv[1] = "deny-never":     while two threads race, main puts a deny-list on every thread (TSYNC) that
- *                             kills the process on any of 120 calls racewatch says it never makes (its
+ *                             kills the process on any of 121 calls racewatch says it never makes (its
  *                             seccomp_filter::NEVER: groups, timers, scheduling, IPC, pipes, epoll, fork,
- *                             file metadata, sockets, …); the threads race on (at the debug rate racewatch
+ *                             file metadata, sockets, uname (asked once at start-up), …); the threads race on (at the debug rate racewatch
  *                             reports, symbolizes and its thread comes and goes), a child forked then
  *                             starts racing threads of its own (racewatch starts there), and both exit.
  *                             A call of racewatch's among them would kill the process. */
@@ -336,6 +336,7 @@ static const int never_made[] = {
     SYS_sendfile, SYS_splice, SYS_tee, SYS_vmsplice, SYS_statfs, SYS_sync, SYS_syncfs, SYS_umask,
     SYS_utimensat, SYS_getdents, SYS_landlock_create_ruleset, SYS_socket, SYS_connect, SYS_bind,
     SYS_sendto, SYS_mount, SYS_ptrace, SYS_personality, SYS_setpriority, SYS_getpriority, SYS_acct,
+    SYS_uname,
 };
 
 static int deny_never(void) {

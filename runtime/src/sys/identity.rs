@@ -1,7 +1,20 @@
 //! Who this process is, for a fleet's reports: the host's name and when the process started.
 
-/// The kernel's node name (`uname -n`), or `None`.
+/// The node name, asked of the kernel once at start-up ([`note_node_name`]).
+static NODE_NAME: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// Asks the kernel for its node name, once: at start-up, before the program can install a seccomp
+/// filter that denies `uname` (racewatch never makes the call afterwards).
+pub fn note_node_name() {
+    NODE_NAME.get_or_init(ask_node_name);
+}
+
+/// The kernel's node name (`uname -n`) as it was at start-up, or `None` (not asked, or unknown).
 pub fn node_name() -> Option<String> {
+    NODE_NAME.get().cloned().flatten()
+}
+
+fn ask_node_name() -> Option<String> {
     // SAFETY: `uname` fills the zeroed struct it is given; its fields are NUL-terminated arrays.
     let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: a valid out-pointer to a utsname.
@@ -82,6 +95,7 @@ mod tests {
     fn this_process_started_in_the_past_on_a_named_host() {
         let start = start_time().expect("start time");
         assert!(start <= now() && start > now() - 24 * 3600 * 365, "{start}");
+        note_node_name();
         assert!(node_name().is_some());
     }
 }

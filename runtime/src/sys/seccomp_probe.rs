@@ -130,6 +130,7 @@ const CALLS: &[&str] = &[
     "pidfd_send_signal",
     "munlock",
     "write",
+    "uname",
 ];
 
 /// Makes call `k` of `CALLS` with arguments shaped like racewatch's own (a filter may look at them),
@@ -256,6 +257,10 @@ fn one_call(k: usize) {
         }
         "write" => {
             syscall6(libc::SYS_write, [2, buf.as_ptr() as u64, 0, 0, 0, 0]);
+        }
+        "uname" => {
+            let mut uts = [0u8; std::mem::size_of::<libc::utsname>()];
+            syscall6(libc::SYS_uname, [uts.as_mut_ptr() as u64, 0, 0, 0, 0, 0]);
         }
         _ => {}
     }

@@ -670,6 +670,18 @@ fn cases() -> Vec<Case> {
             .repeat(2)
             .expect(&["tsync deny-list of 121 calls: ok", "child: exit 0", "done"])
             .check(detection_stays_on),
+        // A sandbox library's deny-list that looks at arguments (QEMU's -sandbox on: clone only for threads,
+        // clone3 refused with ENOSYS; flatpak's: no TIOCSTI) on every thread: racewatch's own calls pass
+        // (its perf ioctls, its threads' clone), so detection stays on and threads started under it race.
+        case("seccomp_deny_list_on_arguments_leaves_detection_on", "seccomp", &["deny-args"])
+            .repeat(2)
+            .expect(&[
+                "tsync filter on clone, clone3 and ioctl: ok",
+                "TIOCSTI: EPERM",
+                "threads started under the filter: 2",
+                "done",
+            ])
+            .check(detection_stays_on),
         case("seccomp_deny_lists_leave_detection_on", "seccomp", &["deny-list"])
             .repeat(4)
             .expect(&[
@@ -2055,6 +2067,7 @@ host_cases!(
     syscall_user_dispatch_in_racing_threads,
     seccomp_filter_tsync_all_threads,
     seccomp_deny_lists_leave_detection_on,
+    seccomp_deny_list_on_arguments_leaves_detection_on,
     seccomp_deny_list_of_calls_racewatch_never_makes,
     seccomp_inherited_kill_process,
     seccomp_inherited_kill_thread,

@@ -12,9 +12,13 @@
 //! The judgement is conservative: the filter is run for x86-64 on every system call number but those
 //! in [`NEVER`] (calls racewatch's code never makes itself; a program's own call that racewatch passes
 //! on, `execve` among them, is the program's), and it must answer `SECCOMP_RET_ALLOW` for every one of
-//! them without looking at the arguments or the instruction pointer. Anything else (an allow-list, a
-//! rule on `ioctl`'s request, a malformed program) leaves racewatch doing what it did before: it steps
-//! aside for the process, or leaves the filtered thread alone.
+//! them without looking at the instruction pointer or at an argument racewatch does not fix. The
+//! arguments it fixes ([`KNOWN_ARGUMENTS`]: `ioctl`'s perf requests, `clone`'s thread flags) are tried
+//! one value at a time, so a sandbox's rule on `ioctl(TIOCSTI)` or on `clone` without `CLONE_THREAD`
+//! does not reach racewatch; `clone3` may be answered `ENOSYS` (glibc then starts a thread with
+//! `clone`). Anything else (an allow-list, a rule on a descriptor number, a malformed program) leaves
+//! racewatch doing what it did before: it steps aside for the process, or leaves the filtered thread
+//! alone.
 
 use crate::sys::mem;
 
@@ -349,15 +353,53 @@ pub const NEVER: &[(&str, i64)] = &never![
     SYS_socketpair,
 ];
 
-/// Whether `program` lets every system call racewatch may make through, whatever its arguments: see the
-/// module documentation.
+/// The `clone` flags of a thread glibc's `pthread_create` starts when `clone3` is refused with `ENOSYS`
+/// (racewatch's own threads): `CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SYSVSEM | CLONE_SIGHAND |
+/// CLONE_THREAD | CLONE_SETTLS | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID`.
+const GLIBC_THREAD_CLONE_FLAGS: u64 = 0x003d_0f00;
+
+/// Arguments racewatch's own calls always pass as one of a few constants: `(call, argument index,
+/// values)`. A filter may look at these (a sandbox's rule on `ioctl(TIOCSTI)`, on `clone` without
+/// `CLONE_THREAD`); it is run once per value. Every other argument is unknown: a filter that reads one
+/// for a call racewatch makes is not judged to leave it alone.
+const KNOWN_ARGUMENTS: &[(i64, usize, &[u64])] = &[
+    (
+        libc::SYS_ioctl,
+        1,
+        &[
+            crate::sys::perf::PERF_EVENT_IOC_ENABLE as u64,
+            crate::sys::perf::PERF_EVENT_IOC_DISABLE as u64,
+            crate::sys::perf::PERF_EVENT_IOC_MODIFY_ATTRIBUTES as u64,
+        ],
+    ),
+    (libc::SYS_clone, 0, &[GLIBC_THREAD_CLONE_FLAGS, crate::sys::bystander::HELPER_CLONE_FLAGS]),
+];
+
+/// `SECCOMP_RET_ERRNO` with `ENOSYS`: for `clone3`, glibc then starts the thread with `clone` (sandboxes
+/// answer `clone3` so because they cannot read its arguments).
+const RET_ENOSYS: u32 = 0x0005_0000 | libc::ENOSYS as u32;
+
+/// Whether `program` lets every system call racewatch may make through, with any arguments racewatch
+/// may pass: see the module documentation.
 pub fn leaves_racewatch_alone(program: &[Insn]) -> bool {
     if program.is_empty() || program.len() > MAX_INSNS {
         return false;
     }
-    (0..NR_END)
-        .filter(|&nr| !NEVER.iter().any(|&(_, never)| never == i64::from(nr)))
-        .all(|nr| run(program, nr, ARCH_X86_64).is_some_and(|answer| answer & RET_ACTION_FULL == RET_ALLOW))
+    (0..NR_END).filter(|&nr| !NEVER.iter().any(|&(_, never)| never == i64::from(nr))).all(|nr| {
+        let allowed = |args: &[Option<u64>; 6]| {
+            run(program, nr, ARCH_X86_64, args).is_some_and(|answer| {
+                answer & RET_ACTION_FULL == RET_ALLOW || (i64::from(nr) == libc::SYS_clone3 && answer == RET_ENOSYS)
+            })
+        };
+        match KNOWN_ARGUMENTS.iter().find(|&&(call, _, _)| call == i64::from(nr)) {
+            Some(&(_, index, values)) => values.iter().all(|&value| {
+                let mut args = [None; 6];
+                args[index] = Some(value);
+                allowed(&args)
+            }),
+            None => allowed(&[None; 6]),
+        }
+    })
 }
 
 /// Whether installing the filter the program passes at `fprog` (its `struct sock_fprog`) leaves
@@ -408,9 +450,10 @@ fn read_program(fprog: u64) -> Read {
     Read::Program(program)
 }
 
-/// The filter's answer for a call `nr` of `arch`; `None` when it looks at more than those two (the
-/// instruction pointer, an argument) or is not a program the kernel would take.
-fn run(program: &[Insn], nr: u32, arch: u32) -> Option<u32> {
+/// The filter's answer for a call `nr` of `arch` with the arguments `args` (`None`: unknown); `None` when
+/// it looks at what is unknown (the instruction pointer, an unknown argument) or is not a program the
+/// kernel would take.
+fn run(program: &[Insn], nr: u32, arch: u32, args: &[Option<u64>; 6]) -> Option<u32> {
     let (mut a, mut x) = (0u32, 0u32);
     let mut mem = [0u32; 16];
     let mut pc = 0usize;
@@ -420,11 +463,20 @@ fn run(program: &[Insn], nr: u32, arch: u32) -> Option<u32> {
         pc += 1;
         let k = insn.k;
         match insn.code {
-            // Loads: A or X from the data (only `nr` and `arch` are known), its length, a constant, memory.
+            // Loads: A or X from the data (`nr`, `arch` and the known arguments' halves, little-endian),
+            // its length, a constant, memory.
             0x20 => {
                 a = match k {
                     0 => nr,
                     4 => arch,
+                    16..=63 if k % 4 == 0 => {
+                        let value = (*args.get((k as usize - 16) / 8)?)?;
+                        if k % 8 == 0 {
+                            value as u32
+                        } else {
+                            (value >> 32) as u32
+                        }
+                    }
                     _ => return None,
                 }
             }
@@ -537,23 +589,105 @@ mod tests {
         assert!(!leaves_racewatch_alone(&p));
     }
 
-    #[test]
-    fn a_rule_on_the_arguments_of_a_call_racewatch_makes_does_not() {
-        // ioctl allowed only for one request: the answer depends on args[1] (offset 24).
-        let p = vec![
+    /// `ioctl` answered `answer` when its argument `index` (low half) is `value`, allowed otherwise.
+    fn ioctl_rule(index: u32, value: u32, answer: u32) -> Vec<Insn> {
+        vec![
             stmt(LD_NR, 0),
             jeq(libc::SYS_ioctl as u64, 0, 3),
-            stmt(LD_NR, 24),
-            jeq(0x5401, 0, 1),
+            stmt(LD_NR, 16 + 8 * index),
+            jeq(u64::from(value), 0, 1),
+            stmt(RET, answer),
             stmt(RET, RET_ALLOW),
-            stmt(RET, RET_ALLOW),
-        ];
-        assert!(!leaves_racewatch_alone(&p));
+        ]
+    }
+
+    #[test]
+    fn a_rule_on_an_argument_racewatch_does_not_fix_does_not() {
+        // ioctl on descriptor 3 refused: racewatch's descriptors are not known to the judgement.
+        assert!(!leaves_racewatch_alone(&ioctl_rule(0, 3, ERRNO | 1)));
         // The same rule on a call racewatch never makes is fine.
-        let mut q = p.clone();
+        let mut q = ioctl_rule(0, 3, ERRNO | 1);
         q[1] = jeq(libc::SYS_setsockopt as u64, 0, 3);
-        q[4] = stmt(RET, ERRNO | 1);
         assert!(leaves_racewatch_alone(&q));
+    }
+
+    #[test]
+    fn a_rule_on_requests_racewatch_never_makes_leaves_it_alone() {
+        // A sandbox's rule against terminal injection: ioctl(TIOCSTI) refused, in its low half.
+        assert!(leaves_racewatch_alone(&ioctl_rule(1, libc::TIOCSTI as u32, ERRNO | 1)));
+        // ...and one refusing a request racewatch makes.
+        let enable = crate::sys::perf::PERF_EVENT_IOC_ENABLE as u32;
+        assert!(!leaves_racewatch_alone(&ioctl_rule(1, enable, ERRNO | 1)));
+        // A rule on the high half of the request: racewatch's requests have none.
+        assert!(leaves_racewatch_alone(&[
+            stmt(LD_NR, 0),
+            jeq(libc::SYS_ioctl as u64, 0, 3),
+            stmt(LD_NR, 28),
+            jeq(0, 1, 0),
+            stmt(RET, KILL_PROCESS),
+            stmt(RET, RET_ALLOW),
+        ]));
+    }
+
+    /// QEMU's `-sandbox on` kind: `clone` without `CLONE_THREAD` trapped (no new processes), `clone3`
+    /// answered `ENOSYS` (its arguments cannot be read), then a deny-list.
+    fn no_new_processes(clone3_answer: u32) -> Vec<Insn> {
+        let mut p = vec![
+            stmt(LD_NR, 4),
+            jeq(u64::from(ARCH_X86_64), 1, 0),
+            stmt(RET, KILL_PROCESS),
+            stmt(LD_NR, 0),
+            jeq(libc::SYS_clone as u64, 0, 4),
+            stmt(LD_NR, 16),
+            Insn { code: 0x45, jt: 1, jf: 0, k: libc::CLONE_THREAD as u32 }, // jset
+            stmt(RET, TRAP),
+            stmt(RET, RET_ALLOW),
+            jeq(libc::SYS_clone3 as u64, 0, 1),
+            stmt(RET, clone3_answer),
+        ];
+        p.extend(deny_list(&[(libc::SYS_fork, TRAP), (libc::SYS_setpriority, ERRNO | 1)]).split_off(3));
+        p
+    }
+
+    #[test]
+    fn clone_for_threads_only_and_clone3_refused_with_enosys_leave_it_alone() {
+        // racewatch's threads (glibc falls back to `clone` with a thread's flags) and its helper thread.
+        assert!(leaves_racewatch_alone(&no_new_processes(ERRNO | libc::ENOSYS as u32)));
+        // Refused otherwise, glibc would not fall back: racewatch could start no thread.
+        assert!(!leaves_racewatch_alone(&no_new_processes(ERRNO | libc::EPERM as u32)));
+        assert!(!leaves_racewatch_alone(&no_new_processes(TRAP)));
+        // A rule that refuses a thread's flags (CLONE_SETTLS) reaches racewatch.
+        let mut p = no_new_processes(ERRNO | libc::ENOSYS as u32);
+        p[6].k = libc::CLONE_SETTLS as u32;
+        p[6].jt = 0;
+        p[6].jf = 1;
+        assert!(!leaves_racewatch_alone(&p));
+    }
+
+    #[test]
+    fn the_arguments_racewatch_fixes_are_all_it_passes() {
+        // ioctl: the perf requests racewatch's sources name are the known ones.
+        let mut requests = std::collections::BTreeSet::new();
+        let mut clones = Vec::new();
+        for (path, text) in crate::source_checks::runtime_sources() {
+            if path.ends_with("seccomp_filter.rs") || path.ends_with("source_checks.rs") {
+                continue;
+            }
+            for (i, _) in text.match_indices("PERF_EVENT_IOC_") {
+                let rest = &text[i..];
+                let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+                requests.insert(rest[..end].to_string());
+            }
+            if text.contains("libc::SYS_clone,") || text.contains("libc::SYS_clone =>") {
+                clones.push(path.file_name().unwrap_or_default().to_string_lossy().into_owned());
+            }
+        }
+        let known = ["PERF_EVENT_IOC_DISABLE", "PERF_EVENT_IOC_ENABLE", "PERF_EVENT_IOC_MODIFY_ATTRIBUTES"];
+        assert_eq!(requests.into_iter().collect::<Vec<_>>(), known);
+        // clone: the helper thread's, and the inherited-filter probe's (at start-up, before the program
+        // can install a filter).
+        clones.sort();
+        assert_eq!(clones, ["bystander.rs", "seccomp_probe.rs"]);
     }
 
     #[test]

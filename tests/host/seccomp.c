@@ -36,12 +36,18 @@
  *                             file metadata, sockets, uname (asked once at start-up), …); the threads race on (at the debug rate racewatch
  *                             reports, symbolizes and its thread comes and goes), a child forked then
  *                             starts racing threads of its own (racewatch starts there), and both exit.
- *                             A call of racewatch's among them would kill the process. */
+ *                             A call of racewatch's among them would kill the process.
+ * argv[1] = "deny-args":      while two threads race, main puts a sandbox library's deny-list that looks
+ *                             at arguments on every thread (TSYNC): clone without CLONE_THREAD traps,
+ *                             clone3 gets ENOSYS, ioctl(TIOCSTI) gets EPERM; the threads race on, and two
+ *                             more started under it race too. */
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <stddef.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -260,7 +266,7 @@ static int filter_threads(void) {
 }
 
 static const char *errno_name(long rc) {
-  return rc == 0 ? "ok" : errno == ENOTTY ? "ENOTTY" : errno == EAFNOSUPPORT ? "EAFNOSUPPORT" : "other";
+  return rc == 0 ? "ok" : errno == ENOTTY ? "ENOTTY" : errno == EAFNOSUPPORT ? "EAFNOSUPPORT" : errno == EPERM ? "EPERM" : "other";
 }
 
 static void *deny_own(void *arg) {
@@ -368,6 +374,53 @@ static int deny_never(void) {
   return 0;
 }
 
+/* A sandbox library's deny-list that looks at arguments (QEMU's `-sandbox on`, flatpak's kind), on every
+ * thread: no new processes (clone without CLONE_THREAD traps), clone3 answered ENOSYS (glibc then
+ * starts threads with clone), no terminal injection (ioctl TIOCSTI: EPERM). */
+static int deny_args(void) {
+  struct sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 4),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ioctl, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCSTI, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof code / sizeof code[0], code};
+  rw_start(2, 3.0, 0);
+  rw_race_until(rw_now() + 0.2);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return 1;
+  long rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+  printf("tsync filter on clone, clone3 and ioctl: %s\n", rc == 0 ? "ok" : "failed");
+  char c = 'x';
+  errno = 0;
+  int injected = ioctl(0, TIOCSTI, &c);
+  printf("TIOCSTI: %s\n", errno_name(injected));
+  fflush(stdout);
+  rw_race_until(rw_now() + 0.5);
+  /* Threads started under the filter race too (glibc's clone3, refused, falls back to clone). */
+  rw_deadline = rw_now() + 1.0;
+  pthread_t t[2];
+  int started = 0;
+  for (int i = 0; i < 2; i++) started += pthread_create(&t[i], NULL, rw_racer, NULL) == 0;
+  for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
+  printf("threads started under the filter: %d\n", started);
+  rw_stop_racing();
+  rw_join();
+  printf("done\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   mode = argc > 1 ? argv[1] : "strict-prctl";
   printf("mode %s\n", mode);
@@ -378,6 +431,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "filter-main-errno") == 0) return filter_main_errno();
   if (strcmp(mode, "deny-list") == 0) return deny_lists();
   if (strcmp(mode, "deny-never") == 0) return deny_never();
+  if (strcmp(mode, "deny-args") == 0) return deny_args();
   if (strcmp(mode, "inherited-run") == 0) {
     rw_start(2, 1.0, 0);
     rw_join();

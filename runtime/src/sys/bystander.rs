@@ -57,6 +57,16 @@ pub fn holds_perfmon_capability() -> bool {
     rc == 0 && effective & ((1 << CAP_SYS_ADMIN) | (1 << CAP_PERFMON)) != 0
 }
 
+/// The `clone` flags of the helper thread: a thread with no TLS of its own.
+pub const HELPER_CLONE_FLAGS: u64 = (libc::CLONE_VM
+    | libc::CLONE_FS
+    | libc::CLONE_FILES
+    | libc::CLONE_SIGHAND
+    | libc::CLONE_THREAD
+    | libc::CLONE_SYSVSEM
+    | libc::CLONE_PARENT_SETTID
+    | libc::CLONE_CHILD_CLEARTID) as u64;
+
 /// `perf_event_open(attr, tid, -1, -1, flags)` made by a helper thread; `None` when no helper could be
 /// started (the caller then makes the call itself).
 pub fn perf_event_open_for(attr: *const super::perf::PerfEventAttr, tid: i32, flags: u64) -> Option<i64> {
@@ -68,14 +78,7 @@ pub fn perf_event_open_for(attr: *const super::perf::PerfEventAttr, tid: i32, fl
     let id = AtomicI32::new(0);
     let all = super::raw::sigprocmask(libc::SIG_SETMASK, Some(u64::MAX));
     let top = std::ptr::addr_of_mut!(STACK).cast::<u8>().wrapping_add(std::mem::size_of::<Stack>());
-    let clone_flags = (libc::CLONE_VM
-        | libc::CLONE_FS
-        | libc::CLONE_FILES
-        | libc::CLONE_SIGHAND
-        | libc::CLONE_THREAD
-        | libc::CLONE_SYSVSEM
-        | libc::CLONE_PARENT_SETTID
-        | libc::CLONE_CHILD_CLEARTID) as u64;
+    let clone_flags = HELPER_CLONE_FLAGS;
     let started: i64;
     // SAFETY: `clone` of a thread that shares this one's memory and runs only the instructions below,
     // on its own stack (`STACK`, this call's alone), with every signal blocked: it reads `call`, makes

@@ -367,9 +367,9 @@ const KNOWN_ARGUMENTS: &[(i64, usize, &[u64])] = &[
         libc::SYS_ioctl,
         1,
         &[
-            crate::sys::perf::PERF_EVENT_IOC_ENABLE as u64,
-            crate::sys::perf::PERF_EVENT_IOC_DISABLE as u64,
-            crate::sys::perf::PERF_EVENT_IOC_MODIFY_ATTRIBUTES as u64,
+            crate::sys::perf::PERF_EVENT_IOC_ENABLE,
+            crate::sys::perf::PERF_EVENT_IOC_DISABLE,
+            crate::sys::perf::PERF_EVENT_IOC_MODIFY_ATTRIBUTES,
         ],
     ),
     (libc::SYS_clone, 0, &[GLIBC_THREAD_CLONE_FLAGS, crate::sys::bystander::HELPER_CLONE_FLAGS]),

@@ -877,6 +877,15 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
                 .unwrap_or_else(|| identified(real::syscall(number, [a, b, c, d, e, f]) as c_int, a_ptr(b), c as c_int))
                 .into()
         }
+        // `openat2` (no glibc function in 2.36): its flags are the first field of its `struct open_how`; with
+        // resolve flags of its own the kernel opens the file and the result is looked at.
+        libc::SYS_openat2 if d >= OPEN_HOW_SIZE => {
+            if let Some(&[flags, _mode, resolve]) = opt_ref(a_ptr::<[u64; 3]>(c)) {
+                let open = || identified(real::syscall(number, [a, b, c, d, e, f]) as c_int, a_ptr(b), flags as c_int);
+                let viewed = if resolve == 0 { proc_open(a_ptr(b), flags as c_int) } else { None };
+                return viewed.unwrap_or_else(open).into();
+            }
+        }
         libc::SYS_rt_sigprocmask if signal::is_installed() && d == 8 => {
             return raw_sigprocmask(a as c_int, a_ptr(b), a_ptr::<u64>(c) as *mut u64).into()
         }
@@ -1754,6 +1763,9 @@ pub extern "C" fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: c_
     proc_open(path, flags)
         .unwrap_or_else(|| identified(made_fd(0, || real::openat(false, dir, path, flags, mode)), path, flags))
 }
+
+/// The size of `struct open_how` (`flags`, `mode`, `resolve`) that `openat2` takes.
+const OPEN_HOW_SIZE: c_long = 24;
 
 /// Interposed `openat64`.
 #[cfg_attr(feature = "preload", no_mangle)]

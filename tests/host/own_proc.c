@@ -8,7 +8,9 @@
  * the SigBlk a handler whose sa_mask has SIGTRAP reads of its thread (set 17 p28 and p42: racewatch's
  * SIGTRAP showed in stat's caught set, and the handler's SIGTRAP was missing from SigBlk). With "parent",
  * a child forked after a second of racing prints the parent's (SIGTRAP and SIGUSR1 blocked, SIGHUP
- * ignored, SIGUSR2 caught); with "new-images", shells started by system() and by fork and exec do. */
+ * ignored, SIGUSR2 caught); with "new-images", shells started by system() and by fork and exec do.
+ * Read raw too: opened by syscall(SYS_openat) and syscall(SYS_openat2) (set 42: openat2 read the kernel's
+ * SigCgt, racewatch's SIGTRAP handler in it). */
 #include <dirent.h>
 
 static void print_memory(void) {
@@ -96,14 +98,19 @@ static void print_handler_mask(void) {
 /* The same through libc's syscall() (set 17 p51): the status file opened and read raw, and glibc's internal
  * signals' dispositions read raw (glibc's sigaction refuses 32 and 33; the kernel answers). */
 static void print_raw_views(void) {
-  char text[8192];
-  long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
-  long n = fd < 0 ? -1 : syscall(SYS_read, fd, text, sizeof text - 1);
-  if (fd >= 0) close((int)fd);
-  text[n > 0 ? n : 0] = 0;
-  for (const char *key = "SigBlk:"; key; key = strcmp(key, "SigBlk:") ? NULL : "SigCgt:") {
-    char *line = strstr(text, key);
-    if (line) printf("raw %.*s\n", (int)strcspn(line, "\n"), line);
+  for (int how = 0; how < 2; how++) {
+    char text[8192];
+    /* openat2 (set 42): struct open_how {flags, mode, resolve}, no glibc function for it. */
+    unsigned long long open_how[3] = {O_RDONLY | O_CLOEXEC, 0, 0};
+    long fd = how == 0 ? syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC)
+                       : syscall(SYS_openat2, AT_FDCWD, "/proc/self/status", open_how, sizeof open_how);
+    long n = fd < 0 ? -1 : syscall(SYS_read, fd, text, sizeof text - 1);
+    if (fd >= 0) close((int)fd);
+    text[n > 0 ? n : 0] = 0;
+    for (const char *key = "SigBlk:"; key; key = strcmp(key, "SigBlk:") ? NULL : "SigCgt:") {
+      char *line = strstr(text, key);
+      if (line) printf("%s %.*s\n", how == 0 ? "raw" : "openat2", (int)strcspn(line, "\n"), line);
+    }
   }
   for (int sig = 32; sig <= 33; sig++) {
     unsigned long old[4] = {0};

@@ -60,12 +60,109 @@ pub extern "C" fn fstatfs64(fd: c_int, buf: *mut libc::statfs) -> c_int {
     fstatfs(fd, buf)
 }
 
+/// Interposed `fstatvfs` (glibc's calls its own `fstatfs`, not the interposed one): see [`fstatfs`].
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fstatvfs(fd: c_int, buf: *mut libc::statvfs) -> c_int {
+    match view_fds::stands_for(fd) {
+        Some(file) => real::statvfs(file.as_cstr().as_ptr(), buf),
+        None => real::fstatvfs(fd, buf),
+    }
+}
+
+/// Interposed `fstatvfs64` (the same function on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn fstatvfs64(fd: c_int, buf: *mut libc::statvfs) -> c_int {
+    fstatvfs(fd, buf)
+}
+
+// A view is a memory file where the program's descriptor stands for a `/proc` file, which the kernel
+// makes as it is read: no end or data to seek to, no mapping, no seals, no `sendfile` out of it, nothing
+// to sync. The calls that could tell the two apart get the file's answers.
+
+/// Whether `fd` is one of the program's views ([`view_fds`]).
+fn is_view(fd: c_int) -> bool {
+    view_fds::any() && view_fds::lookup(fd).is_some()
+}
+
 /// Interposed `lseek`: a view of one of the process's own files gets the file's text of now, as the
-/// kernel makes the file's text again at a seek ([`view_fds`]).
+/// kernel makes the file's text again at a seek ([`view_fds`]); it seeks from its start or where it is
+/// only (`SEEK_END`, `SEEK_DATA`, `SEEK_HOLE`: `EINVAL`).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn lseek(fd: c_int, offset: libc::off_t, whence: c_int) -> libc::off_t {
+    if whence != libc::SEEK_SET && whence != libc::SEEK_CUR && is_view(fd) {
+        return failed(libc::EINVAL).into();
+    }
     view_fds::refresh(fd);
     real::lseek(fd, offset, whence)
+}
+
+/// Interposed `mmap`: a view of one of the process's own files cannot be mapped (`ENODEV`).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+) -> *mut c_void {
+    if flags & libc::MAP_ANONYMOUS == 0 && is_view(fd) {
+        failed(libc::ENODEV);
+        return libc::MAP_FAILED;
+    }
+    real::mmap(addr, len, prot, flags, fd, offset)
+}
+
+/// Interposed `mmap64` (the same function on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: libc::off_t,
+) -> *mut c_void {
+    mmap(addr, len, prot, flags, fd, offset)
+}
+
+/// Interposed `fsync`: nothing to sync in a view (`EINVAL`, as for the file).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn fsync(fd: c_int) -> c_int {
+    if is_view(fd) {
+        return failed(libc::EINVAL);
+    }
+    real::fsync(fd)
+}
+
+/// Interposed `fdatasync` (see [`fsync`]).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C-unwind" fn fdatasync(fd: c_int) -> c_int {
+    if is_view(fd) {
+        return failed(libc::EINVAL);
+    }
+    real::fdatasync(fd)
+}
+
+/// Interposed `sendfile`: a view is not copied out by the kernel (`EINVAL`, as for the file).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn sendfile(out: c_int, input: c_int, offset: *mut libc::off_t, count: usize) -> isize {
+    if is_view(input) {
+        return failed(libc::EINVAL) as isize;
+    }
+    real::sendfile(out, input, offset, count)
+}
+
+/// Interposed `sendfile64` (the same function on x86-64).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn sendfile64(out: c_int, input: c_int, offset: *mut libc::off_t, count: usize) -> isize {
+    sendfile(out, input, offset, count)
+}
+
+/// Whether `fcntl` command `cmd` on view `fd` gets `EINVAL` from the kernel for the file itself: seals
+/// are a memory file's.
+pub fn refused_on_view(fd: c_int, cmd: c_int) -> bool {
+    (cmd == libc::F_GET_SEALS || cmd == libc::F_ADD_SEALS) && is_view(fd)
 }
 
 /// Interposed `lseek64` (the same function on x86-64).
@@ -155,6 +252,8 @@ pub extern "C" fn fstatat(dir: c_int, path: *const c_char, buf: *mut libc::stat,
     if empty_path(path, flags) && view_fds::lookup(dir).is_some() {
         return fstat_of(false, dir, buf);
     }
+    let file = view_named(path).filter(|_| flags & libc::AT_SYMLINK_NOFOLLOW == 0);
+    let path = file.as_ref().map_or(path, |file| file.as_cstr().as_ptr());
     by_path(path, buf, || real::fstatat(false, dir, path, buf, flags))
 }
 
@@ -167,19 +266,25 @@ pub extern "C" fn fstatat64(dir: c_int, path: *const c_char, buf: *mut libc::sta
     if empty_path(path, flags) && view_fds::lookup(dir).is_some() {
         return fstat_of(true, dir, buf);
     }
+    let file = view_named(path).filter(|_| flags & libc::AT_SYMLINK_NOFOLLOW == 0);
+    let path = file.as_ref().map_or(path, |file| file.as_cstr().as_ptr());
     by_path(path, buf, || real::fstatat(true, dir, path, buf, flags))
 }
 
 /// Interposed `stat`: the process's own `fd` directory counts the program's descriptors only, its `task`
-/// directory the program's threads.
+/// directory the program's threads; a view's `/proc/self/fd/<n>` link leads to the file it stands for.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    let file = view_named(path);
+    let path = file.as_ref().map_or(path, |file| file.as_cstr().as_ptr());
     by_path(path, buf, || real::stat(real::StatFn::Stat, path, buf))
 }
 
 /// Interposed `stat64` (see [`stat`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    let file = view_named(path);
+    let path = file.as_ref().map_or(path, |file| file.as_cstr().as_ptr());
     by_path(path, buf, || real::stat(real::StatFn::Stat64, path, buf))
 }
 
@@ -208,6 +313,8 @@ pub extern "C" fn statx(dir: c_int, path: *const c_char, flags: c_int, mask: c_u
         // A view's `statx` by its descriptor: the file it stands for's.
         return real::statx(libc::AT_FDCWD, file.as_cstr().as_ptr(), flags & !libc::AT_EMPTY_PATH, mask, buf);
     }
+    let file = view_named(path).filter(|_| flags & libc::AT_SYMLINK_NOFOLLOW == 0);
+    let path = file.as_ref().map_or(path, |file| file.as_cstr().as_ptr());
     let rc = real::statx(dir, path, flags, mask, buf);
     if let (0, Some((entries, threads)), Some(buf)) = (rc, hidden_in(path), ptr::opt_mut(buf)) {
         buf.stx_size = buf.stx_size.saturating_sub(entries);
@@ -241,19 +348,33 @@ pub extern "C" fn readlink(path: *const c_char, buf: *mut c_char, len: usize) ->
 /// `readlink` of `/proc/self/fd/<n>` for a view of one of the process's own files ([`view_fds`]): the
 /// file's name, as the kernel gives it for the file itself; `None` for any other path.
 fn view_link(path: *const c_char, buf: *mut c_char, len: usize) -> Option<isize> {
-    if !ptr::cstr_starts_with(path, proc_view::PREFIX) || !view_fds::any() {
+    let file = view_named(path)?;
+    let name = file.as_cstr().to_bytes();
+    let n = name.len().min(len);
+    // SAFETY: `buf` is the caller's buffer of `len` bytes; `n` is at most that.
+    unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), buf as *mut u8, n) };
+    Some(n as isize)
+}
+
+/// The file a view stands for when `path` is its `/proc/self/fd/<n>` (or `/dev/fd/<n>`) link
+/// ([`view_fds`]); `None` for any other path (no system call for a path outside `/proc`).
+fn view_named(path: *const c_char) -> Option<view_fds::FileName> {
+    if !view_fds::any() {
+        return None;
+    }
+    if ptr::cstr_starts_with(path, b"/dev/fd/") {
+        // `/dev/fd` is a link to `/proc/self/fd`.
+        let number = ptr::opt_cstr(path)?.to_bytes().strip_prefix(b"/dev/fd/")?;
+        return view_fds::stands_for(proc_view::number(number)?);
+    }
+    if !ptr::cstr_starts_with(path, proc_view::PREFIX) {
         return None;
     }
     let path = ptr::opt_cstr(path)?.to_bytes();
     let slash = path.iter().rposition(|&b| b == b'/')?;
     let fd = proc_view::number(&path[slash + 1..])?;
     let dir = proc_view::classify(&path[..slash], raw::getpid(), raw::gettid(), raw::thread_alive);
-    let file = view_fds::stands_for(fd).filter(|_| dir == Some(Target::FdDir))?;
-    let name = file.as_cstr().to_bytes();
-    let n = name.len().min(len);
-    // SAFETY: `buf` is the caller's buffer of `len` bytes; `n` is at most that.
-    unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), buf as *mut u8, n) };
-    Some(n as isize)
+    view_fds::stands_for(fd).filter(|_| dir == Some(Target::FdDir))
 }
 
 /// Interposed `readlinkat` (see [`readlink`]).

@@ -712,6 +712,9 @@ pub extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     if fd::is_own(fd) {
         return errno_result(-libc::EBADF);
     }
+    if crate::fd_view::refused_on_view(fd, cmd) {
+        return errno_result(-libc::EINVAL);
+    }
     if duplicates(cmd) {
         let new = made_fd(arg.min(c_int::MAX as c_ulong) as c_int, || real::fcntl(false, fd, cmd, arg));
         duplicated_view(fd, new);
@@ -725,6 +728,9 @@ pub extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     if fd::is_own(fd) {
         return errno_result(-libc::EBADF);
+    }
+    if crate::fd_view::refused_on_view(fd, cmd) {
+        return errno_result(-libc::EINVAL);
     }
     if duplicates(cmd) {
         let new = made_fd(arg.min(c_int::MAX as c_ulong) as c_int, || real::fcntl(true, fd, cmd, arg));

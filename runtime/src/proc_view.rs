@@ -385,7 +385,9 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     if !bytes.starts_with(PREFIX) || flags & libc::O_ACCMODE != libc::O_RDONLY {
         return None;
     }
-    if flags & (libc::O_CREAT | libc::O_DIRECTORY | libc::O_PATH | libc::O_TMPFILE) != 0 {
+    // The kernel's answer for the file itself (`O_DIRECT`: EINVAL for a `/proc` file; a memory file would
+    // take it).
+    if flags & (libc::O_CREAT | libc::O_DIRECTORY | libc::O_PATH | libc::O_TMPFILE | libc::O_DIRECT) != 0 {
         return None;
     }
     let caller = raw::gettid();
@@ -395,7 +397,7 @@ pub fn open(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
     let Some(target) = classify(bytes, raw::getpid(), caller, raw::thread_alive) else {
         return open_parents(path, flags);
     };
-    let fd = make(path, target, caller, Dest::New { cloexec: flags & libc::O_CLOEXEC != 0 })?;
+    let fd = make(path, target, caller, Dest::New { flags })?;
     crate::view_fds::register(
         fd,
         crate::view_fds::Viewed { target, in_task: crate::view_fds::names_task(bytes), pid: 0 },
@@ -472,6 +474,17 @@ fn make(path: &std::ffi::CStr, target: Target, caller: i32, into: Dest) -> Optio
 /// [`open`] for a file of the parent that forked this process ([`crate::parent_view`]): its `status` or
 /// `stat` with the parent program's values.
 fn open_parents(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int> {
+    parents(path, Dest::New { flags })
+}
+
+/// [`view_again`] for a view of the parent's file that this forked process holds (opened before the fork,
+/// or by [`open_parents`]): the parent's text of now, as the kernel would make it at a seek.
+pub fn parents_again(fd: libc::c_int, path: &std::ffi::CStr) {
+    parents(path, Dest::Existing(fd));
+}
+
+/// The parent's `status` or `stat` at `path` with the parent program's values, put where `into` says.
+fn parents(path: &std::ffi::CStr, into: Dest) -> Option<libc::c_int> {
     let (target, parent) = crate::parent_view::classify(path.to_bytes())?;
     let (tid, stat) = match target {
         Target::Status { tid } => (tid, false),
@@ -488,7 +501,7 @@ fn open_parents(path: &std::ffi::CStr, flags: libc::c_int) -> Option<libc::c_int
     };
     // The parent's thread caught inside racewatch's handler (every signal blocked): read again.
     let settled = |text: &[u8]| stat || !shows_handler_mask(text);
-    crate::sys::memfile::rewritten(path, Dest::New { cloexec: flags & libc::O_CLOEXEC != 0 }, settled, rewrite)
+    crate::sys::memfile::rewritten(path, into, settled, rewrite)
 }
 
 /// The `open` flags of an `fopen` mode that only reads (`None`: one that writes, never rewritten).

@@ -739,10 +739,11 @@ mod tests {
     fn the_calls_racewatch_never_makes_are_not_named_in_its_code() {
         // Every `SYS_*` the runtime's sources name, outside this file: the calls it makes, and a few it
         // only recognises in the program's code (hand_on.rs: the socket calls a handler ends with
-        // `EINTR`, and the waits it recognises there; intercept.rs: the program's raw `signalfd`s and
-        // `epoll_ctl`s; racewatch makes none of those).
+        // `EINTR`, and the waits it recognises there; intercept.rs: the program's raw `signalfd`s,
+        // `epoll_ctl`s and `openat2`s; racewatch makes none of those).
         let recognised = [
             "SYS_epoll_ctl",
+            "SYS_openat2",
             "SYS_signalfd",
             "SYS_signalfd4",
             "SYS_accept",

@@ -205,9 +205,13 @@ pub fn lookup(fd: i32) -> Option<Viewed> {
 /// Before a seek or a `pread` of the program's on `fd`: a view gets the file's current text, as the
 /// kernel makes it again.
 pub fn refresh(fd: i32) {
-    // Not a view of another process's file: a forked child's of its parent's (whose text it shares).
-    if let Some(viewed) = lookup(fd).filter(|viewed| viewed.pid == raw::getpid()) {
+    let Some(viewed) = lookup(fd) else { return };
+    if viewed.pid == raw::getpid() {
         proc_view::view_again(fd, viewed.path().as_cstr(), viewed.target);
+    } else {
+        // A forked child's view of its parent's file, made again with the parent program's values (a
+        // grandchild's is left as it is).
+        proc_view::parents_again(fd, viewed.path().as_cstr());
     }
 }
 

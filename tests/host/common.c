@@ -104,6 +104,7 @@ RW_FN const char *rw_errname(int err) {
   switch (err) {
   case EPERM: return "EPERM";
   case EINVAL: return "EINVAL";
+  case ENODEV: return "ENODEV";
   case EAGAIN: return "EAGAIN";
   case ENOMEM: return "ENOMEM";
   case EMFILE: return "EMFILE";

@@ -12,6 +12,9 @@
  * Read raw too: opened by syscall(SYS_openat) and syscall(SYS_openat2) (set 42: openat2 read the kernel's
  * SigCgt, racewatch's SIGTRAP handler in it). */
 #include <dirent.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/statvfs.h>
 
 static void print_memory(void) {
   long vm_kb = rw_status_field("/proc/self/status", "VmSize");
@@ -117,6 +120,55 @@ static void print_raw_views(void) {
     long rc = syscall(SYS_rt_sigaction, sig, NULL, old, 8);
     printf("raw rt_sigaction(%d): %s\n", sig, rc == 0 ? "ok" : rw_errname(errno));
   }
+}
+
+/* Its own status treated as any file (set 42 p29: a generic file helper): seeks to the end or to data,
+ * a mapping, seals, sendfile, fsync, the status flags it was opened with, O_DIRECT, the file by its
+ * /proc/self/fd and /dev/fd links, fstatvfs. The kernel makes such a file as it is read. */
+static void print_as_a_file(void) {
+  int fd = open("/proc/self/status", O_RDONLY | O_NONBLOCK | O_NOATIME);
+  if (fd < 0) return;
+  errno = 0;
+  long end = (long)lseek(fd, 0, SEEK_END);
+  printf("as a file: lseek SEEK_END %ld %s", end, rw_errname(errno));
+  errno = 0;
+  long data = (long)lseek(fd, 0, SEEK_DATA);
+  printf(", SEEK_DATA %ld %s", data, rw_errname(errno));
+  errno = 0;
+  void *map = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+  printf(", mmap %s\n", map == MAP_FAILED ? rw_errname(errno) : "mapped");
+  errno = 0;
+  int seals = fcntl(fd, F_GET_SEALS);
+  printf("as a file: seals %d %s", seals, rw_errname(errno));
+  int pipe_fds[2];
+  if (pipe(pipe_fds) == 0) {
+    errno = 0;
+    long sent = (long)sendfile(pipe_fds[1], fd, NULL, 16);
+    printf(", sendfile %ld %s", sent, rw_errname(errno));
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+  }
+  errno = 0;
+  int synced = fsync(fd);
+  printf(", fsync %d %s", synced, rw_errname(errno));
+  printf(", flags %#o\n", fcntl(fd, F_GETFL) & ~O_LARGEFILE);
+  struct stat by_fd, by_link, by_dev;
+  char link[64], dev[64];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  snprintf(dev, sizeof dev, "/dev/fd/%d", fd);
+  fstat(fd, &by_fd);
+  stat(link, &by_link);
+  stat(dev, &by_dev);
+  printf("as a file: its links are the file: %d %d, mode %o size %ld\n",
+         by_link.st_ino == by_fd.st_ino && by_link.st_dev == by_fd.st_dev,
+         by_dev.st_ino == by_fd.st_ino && by_dev.st_dev == by_fd.st_dev, by_link.st_mode, (long)by_link.st_size);
+  struct statvfs vfs;
+  printf("as a file: fstatvfs flag %#lx namemax %lu\n", fstatvfs(fd, &vfs) == 0 ? vfs.f_flag : 0UL, vfs.f_namemax);
+  close(fd);
+  errno = 0;
+  int direct = open("/proc/self/status", O_RDONLY | O_DIRECT);
+  printf("as a file: O_DIRECT %s\n", direct >= 0 ? "opened" : rw_errname(errno));
+  if (direct >= 0) close(direct);
 }
 
 static long stat_threads(const char *path) {
@@ -257,6 +309,7 @@ int main(int argc, char **argv) {
   print_stat_signals("", "/proc/self/stat");
   print_handler_mask();
   print_raw_views();
+  print_as_a_file();
   snprintf(path, sizeof path, "/proc/%d/task", (int)getpid());
   printf("task entries: %d\n", count_entries(path));
   printf("fd entries: %d\n", count_entries("/proc/self/fd"));

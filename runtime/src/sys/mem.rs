@@ -184,17 +184,8 @@ fn soft_limit(resource: libc::__rlimit_resource_t) -> Option<u64> {
 /// it: no address space, a memory limit, strict overcommit).
 pub fn map_private(len: usize) -> Option<*mut libc::c_void> {
     super::budget::before_mapping(len);
-    // SAFETY: a new mapping at an address the kernel picks; no existing memory is touched.
-    let mem = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
+    // A new mapping at an address the kernel picks.
+    let mem = super::raw::mmap_anonymous(0, len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE);
     super::budget::mapped();
     if mem != libc::MAP_FAILED && super::budget::may_adjust() {
         super::raw::keep_apart(mem as usize, len);

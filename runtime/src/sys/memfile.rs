@@ -69,8 +69,10 @@ impl Drop for Scratch {
 /// Where [`rewritten`] puts the text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dest {
-    /// A new memory file, read-only and positioned at its start, close-on-exec when `cloexec` is set.
-    New { cloexec: bool },
+    /// A new memory file, read-only and positioned at its start, with the status flags of the program's
+    /// `open` (`flags`: `O_CLOEXEC`, `O_NONBLOCK`, `O_NOATIME`, `O_SYNC`, `O_APPEND`), as `F_GETFL` and
+    /// `fdinfo` show them for the file it stands for.
+    New { flags: libc::c_int },
     /// The memory file descriptor `fd` already holds (a view made again): its text is replaced.
     Existing(libc::c_int),
 }
@@ -103,10 +105,11 @@ pub fn rewritten(
         len = super::raw::read_whole(path, text)?;
     }
     let new_len = rewrite(&text[..len], out)?;
-    let cloexec = match into {
+    let open_flags = match into {
         Dest::Existing(fd) => return write_again(fd, &out[..new_len]).then_some(fd),
-        Dest::New { cloexec } => cloexec,
+        Dest::New { flags } => flags,
     };
+    let cloexec = open_flags & libc::O_CLOEXEC != 0;
     if out[..new_len] == text[..len] {
         return None;
     }
@@ -125,7 +128,7 @@ pub fn rewritten(
         return None;
     }
     syscall6(libc::SYS_lseek, [fd as u64, 0, libc::SEEK_SET as u64, 0, 0, 0]);
-    read_only(fd, cloexec);
+    read_only(fd, open_flags);
     Some(fd)
 }
 
@@ -147,15 +150,20 @@ fn own_link(fd: libc::c_int, buf: &mut [u8; 32]) -> &CStr {
     CStr::from_bytes_until_nul(buf).unwrap_or(c"/proc/self/fd/-1")
 }
 
-/// Replaces memory file `fd` (same number) by a read-only open of it, as the program's own `open` of the
-/// file it stands for is (its `fdinfo` flags); left as it is when that fails.
-fn read_only(fd: libc::c_int, cloexec: bool) {
+/// The status flags of the program's `open` a view keeps (the kernel keeps them for the file too).
+const KEPT_FLAGS: libc::c_int =
+    libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC | libc::O_APPEND;
+
+/// Replaces memory file `fd` (same number) by a read-only open of it with the status flags of the
+/// program's `open` (`flags`), as its own open of the file it stands for is (`F_GETFL`, its `fdinfo`
+/// flags); left as it is when that fails.
+fn read_only(fd: libc::c_int, flags: libc::c_int) {
     let mut buf = [0u8; 32];
     let link = own_link(fd, &mut buf);
-    let flags = libc::O_RDONLY | if cloexec { libc::O_CLOEXEC } else { 0 };
+    let flags = libc::O_RDONLY | (flags & KEPT_FLAGS);
     let again = syscall6(libc::SYS_openat, [libc::AT_FDCWD as u64, link.as_ptr() as u64, flags as u64, 0, 0, 0]);
     if again >= 0 {
-        let dup_flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+        let dup_flags = flags & libc::O_CLOEXEC;
         syscall6(libc::SYS_dup3, [again as u64, fd as u64, dup_flags as u64, 0, 0, 0]);
         syscall6(libc::SYS_close, [again as u64, 0, 0, 0, 0, 0]);
     }
@@ -200,15 +208,22 @@ mod tests {
             out[..text.len()].make_ascii_uppercase();
             Some(text.len())
         };
-        let fd = super::rewritten(c"/proc/self/comm", super::Dest::New { cloexec: true }, |_| true, upper).unwrap();
+        let fd =
+            super::rewritten(c"/proc/self/comm", super::Dest::New { flags: libc::O_CLOEXEC }, |_| true, upper).unwrap();
         let own = std::fs::read_to_string("/proc/self/comm").unwrap();
         assert_eq!(read(fd), own.to_uppercase());
         let same = |text: &[u8], out: &mut [u8]| {
             out[..text.len()].copy_from_slice(text);
             Some(text.len())
         };
-        assert_eq!(super::rewritten(c"/proc/self/comm", super::Dest::New { cloexec: true }, |_| true, same), None);
-        assert_eq!(super::rewritten(c"/nonexistent/file", super::Dest::New { cloexec: true }, |_| true, same), None);
+        assert_eq!(
+            super::rewritten(c"/proc/self/comm", super::Dest::New { flags: libc::O_CLOEXEC }, |_| true, same),
+            None
+        );
+        assert_eq!(
+            super::rewritten(c"/nonexistent/file", super::Dest::New { flags: libc::O_CLOEXEC }, |_| true, same),
+            None
+        );
     }
 
     #[test]
@@ -218,10 +233,19 @@ mod tests {
             out[..text.len()].make_ascii_uppercase();
             Some(text.len())
         };
-        let fd = super::rewritten(c"/proc/self/comm", super::Dest::New { cloexec: true }, |_| true, upper).unwrap();
+        let fd =
+            super::rewritten(c"/proc/self/comm", super::Dest::New { flags: libc::O_CLOEXEC }, |_| true, upper).unwrap();
         // SAFETY: F_GETFL on a descriptor this test owns.
         let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
         assert_eq!(flags & libc::O_ACCMODE, libc::O_RDONLY, "as the program's own open of the file");
+        // The program's status flags are kept, as the kernel keeps them for the file itself.
+        let kept = super::Dest::New { flags: libc::O_NONBLOCK | libc::O_NOATIME };
+        let other = super::rewritten(c"/proc/self/comm", kept, |_| true, upper).unwrap();
+        // SAFETY: F_GETFL on a descriptor this test owns.
+        let flags = unsafe { libc::fcntl(other, libc::F_GETFL) };
+        assert_eq!(flags & (libc::O_NONBLOCK | libc::O_NOATIME), libc::O_NONBLOCK | libc::O_NOATIME);
+        // SAFETY: closing a descriptor this test owns.
+        unsafe { libc::close(other) };
         let shorter = |_: &[u8], out: &mut [u8]| {
             out[..3].copy_from_slice(b"ab\n");
             Some(3)

@@ -170,6 +170,12 @@ static REWIND: Real = Real::new(c"rewind");
 static FSETPOS: Real = Real::new(c"fsetpos");
 static STATFS: Real = Real::new(c"statfs");
 static FSTATFS: Real = Real::new(c"fstatfs");
+static FSTATVFS: Real = Real::new(c"fstatvfs");
+static STATVFS: Real = Real::new(c"statvfs");
+static MMAP: Real = Real::new(c"mmap");
+static FSYNC: Real = Real::new(c"fsync");
+static FDATASYNC: Real = Real::new(c"fdatasync");
+static SENDFILE: Real = Real::new(c"sendfile");
 static READLINKAT: Real = Real::new(c"readlinkat");
 static OWN_PTHREAD_CREATE: Real = Real::libc_own(c"pthread_create");
 static OWN_SIGACTION: Real = Real::libc_own(c"sigaction");
@@ -588,6 +594,46 @@ pub fn statfs(path: *const c_char, buf: *mut libc::statfs) -> c_int {
 /// The real `fstatfs` (the same function as `fstatfs64` on x86-64).
 pub fn fstatfs(fd: c_int, buf: *mut libc::statfs) -> c_int {
     call!(FSTATFS, -1, fn(c_int, *mut libc::statfs) -> c_int, fd, buf)
+}
+
+/// The real `statvfs` (the same function as `statvfs64` on x86-64).
+pub fn statvfs(path: *const c_char, buf: *mut libc::statvfs) -> c_int {
+    call!(STATVFS, -1, fn(*const c_char, *mut libc::statvfs) -> c_int, path, buf)
+}
+
+/// The real `fstatvfs` (the same function as `fstatvfs64` on x86-64).
+pub fn fstatvfs(fd: c_int, buf: *mut libc::statvfs) -> c_int {
+    call!(FSTATVFS, -1, fn(c_int, *mut libc::statvfs) -> c_int, fd, buf)
+}
+
+/// The real `mmap` (the same function as `mmap64` on x86-64).
+pub fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: libc::off_t) -> *mut c_void {
+    call!(
+        MMAP,
+        libc::MAP_FAILED,
+        fn(*mut c_void, usize, c_int, c_int, c_int, libc::off_t) -> *mut c_void,
+        addr,
+        len,
+        prot,
+        flags,
+        fd,
+        offset
+    )
+}
+
+/// The real `fsync`: a cancellation point.
+pub fn fsync(fd: c_int) -> c_int {
+    call!(FSYNC, -1, extern "C-unwind" fn(c_int) -> c_int, fd)
+}
+
+/// The real `fdatasync`: a cancellation point.
+pub fn fdatasync(fd: c_int) -> c_int {
+    call!(FDATASYNC, -1, extern "C-unwind" fn(c_int) -> c_int, fd)
+}
+
+/// The real `sendfile` (the same function as `sendfile64` on x86-64).
+pub fn sendfile(out: c_int, input: c_int, offset: *mut libc::off_t, count: usize) -> isize {
+    call!(SENDFILE, -1, fn(c_int, c_int, *mut libc::off_t, usize) -> isize, out, input, offset, count)
 }
 
 /// The real `readlink`.

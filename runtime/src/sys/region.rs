@@ -198,18 +198,8 @@ fn map_new(len: usize, use_: Use) -> Option<usize> {
     .unwrap_or(0);
     let noreserve = if use_ == Use::Stacks { libc::MAP_NORESERVE } else { 0 };
     crate::sys::budget::before_mapping(len);
-    // SAFETY: a fresh private anonymous mapping; the hint is only a hint (no MAP_FIXED), so no
-    // existing memory is touched.
-    let addr = unsafe {
-        libc::mmap(
-            hint as *mut libc::c_void,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | noreserve,
-            -1,
-            0,
-        )
-    };
+    // A fresh private anonymous mapping; the hint is only a hint (no MAP_FIXED).
+    let addr = super::raw::mmap_anonymous(hint, len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | noreserve);
     if addr as usize != hint && hint != 0 {
         // Not where asked (the program mapped that range): the range stays the region's to reuse.
         with_region(use_, |region| region.give_back(hint, len));
@@ -249,10 +239,9 @@ pub fn close_gap_above_own_module() {
         false
     });
     let Some((start, stop)) = gap.filter(|&(start, stop)| stop > start && stop - start < 2 << 20) else { return };
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE;
-    // SAFETY: MAP_FIXED_NOREPLACE maps only where nothing is mapped (it fails otherwise): no existing
-    // memory is touched.
-    let at = unsafe { libc::mmap(start as *mut libc::c_void, stop - start, libc::PROT_NONE, flags, -1, 0) };
+    // MAP_FIXED_NOREPLACE maps only where nothing is mapped (it fails otherwise).
+    let flags = libc::MAP_PRIVATE | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE;
+    let at = super::raw::mmap_anonymous(start, stop - start, libc::PROT_NONE, flags);
     if at as usize == start {
         *GAP.lock() = (start, stop - start);
     }

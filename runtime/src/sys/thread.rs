@@ -269,17 +269,9 @@ pub fn reserve_small_stack() {
     }
     note_static_tls();
     super::budget::before_mapping(small_stack_len());
-    // SAFETY: a fresh private anonymous mapping without an address hint: no existing memory is touched.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            small_stack_len(),
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
+    // A fresh private anonymous mapping without an address hint.
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let addr = super::raw::mmap_anonymous(0, small_stack_len(), rw, libc::MAP_PRIVATE | libc::MAP_STACK);
     if addr != libc::MAP_FAILED {
         SMALL_STACK_PLACE.store(addr as usize, Ordering::Release);
         super::budget::note_own(addr as usize, small_stack_len());

@@ -76,8 +76,9 @@ pub extern "C" fn fstatvfs64(fd: c_int, buf: *mut libc::statvfs) -> c_int {
 }
 
 // A view is a memory file where the program's descriptor stands for a `/proc` file, which the kernel
-// makes as it is read: no end or data to seek to, no mapping, no seals, no `sendfile` out of it, nothing
-// to sync. The calls that could tell the two apart get the file's answers.
+// makes as it is read: no end or data to seek to, no seals, no `sendfile` out of it, nothing to sync.
+// The calls that could tell the two apart get the file's answers (but `mmap`, which allocators call
+// before racewatch's constructor runs: a view can be mapped).
 
 /// Whether `fd` is one of the program's views ([`view_fds`]).
 fn is_view(fd: c_int) -> bool {
@@ -94,36 +95,6 @@ pub extern "C" fn lseek(fd: c_int, offset: libc::off_t, whence: c_int) -> libc::
     }
     view_fds::refresh(fd);
     real::lseek(fd, offset, whence)
-}
-
-/// Interposed `mmap`: a view of one of the process's own files cannot be mapped (`ENODEV`).
-#[cfg_attr(feature = "preload", no_mangle)]
-pub extern "C" fn mmap(
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    offset: libc::off_t,
-) -> *mut c_void {
-    if flags & libc::MAP_ANONYMOUS == 0 && is_view(fd) {
-        failed(libc::ENODEV);
-        return libc::MAP_FAILED;
-    }
-    real::mmap(addr, len, prot, flags, fd, offset)
-}
-
-/// Interposed `mmap64` (the same function on x86-64).
-#[cfg_attr(feature = "preload", no_mangle)]
-pub extern "C" fn mmap64(
-    addr: *mut c_void,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    offset: libc::off_t,
-) -> *mut c_void {
-    mmap(addr, len, prot, flags, fd, offset)
 }
 
 /// Interposed `fsync`: nothing to sync in a view (`EINVAL`, as for the file).

@@ -172,7 +172,6 @@ static STATFS: Real = Real::new(c"statfs");
 static FSTATFS: Real = Real::new(c"fstatfs");
 static FSTATVFS: Real = Real::new(c"fstatvfs");
 static STATVFS: Real = Real::new(c"statvfs");
-static MMAP: Real = Real::new(c"mmap");
 static FSYNC: Real = Real::new(c"fsync");
 static FDATASYNC: Real = Real::new(c"fdatasync");
 static SENDFILE: Real = Real::new(c"sendfile");
@@ -275,6 +274,11 @@ const ALL: &[&Real] = &[
     &OWN_PTHREAD_CREATE,
     &OWN_SIGACTION,
     &CLONE,
+    &FSTATVFS,
+    &STATVFS,
+    &FSYNC,
+    &FDATASYNC,
+    &SENDFILE,
 ];
 
 /// Resolves every real function now (call from the constructor).
@@ -604,21 +608,6 @@ pub fn statvfs(path: *const c_char, buf: *mut libc::statvfs) -> c_int {
 /// The real `fstatvfs` (the same function as `fstatvfs64` on x86-64).
 pub fn fstatvfs(fd: c_int, buf: *mut libc::statvfs) -> c_int {
     call!(FSTATVFS, -1, fn(c_int, *mut libc::statvfs) -> c_int, fd, buf)
-}
-
-/// The real `mmap` (the same function as `mmap64` on x86-64).
-pub fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, offset: libc::off_t) -> *mut c_void {
-    call!(
-        MMAP,
-        libc::MAP_FAILED,
-        fn(*mut c_void, usize, c_int, c_int, c_int, libc::off_t) -> *mut c_void,
-        addr,
-        len,
-        prot,
-        flags,
-        fd,
-        offset
-    )
 }
 
 /// The real `fsync`: a cancellation point.

@@ -48,9 +48,14 @@ fn fstat_of(large: bool, fd: c_int, buf: *mut libc::stat) -> c_int {
 /// Interposed `fstatfs`: a view of one of the process's own files is on `/proc` ([`view_fds`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fstatfs(fd: c_int, buf: *mut libc::statfs) -> c_int {
+    on_view_file(fd, |path| real::statfs(path, buf), || real::fstatfs(fd, buf))
+}
+
+/// `by_path` on the path of the file that view `fd` stands for ([`view_fds`]), else `by_fd`.
+fn on_view_file(fd: c_int, by_path: impl FnOnce(*const c_char) -> c_int, by_fd: impl FnOnce() -> c_int) -> c_int {
     match view_fds::stands_for(fd) {
-        Some(file) => real::statfs(file.as_cstr().as_ptr(), buf),
-        None => real::fstatfs(fd, buf),
+        Some(file) => by_path(file.as_cstr().as_ptr()),
+        None => by_fd(),
     }
 }
 
@@ -63,10 +68,7 @@ pub extern "C" fn fstatfs64(fd: c_int, buf: *mut libc::statfs) -> c_int {
 /// Interposed `fstatvfs` (glibc's calls its own `fstatfs`, not the interposed one): see [`fstatfs`].
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn fstatvfs(fd: c_int, buf: *mut libc::statvfs) -> c_int {
-    match view_fds::stands_for(fd) {
-        Some(file) => real::statvfs(file.as_cstr().as_ptr(), buf),
-        None => real::fstatvfs(fd, buf),
-    }
+    on_view_file(fd, |path| real::statvfs(path, buf), || real::fstatvfs(fd, buf))
 }
 
 /// Interposed `fstatvfs64` (the same function on x86-64).

@@ -82,6 +82,7 @@ fn init() {
     // First of what registers: its fork handlers must run last before a fork and first after it.
     sys::heap::guard_forks();
     sys::real::resolve_all();
+    crate::fd_view::note_own_module();
     sys::exec_list::set_targets(
         |path, argv, _| crate::intercept::execv(path, argv),
         |path, argv, envp| crate::intercept::execve(path, argv, envp),

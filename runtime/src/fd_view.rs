@@ -78,9 +78,8 @@ pub extern "C" fn fstatvfs64(fd: c_int, buf: *mut libc::statvfs) -> c_int {
 }
 
 // A view is a memory file where the program's descriptor stands for a `/proc` file, which the kernel
-// makes as it is read: no end or data to seek to, no seals, no `sendfile` out of it, nothing to sync.
-// The calls that could tell the two apart get the file's answers (but `mmap`, which allocators call
-// before racewatch's constructor runs: a view can be mapped).
+// makes as it is read: no end or data to seek to, no mapping, no seals, no `sendfile` out of it,
+// nothing to sync. The calls that could tell the two apart get the file's answers.
 
 /// Whether `fd` is one of the program's views ([`view_fds`]).
 fn is_view(fd: c_int) -> bool {
@@ -97,6 +96,99 @@ pub extern "C" fn lseek(fd: c_int, offset: libc::off_t, whence: c_int) -> libc::
     }
     view_fds::refresh(fd);
     real::lseek(fd, offset, whence)
+}
+
+/// Interposed `mmap` and `mmap64` (one function on x86-64): a view of one of the process's own files
+/// cannot be mapped (`ENODEV`), as the file cannot. Every other call jumps on with its caller's return
+/// address, so a library preloaded after racewatch that wraps `mmap` (a memory profiler) sees the
+/// program's calls as the program's; racewatch's own (its standard library's) go to libc's.
+macro_rules! mmap_interposer {
+    ($name:ident, $symbol:literal) => {
+        // SAFETY: naked: the body is the whole function. It saves and restores the six argument
+        // registers, keeps the stack 16-byte aligned at the call of a plain `extern "C"` function, and
+        // either jumps to the `mmap` that function names with the registers and the stack as the caller
+        // left them, or returns `MAP_FAILED` (errno set).
+        #[unsafe(naked)]
+        #[cfg_attr(feature = "preload", export_name = $symbol)]
+        pub extern "C" fn $name() {
+            std::arch::naked_asm!(
+                ".cfi_startproc",
+                "push rdi",
+                ".cfi_adjust_cfa_offset 8",
+                "push rsi",
+                ".cfi_adjust_cfa_offset 8",
+                "push rdx",
+                ".cfi_adjust_cfa_offset 8",
+                "push rcx",
+                ".cfi_adjust_cfa_offset 8",
+                "push r8",
+                ".cfi_adjust_cfa_offset 8",
+                "push r9",
+                ".cfi_adjust_cfa_offset 8",
+                "sub rsp, 8",
+                ".cfi_adjust_cfa_offset 8",
+                // The flags (fourth argument), the descriptor (fifth) and the caller's return address.
+                "mov edi, ecx",
+                "mov esi, r8d",
+                "mov rdx, [rsp + 56]",
+                "call {target}",
+                "add rsp, 8",
+                ".cfi_adjust_cfa_offset -8",
+                "pop r9",
+                ".cfi_adjust_cfa_offset -8",
+                "pop r8",
+                ".cfi_adjust_cfa_offset -8",
+                "pop rcx",
+                ".cfi_adjust_cfa_offset -8",
+                "pop rdx",
+                ".cfi_adjust_cfa_offset -8",
+                "pop rsi",
+                ".cfi_adjust_cfa_offset -8",
+                "pop rdi",
+                ".cfi_adjust_cfa_offset -8",
+                "test rax, rax",
+                "jz 2f",
+                "jmp rax",
+                "2:",
+                "mov rax, -1",
+                "ret",
+                ".cfi_endproc",
+                target = sym mmap_target,
+            )
+        }
+    };
+}
+
+mmap_interposer!(mmap, "mmap");
+mmap_interposer!(mmap64, "mmap64");
+
+/// racewatch's own module: `[start, end)` (0, 0 until [`note_own_module`]).
+static OWN_MODULE: [std::sync::atomic::AtomicU64; 2] = [const { std::sync::atomic::AtomicU64::new(0) }; 2];
+
+/// Notes where racewatch's own module lies, for [`mmap_target`]. Call at start-up.
+pub fn note_own_module() {
+    let here = (note_own_module as fn()) as usize as u64;
+    if let Some((start, end)) = crate::sys::dl::Loaded::range_containing(here) {
+        OWN_MODULE[0].store(start, std::sync::atomic::Ordering::Release);
+        OWN_MODULE[1].store(end, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Where an `mmap` with `flags` of descriptor `fd`, called from `caller`, goes: the next definition's
+/// address (libc's own for racewatch's calls), or 0 (refused, errno set) for a view.
+extern "C" fn mmap_target(flags: c_int, fd: c_int, caller: u64) -> usize {
+    if flags & libc::MAP_ANONYMOUS == 0 && is_view(fd) {
+        failed(libc::ENODEV);
+        return 0;
+    }
+    let own = (OWN_MODULE[0].load(std::sync::atomic::Ordering::Acquire)
+        ..OWN_MODULE[1].load(std::sync::atomic::Ordering::Acquire))
+        .contains(&caller);
+    let next = real::mmap_address(own);
+    if next == 0 {
+        failed(libc::ENOSYS);
+    }
+    next
 }
 
 /// Interposed `fsync`: nothing to sync in a view (`EINVAL`, as for the file).

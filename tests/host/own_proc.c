@@ -12,6 +12,7 @@
  * Read raw too: opened by syscall(SYS_openat) and syscall(SYS_openat2) (set 42: openat2 read the kernel's
  * SigCgt, racewatch's SIGTRAP handler in it). */
 #include <dirent.h>
+#include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/statvfs.h>
 
@@ -122,7 +123,7 @@ static void print_raw_views(void) {
 }
 
 /* Its own status treated as any file (set 42 p29: a generic file helper): seeks to the end or to data,
- * seals, sendfile, fsync, the status flags it was opened with, O_DIRECT, the file by its
+ * a mapping, seals, sendfile, fsync, the status flags it was opened with, O_DIRECT, the file by its
  * /proc/self/fd and /dev/fd links, fstatvfs. The kernel makes such a file as it is read. */
 static void print_as_a_file(void) {
   int fd = open("/proc/self/status", O_RDONLY | O_NONBLOCK | O_NOATIME);
@@ -133,7 +134,9 @@ static void print_as_a_file(void) {
   errno = 0;
   long data = (long)lseek(fd, 0, SEEK_DATA);
   printf(", SEEK_DATA %ld %s", data, rw_errname(errno));
-  printf("\n");
+  errno = 0;
+  void *map = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+  printf(", mmap %s\n", map == MAP_FAILED ? rw_errname(errno) : "mapped");
   errno = 0;
   int seals = fcntl(fd, F_GET_SEALS);
   printf("as a file: seals %d %s", seals, rw_errname(errno));

@@ -177,6 +177,22 @@ impl Loaded {
         Some((Loaded::at(base, dynamic)?, relro))
     }
 
+    /// The lowest and highest address of the `PT_LOAD` segments of the module holding `addr`.
+    pub fn range_containing(addr: u64) -> Option<(u64, u64)> {
+        let mut found = None;
+        each_dynamic_section(&mut |_, base, _, headers| {
+            let loads = || headers.iter().filter(|h| h.p_type == libc::PT_LOAD);
+            let start = loads().map(|h| base + h.p_vaddr).min().unwrap_or(0);
+            let end = loads().map(|h| base + h.p_vaddr + h.p_memsz).max().unwrap_or(0);
+            let holds = (start..end).contains(&addr);
+            if holds {
+                found = Some((start, end));
+            }
+            holds
+        });
+        found
+    }
+
     /// The functions and objects this module imports by name (its `GLOB_DAT` and `JUMP_SLOT` relocations
     /// of undefined symbols), each with the slot the loader wrote its address in.
     pub fn imports(&self) -> impl Iterator<Item = Import<'_>> + '_ {

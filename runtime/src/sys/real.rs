@@ -171,6 +171,8 @@ static FSETPOS: Real = Real::new(c"fsetpos");
 static STATFS: Real = Real::new(c"statfs");
 static FSTATFS: Real = Real::new(c"fstatfs");
 static FSTATVFS: Real = Real::new(c"fstatvfs");
+static MMAP: Real = Real::new(c"mmap");
+static OWN_MMAP: Real = Real::libc_own(c"mmap");
 static STATVFS: Real = Real::new(c"statvfs");
 static FSYNC: Real = Real::new(c"fsync");
 static FDATASYNC: Real = Real::new(c"fdatasync");
@@ -274,6 +276,9 @@ const ALL: &[&Real] = &[
     &OWN_PTHREAD_CREATE,
     &OWN_SIGACTION,
     &CLONE,
+    // The program's allocators call `mmap` (through racewatch's, [`crate::fd_view`]).
+    &MMAP,
+    &OWN_MMAP,
     &FSTATVFS,
     &STATVFS,
     &FSYNC,
@@ -608,6 +613,16 @@ pub fn statvfs(path: *const c_char, buf: *mut libc::statvfs) -> c_int {
 /// The real `fstatvfs` (the same function as `fstatvfs64` on x86-64).
 pub fn fstatvfs(fd: c_int, buf: *mut libc::statvfs) -> c_int {
     call!(FSTATVFS, -1, fn(c_int, *mut libc::statvfs) -> c_int, fd, buf)
+}
+
+/// Where racewatch's `mmap` goes on ([`crate::fd_view`]): the next definition (a wrapper preloaded after
+/// racewatch, else libc's), or libc's own for racewatch's own calls (`own`); 0 when there is none.
+pub fn mmap_address(own: bool) -> usize {
+    if own {
+        OWN_MMAP.get()
+    } else {
+        MMAP.get()
+    }
 }
 
 /// The real `fsync`: a cancellation point.

@@ -7,6 +7,7 @@
 //! listings of [`crate::proc_view`], a scan of every number by any of these finds the program's own.
 
 use crate::proc_view::{self, Target};
+use crate::sys::process::Jump;
 use crate::sys::{fd, ptr, raw, real};
 use crate::view_fds;
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -98,69 +99,12 @@ pub extern "C" fn lseek(fd: c_int, offset: libc::off_t, whence: c_int) -> libc::
     real::lseek(fd, offset, whence)
 }
 
-/// Interposed `mmap` and `mmap64` (one function on x86-64): a view of one of the process's own files
-/// cannot be mapped (`ENODEV`), as the file cannot. Every other call jumps on with its caller's return
-/// address, so a library preloaded after racewatch that wraps `mmap` (a memory profiler) sees the
-/// program's calls as the program's; racewatch's own (its standard library's) go to libc's.
-macro_rules! mmap_interposer {
-    ($name:ident, $symbol:literal) => {
-        // SAFETY: naked: the body is the whole function. It saves and restores the six argument
-        // registers, keeps the stack 16-byte aligned at the call of a plain `extern "C"` function, and
-        // either jumps to the `mmap` that function names with the registers and the stack as the caller
-        // left them, or returns `MAP_FAILED` (errno set).
-        #[unsafe(naked)]
-        #[cfg_attr(feature = "preload", export_name = $symbol)]
-        pub extern "C" fn $name() {
-            std::arch::naked_asm!(
-                ".cfi_startproc",
-                "push rdi",
-                ".cfi_adjust_cfa_offset 8",
-                "push rsi",
-                ".cfi_adjust_cfa_offset 8",
-                "push rdx",
-                ".cfi_adjust_cfa_offset 8",
-                "push rcx",
-                ".cfi_adjust_cfa_offset 8",
-                "push r8",
-                ".cfi_adjust_cfa_offset 8",
-                "push r9",
-                ".cfi_adjust_cfa_offset 8",
-                "sub rsp, 8",
-                ".cfi_adjust_cfa_offset 8",
-                // The flags (fourth argument), the descriptor (fifth) and the caller's return address.
-                "mov edi, ecx",
-                "mov esi, r8d",
-                "mov rdx, [rsp + 56]",
-                "call {target}",
-                "add rsp, 8",
-                ".cfi_adjust_cfa_offset -8",
-                "pop r9",
-                ".cfi_adjust_cfa_offset -8",
-                "pop r8",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rcx",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rdx",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rsi",
-                ".cfi_adjust_cfa_offset -8",
-                "pop rdi",
-                ".cfi_adjust_cfa_offset -8",
-                "test rax, rax",
-                "jz 2f",
-                "jmp rax",
-                "2:",
-                "mov rax, -1",
-                "ret",
-                ".cfi_endproc",
-                target = sym mmap_target,
-            )
-        }
-    };
-}
-
-mmap_interposer!(mmap, "mmap");
-mmap_interposer!(mmap64, "mmap64");
+// Interposed `mmap` and `mmap64` (one function on x86-64): a view of one of the process's own files
+// cannot be mapped (`ENODEV`), as the file cannot. Every other call jumps on with its caller's return
+// address, so a library preloaded after racewatch that wraps `mmap` (a memory profiler) sees the
+// program's calls as the program's; racewatch's own (its standard library's) go to libc's.
+crate::sys::process::naked_jump!(mmap, "mmap", mmap_target);
+crate::sys::process::naked_jump!(mmap64, "mmap64", mmap_target);
 
 /// racewatch's own module: `[start, end)` (0, 0 until [`note_own_module`]).
 static OWN_MODULE: [std::sync::atomic::AtomicU64; 2] = [const { std::sync::atomic::AtomicU64::new(0) }; 2];
@@ -174,21 +118,23 @@ pub fn note_own_module() {
     }
 }
 
-/// Where an `mmap` with `flags` of descriptor `fd`, called from `caller`, goes: the next definition's
-/// address (libc's own for racewatch's calls), or 0 (refused, errno set) for a view.
-extern "C" fn mmap_target(flags: c_int, fd: c_int, caller: u64) -> usize {
+/// Where `mmap(addr, _, _, flags, fd, _)` called from `caller` goes: on to the next definition (libc's own
+/// for racewatch's calls), or nowhere (`MAP_FAILED`, errno set) for a view.
+extern "C" fn mmap_target(addr: usize, _: usize, _: c_int, flags: c_int, fd: c_int, caller: u64) -> Jump {
+    let failed_with = |code| {
+        failed(code);
+        Jump { first: libc::MAP_FAILED as usize, to: 0 }
+    };
     if flags & libc::MAP_ANONYMOUS == 0 && is_view(fd) {
-        failed(libc::ENODEV);
-        return 0;
+        return failed_with(libc::ENODEV);
     }
     let own = (OWN_MODULE[0].load(std::sync::atomic::Ordering::Acquire)
         ..OWN_MODULE[1].load(std::sync::atomic::Ordering::Acquire))
         .contains(&caller);
-    let next = real::mmap_address(own);
-    if next == 0 {
-        failed(libc::ENOSYS);
+    match real::mmap_address(own) {
+        0 => failed_with(libc::ENOSYS),
+        next => Jump { first: addr, to: next },
     }
-    next
 }
 
 /// Interposed `fsync`: nothing to sync in a view (`EINVAL`, as for the file).

@@ -38,76 +38,91 @@ pub fn see_main_status(after_main: AfterMain) {
 // `__libc_start_main`, puts the arguments back and jumps there with the stack exactly as `_start` left
 // it (the seventh argument, `stack_end`, is on it). `main` runs with glibc's frames below it only.
 
-/// racewatch's `__libc_start_main` (the interposed symbol in a preloaded runtime).
-// SAFETY: naked: the body is the whole function. It saves and restores every argument register glibc's
-// `__libc_start_main` reads, keeps the stack 16-byte aligned at the call, calls a plain `extern "C"`
-// function and jumps to glibc's entry with the stack as `_start` left it (its unwind info follows
-// every push and pop).
-#[unsafe(naked)]
-#[cfg_attr(feature = "preload", export_name = "__libc_start_main")]
-pub extern "C" fn racewatch_start_main() {
-    std::arch::naked_asm!(
-        ".cfi_startproc",
-        "push rdi",
-        ".cfi_adjust_cfa_offset 8",
-        "push rsi",
-        ".cfi_adjust_cfa_offset 8",
-        "push rdx",
-        ".cfi_adjust_cfa_offset 8",
-        "push rcx",
-        ".cfi_adjust_cfa_offset 8",
-        "push r8",
-        ".cfi_adjust_cfa_offset 8",
-        "push r9",
-        ".cfi_adjust_cfa_offset 8",
-        "sub rsp, 8",
-        ".cfi_adjust_cfa_offset 8",
-        // rdi: the program's `main`.
-        "call {entry}",
-        "add rsp, 8",
-        ".cfi_adjust_cfa_offset -8",
-        // rax: the `main` to pass on, rdx: glibc's `__libc_start_main` (0: not found, return -1).
-        "mov r11, rax",
-        "mov r10, rdx",
-        "pop r9",
-        ".cfi_adjust_cfa_offset -8",
-        "pop r8",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rcx",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rdx",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rsi",
-        ".cfi_adjust_cfa_offset -8",
-        "pop rdi",
-        ".cfi_adjust_cfa_offset -8",
-        "test r10, r10",
-        "jz 2f",
-        "mov rdi, r11",
-        "jmp r10",
-        "2:",
-        "mov eax, -1",
-        "ret",
-        ".cfi_endproc",
-        entry = sym start_main_entry,
-    )
+/// Defines `pub extern "C" fn $name()`, exported as `$symbol` in a preloaded runtime: a naked function
+/// that keeps the six register arguments, calls `$entry(rdi, rsi, rdx, rcx, r8, its caller's return
+/// address) -> Jump`, puts the arguments back and jumps to the `to` it returned with `first` in rdi and
+/// the stack exactly as its caller left it (no frame of racewatch's below the callee, the caller's
+/// return address kept); with `to` 0 it returns `first` instead.
+macro_rules! naked_jump {
+    ($name:ident, $symbol:literal, $entry:path) => {
+        // SAFETY: naked: the body is the whole function. It saves and restores every argument register,
+        // keeps the stack 16-byte aligned at the call of a plain `extern "C"` function and jumps with
+        // the stack as the caller left it (its unwind info follows every push and pop).
+        #[unsafe(naked)]
+        #[cfg_attr(feature = "preload", export_name = $symbol)]
+        pub extern "C" fn $name() {
+            std::arch::naked_asm!(
+                ".cfi_startproc",
+                "push rdi",
+                ".cfi_adjust_cfa_offset 8",
+                "push rsi",
+                ".cfi_adjust_cfa_offset 8",
+                "push rdx",
+                ".cfi_adjust_cfa_offset 8",
+                "push rcx",
+                ".cfi_adjust_cfa_offset 8",
+                "push r8",
+                ".cfi_adjust_cfa_offset 8",
+                "push r9",
+                ".cfi_adjust_cfa_offset 8",
+                "sub rsp, 8",
+                ".cfi_adjust_cfa_offset 8",
+                // The sixth argument: the caller's return address.
+                "mov r9, [rsp + 56]",
+                "call {entry}",
+                "add rsp, 8",
+                ".cfi_adjust_cfa_offset -8",
+                // rax: `first`, rdx: `to`.
+                "mov r11, rax",
+                "mov r10, rdx",
+                "pop r9",
+                ".cfi_adjust_cfa_offset -8",
+                "pop r8",
+                ".cfi_adjust_cfa_offset -8",
+                "pop rcx",
+                ".cfi_adjust_cfa_offset -8",
+                "pop rdx",
+                ".cfi_adjust_cfa_offset -8",
+                "pop rsi",
+                ".cfi_adjust_cfa_offset -8",
+                "pop rdi",
+                ".cfi_adjust_cfa_offset -8",
+                "test r10, r10",
+                "jz 2f",
+                "mov rdi, r11",
+                "jmp r10",
+                "2:",
+                "mov rax, r11",
+                "ret",
+                ".cfi_endproc",
+                entry = sym $entry,
+            )
+        }
+    };
 }
+pub(crate) use naked_jump;
 
-/// Where a naked entry of this module jumps (`to`, returned in rdx) and the first argument it passes
-/// there (`first`, returned in rax).
+naked_jump!(racewatch_start_main, "__libc_start_main", start_main_entry);
+
+/// Where a naked entry jumps (`to`, returned in rdx) and the first argument it passes there (`first`,
+/// returned in rax; what it returns when `to` is 0).
 #[repr(C)]
-struct Jump {
-    first: usize,
-    to: usize,
+pub struct Jump {
+    pub first: usize,
+    pub to: usize,
 }
 
-extern "C" fn start_main_entry(main: MainFn) -> Jump {
+extern "C" fn start_main_entry(main: MainFn, _: usize, _: usize, _: usize, _: usize, _: usize) -> Jump {
+    let to = real::libc_start_main_address();
+    if to == 0 {
+        return Jump { first: -1i64 as usize, to };
+    }
     // Once per process image (an exec starts a new one); a second call would be glibc's business.
     let entry = match AFTER_MAIN.get() {
         Some(&after_main) if MAIN.set((main, after_main)).is_ok() => wrapped_main as MainFn,
         _ => main,
     };
-    Jump { first: entry as usize, to: real::libc_start_main_address() }
+    Jump { first: entry as usize, to }
 }
 
 extern "C" fn wrapped_main(argc: c_int, argv: *mut *mut c_char, envp: *mut *mut c_char) -> c_int {

@@ -305,6 +305,22 @@ pub fn for_each_line(path: &CStr, each: &mut dyn FnMut(&[u8]) -> bool) -> bool {
     true
 }
 
+/// A private anonymous mapping of `len` bytes (`MAP_ANONYMOUS` is added to `flags`), made with the
+/// system call (the C library's `mmap` is the program's, interposed): its address, or `MAP_FAILED`. Only
+/// `MAP_FIXED_NOREPLACE` among the placing flags: no existing memory is touched.
+pub fn mmap_anonymous(hint: usize, len: usize, prot: i32, flags: i32) -> *mut libc::c_void {
+    if flags & libc::MAP_FIXED != 0 {
+        return libc::MAP_FAILED;
+    }
+    let flags = flags | libc::MAP_ANONYMOUS;
+    let rc = syscall6(libc::SYS_mmap, [hint as u64, len as u64, prot as u64, flags as u64, u64::MAX, 0]);
+    if rc < 0 {
+        libc::MAP_FAILED
+    } else {
+        rc as *mut libc::c_void
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -350,21 +366,5 @@ mod tests {
         assert!(sigaltstack(None).is_some());
         // SAFETY: as above.
         assert_eq!(unsafe { *libc::__errno_location() }, 1234, "raw calls never write errno");
-    }
-}
-
-/// A private anonymous mapping of `len` bytes (`MAP_ANONYMOUS` is added to `flags`), made with the
-/// system call (the C library's `mmap` is the program's, interposed): its address, or `MAP_FAILED`. Only
-/// `MAP_FIXED_NOREPLACE` among the placing flags: no existing memory is touched.
-pub fn mmap_anonymous(hint: usize, len: usize, prot: i32, flags: i32) -> *mut libc::c_void {
-    if flags & libc::MAP_FIXED != 0 {
-        return libc::MAP_FAILED;
-    }
-    let flags = flags | libc::MAP_ANONYMOUS;
-    let rc = syscall6(libc::SYS_mmap, [hint as u64, len as u64, prot as u64, flags as u64, u64::MAX, 0]);
-    if rc < 0 {
-        libc::MAP_FAILED
-    } else {
-        rc as *mut libc::c_void
     }
 }

@@ -84,7 +84,7 @@ pub extern "C" fn fstatvfs64(fd: c_int, buf: *mut libc::statvfs) -> c_int {
 
 /// Whether `fd` is one of the program's views ([`view_fds`]).
 fn is_view(fd: c_int) -> bool {
-    view_fds::any() && view_fds::lookup(fd).is_some()
+    view_fds::lookup(fd).is_some()
 }
 
 /// Interposed `lseek`: a view of one of the process's own files gets the file's text of now, as the
@@ -263,9 +263,9 @@ pub extern "C" fn fstatat(dir: c_int, path: *const c_char, buf: *mut libc::stat,
     if empty_path(path, flags) && view_fds::lookup(dir).is_some() {
         return fstat_of(false, dir, buf);
     }
-    let file = view_named(path).filter(|_| flags & libc::AT_SYMLINK_NOFOLLOW == 0);
-    let path = file.as_ref().map_or(path, |file| file.as_cstr().as_ptr());
-    by_path(path, buf, || real::fstatat(false, dir, path, buf, flags))
+    through_view_link(path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, |path| {
+        by_path(path, buf, || real::fstatat(false, dir, path, buf, flags))
+    })
 }
 
 /// Interposed `fstatat64` (see [`fstatat`]).
@@ -277,26 +277,22 @@ pub extern "C" fn fstatat64(dir: c_int, path: *const c_char, buf: *mut libc::sta
     if empty_path(path, flags) && view_fds::lookup(dir).is_some() {
         return fstat_of(true, dir, buf);
     }
-    let file = view_named(path).filter(|_| flags & libc::AT_SYMLINK_NOFOLLOW == 0);
-    let path = file.as_ref().map_or(path, |file| file.as_cstr().as_ptr());
-    by_path(path, buf, || real::fstatat(true, dir, path, buf, flags))
+    through_view_link(path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, |path| {
+        by_path(path, buf, || real::fstatat(true, dir, path, buf, flags))
+    })
 }
 
 /// Interposed `stat`: the process's own `fd` directory counts the program's descriptors only, its `task`
 /// directory the program's threads; a view's `/proc/self/fd/<n>` link leads to the file it stands for.
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    let file = view_named(path);
-    let path = file.as_ref().map_or(path, |file| file.as_cstr().as_ptr());
-    by_path(path, buf, || real::stat(real::StatFn::Stat, path, buf))
+    through_view_link(path, true, |path| by_path(path, buf, || real::stat(real::StatFn::Stat, path, buf)))
 }
 
 /// Interposed `stat64` (see [`stat`]).
 #[cfg_attr(feature = "preload", no_mangle)]
 pub extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat) -> c_int {
-    let file = view_named(path);
-    let path = file.as_ref().map_or(path, |file| file.as_cstr().as_ptr());
-    by_path(path, buf, || real::stat(real::StatFn::Stat64, path, buf))
+    through_view_link(path, true, |path| by_path(path, buf, || real::stat(real::StatFn::Stat64, path, buf)))
 }
 
 /// Interposed `lstat` (see [`stat`]).
@@ -324,14 +320,14 @@ pub extern "C" fn statx(dir: c_int, path: *const c_char, flags: c_int, mask: c_u
         // A view's `statx` by its descriptor: the file it stands for's.
         return real::statx(libc::AT_FDCWD, file.as_cstr().as_ptr(), flags & !libc::AT_EMPTY_PATH, mask, buf);
     }
-    let file = view_named(path).filter(|_| flags & libc::AT_SYMLINK_NOFOLLOW == 0);
-    let path = file.as_ref().map_or(path, |file| file.as_cstr().as_ptr());
-    let rc = real::statx(dir, path, flags, mask, buf);
-    if let (0, Some((entries, threads)), Some(buf)) = (rc, hidden_in(path), ptr::opt_mut(buf)) {
-        buf.stx_size = buf.stx_size.saturating_sub(entries);
-        buf.stx_nlink = buf.stx_nlink.saturating_sub(threads as u32);
-    }
-    rc
+    through_view_link(path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, |path| {
+        let rc = real::statx(dir, path, flags, mask, buf);
+        if let (0, Some((entries, threads)), Some(buf)) = (rc, hidden_in(path), ptr::opt_mut(buf)) {
+            buf.stx_size = buf.stx_size.saturating_sub(entries);
+            buf.stx_nlink = buf.stx_nlink.saturating_sub(threads as u32);
+        }
+        rc
+    })
 }
 
 /// Whether `path` is `/proc/self/fd/<n>` (or `fdinfo`, of any name for the process) for one of
@@ -386,6 +382,13 @@ fn view_named(path: *const c_char) -> Option<view_fds::FileName> {
     let fd = proc_view::number(&path[slash + 1..])?;
     let dir = proc_view::classify(&path[..slash], raw::getpid(), raw::gettid(), raw::thread_alive);
     view_fds::stands_for(fd).filter(|_| dir == Some(Target::FdDir))
+}
+
+/// `call` on `path`, or, when `path` is a view's link and the call follows links (`follows`), on the
+/// file the view stands for.
+fn through_view_link(path: *const c_char, follows: bool, call: impl FnOnce(*const c_char) -> c_int) -> c_int {
+    let file = if follows { view_named(path) } else { None };
+    call(file.as_ref().map_or(path, |file| file.as_cstr().as_ptr()))
 }
 
 /// Interposed `readlinkat` (see [`readlink`]).

@@ -127,6 +127,7 @@ fn init() {
     }
     if cfg!(feature = "preload") {
         sys::region::close_gap_above_own_module();
+        sys::region::place();
     }
     reporter::on_halt(halting);
     modules::main_path_without_proc();

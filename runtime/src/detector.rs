@@ -111,7 +111,7 @@ pub fn prepare() {
     // First: the table is a mapping of its own, not part of the heap mapped ahead for the start.
     crate::sys::creation::prepare();
     crate::sys::tls::reserve();
-    crate::sys::region::reserve(HEAP_AT_START, crate::sys::region::Use::Heap);
+    crate::sys::region::reserve(HEAP_AT_START);
     crate::sys::prefault::own_module();
     stacks::init_pool();
     stacks::prepare_alt_stacks();
@@ -126,7 +126,7 @@ pub fn before_locking_all() {
     if STATE.load(Ordering::Acquire) != IDLE {
         return;
     }
-    crate::sys::region::release_reserve(crate::sys::region::Use::Heap);
+    crate::sys::region::release_reserve();
     stacks::shrink_for_locking();
     crate::sys::creation::before_locking_all();
     crate::sys::tls::before_locking_all();

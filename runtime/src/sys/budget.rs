@@ -119,7 +119,7 @@ pub struct Footprint {
     pub data: u64,
 }
 
-/// Mappings of racewatch's outside its module and its two regions (the decoder's huge-page tables, the
+/// Mappings of racewatch's outside its module and its region (the decoder's huge-page tables, the
 /// warm-up thread's stack, the tables of thread-local slots): start and end, 0 for a free entry.
 const LOOSE: usize = 32;
 static LOOSE_RANGES: [(AtomicUsize, AtomicUsize); LOOSE] =
@@ -179,16 +179,14 @@ pub fn unmapped(addr: usize, len: usize) {
 }
 
 /// The ranges racewatch's mappings lie in: its module (with the mapping over the gap above it), its
-/// regions, and the loose ones.
+/// region, and the loose ones.
 fn own_ranges(each: &mut dyn FnMut(usize, usize)) {
     let (lo, hi) = super::prefault::own_span();
     each(lo, hi);
     let (gap, gap_len) = super::region::gap_above_own_module();
     each(gap, gap + gap_len);
-    for use_ in [super::region::Use::Heap, super::region::Use::Stacks] {
-        let (lo, hi) = super::region::span(use_);
-        each(lo, hi);
-    }
+    let (lo, hi) = super::region::span();
+    each(lo, hi);
     for (lo, hi) in &LOOSE_RANGES {
         each(lo.load(Ordering::Acquire), hi.load(Ordering::Acquire));
     }

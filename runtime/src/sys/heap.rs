@@ -11,7 +11,7 @@
 //!   allocator) never sees them.
 //! - **Re-entry**: a signal handler that allocated while its thread was inside the heap would wait
 //!   for itself; such a nested call maps its block directly (a nested free of a small block leaks it,
-//!   counted in [`leaked`] and `stats=1`). `fork` takes every class's and region's lock first and
+//!   counted in [`leaked`] and `stats=1`). `fork` takes every class's lock and the region's first and
 //!   releases them on both sides ([`guard_forks`]), so a child never finds one held by a thread it
 //!   does not have.
 
@@ -38,7 +38,7 @@ fn map(len: usize) -> Option<usize> {
 }
 
 fn unmap(addr: usize, len: usize) {
-    region::unmap(addr, len, Use::Heap);
+    region::unmap(addr, len);
 }
 
 /// One size class: its free list (a block's first word links to the next) and the unused rest of its
@@ -178,8 +178,8 @@ fn map_large(size: usize, align: usize) -> *mut u8 {
     start as *mut u8
 }
 
-/// Registers the `fork` handlers that keep the heap and the regions whole in a child (once, before the
-/// program's `main`): every class's and region's lock is taken before the fork and released after it
+/// Registers the `fork` handlers that keep the heap and the region whole in a child (once, before the
+/// program's `main`): every class's lock and the region's are taken before the fork and released after it
 /// on both sides (a thread mapping its alternate stack at the fork would otherwise leave the child's
 /// region locked for good).
 pub fn guard_forks() {
@@ -187,7 +187,7 @@ pub fn guard_forks() {
         for class in &HEAP {
             std::mem::forget(class.lock());
         }
-        // Then the regions' (a slab is mapped with its class's lock held: the same order).
+        // Then the region's (a slab is mapped with its class's lock held: the same order).
         region::hold_for_fork();
     }
     extern "C" fn release() {

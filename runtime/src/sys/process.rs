@@ -173,6 +173,35 @@ extern "C" fn exit_entry(status: c_int) -> Jump {
     Jump { first: status as u32 as usize, to: exit }
 }
 
+/// Where the program's executable starts: the lowest page of its loaded segments, from the program
+/// headers the kernel names in the auxiliary vector (`None` without them).
+pub fn program_start() -> Option<usize> {
+    // SAFETY: getauxval reads the auxiliary vector and returns 0 for a missing entry.
+    let (at, count) = unsafe { (libc::getauxval(libc::AT_PHDR), libc::getauxval(libc::AT_PHNUM)) };
+    if at == 0 || count == 0 {
+        return None;
+    }
+    // SAFETY: the kernel's AT_PHDR is the address of the program's AT_PHNUM program headers, mapped with
+    // the executable for the life of the process.
+    let headers = unsafe { std::slice::from_raw_parts(at as usize as *const libc::Elf64_Phdr, count as usize) };
+    let bias = at.checked_sub(headers.iter().find(|h| h.p_type == libc::PT_PHDR)?.p_vaddr)?;
+    let lowest = headers.iter().filter(|h| h.p_type == libc::PT_LOAD).map(|h| h.p_vaddr).min()?;
+    Some((bias.checked_add(lowest)? as usize) & !4095)
+}
+
+/// The main thread's stack limit (`RLIMIT_STACK`'s soft value; `usize::MAX`: unlimited or unknown).
+pub fn stack_limit() -> usize {
+    let mut limit = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: 0 };
+    let rc = super::raw::syscall6(
+        libc::SYS_prlimit64,
+        [0, libc::RLIMIT_STACK as u64, 0, &mut limit as *mut libc::rlimit as u64, 0, 0],
+    );
+    if rc != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+        return usize::MAX;
+    }
+    limit.rlim_cur as usize
+}
+
 /// The program's entry point (`AT_ENTRY` of the auxiliary vector: `_start`); 0 when unknown.
 pub fn entry_point() -> u64 {
     // SAFETY: getauxval reads the auxiliary vector and returns 0 for a missing entry.

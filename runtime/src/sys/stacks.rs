@@ -488,12 +488,8 @@ fn main_thread_stack() -> Option<(usize, usize)> {
     // SAFETY: a static the loader sets before any constructor runs and never changes.
     let start = unsafe { __libc_stack_end } as usize;
     let end = (start & !(PAGE - 1)) + PAGE;
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    let rc = raw::syscall6(
-        libc::SYS_prlimit64,
-        [0, libc::RLIMIT_STACK as u64, 0, &mut limit as *mut libc::rlimit as u64, 0, 0],
-    );
-    if rc != 0 || start == 0 {
+    let limit = super::process::stack_limit();
+    if start == 0 {
         return None;
     }
     let mut below = 0usize;
@@ -501,7 +497,7 @@ fn main_thread_stack() -> Option<(usize, usize)> {
     raw::for_each_line(c"/proc/self/maps", &mut |line| {
         let Some((from, to, _)) = raw::maps_entry(line) else { return true };
         if (from..to).contains(&start) {
-            let size = (limit.rlim_cur as usize).wrapping_sub(to - end) & !(PAGE - 1);
+            let size = limit.wrapping_sub(to - end) & !(PAGE - 1);
             let size = size.min(end - below);
             found = Some((end - size, end));
             return false;
@@ -856,7 +852,7 @@ fn unmap_alt(base: usize, len: usize) {
 /// Unmaps a stack of ours that nothing uses any more (its thread ended, or is ending and switched it
 /// off first).
 fn unmap(addr: usize, len: usize) {
-    region::unmap(addr, len, Use::Stacks);
+    region::unmap(addr, len);
 }
 
 /// In a forked child: the forking thread keeps its alternate stack for good (its slot's record is

@@ -265,7 +265,7 @@ pub fn before_locking_all() {
         return;
     }
     RESERVED.store(0, Ordering::Release);
-    super::region::unmap(at, RESERVED_BYTES, super::region::Use::Heap);
+    super::region::unmap(at, RESERVED_BYTES);
 }
 
 /// Chunk `chunk`'s address: the first is static, the others mapped ahead ([`reserve`]) or now, the

@@ -1265,6 +1265,16 @@ fn cases() -> Vec<Case> {
         case("address_space_across_first_threads_under_rlimit_as", "footprint", &["address", "budget"])
             .repeat(2)
             .expect(&["setrlimit(RLIMIT_AS): ok"]),
+        // racewatch's mappings leave the address space's free ranges whole: a program reserving all of
+        // it in 1 TiB, then 1 GiB, pieces (randomisation off) gets as many as without racewatch (set 42
+        // p20: 126 and 2045 with the regions 1 TiB below the libraries).
+        case("address_space_reserved_whole_in_large_pieces", "footprint", &["reserve"])
+            .expect(&["reserved at least 100 TiB: yes"]),
+        // The detector's start, in the program's first pthread_create, never blocks the program's thread
+        // (set 42 rt2: 3 voluntary switches, waiting for the perf helper's and the warm-up thread's ends).
+        case("first_thread_create_does_not_block", "footprint", &["first_create"])
+            .repeat(3)
+            .expect(&["voluntary switches in the first pthread_create at most 1: yes"]),
         // RLIMIT_AS and RLIMIT_DATA leave the program as much as without racewatch, set absolutely or
         // from its own VmSize/VmData, and read back (getrlimit, prlimit, /proc/self/limits; in an exec'd,
         // a spawned and a system() shell) as it set them. Runtime of 1b8ee06: 3628 of 3788 64 KiB chunks
@@ -2108,6 +2118,8 @@ host_cases!(
     rlimit_as_thread_capacity,
     address_space_across_first_threads,
     address_space_across_first_threads_under_rlimit_as,
+    address_space_reserved_whole_in_large_pieces,
+    first_thread_create_does_not_block,
     memory_budgets_are_the_programs,
     own_files_kept_open_read_again,
     own_files_opened_while_racing_read_again,

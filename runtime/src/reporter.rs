@@ -936,7 +936,10 @@ fn warm_thread_cache() {
         return;
     }
     if let Some(thread) = sys::thread::spawn_small_runtime_thread(nothing) {
-        while !sys::thread::join_for(thread, 100) {}
+        // Yielding first: the program's thread waits without blocking (no voluntary switch of racewatch's).
+        if !sys::thread::yield_until(20_000, &mut || sys::thread::try_join(thread)) {
+            while !sys::thread::join_for(thread, 100) {}
+        }
         // A join returns before the kernel releases the thread: until then the program's own `Threads:`
         // counts it (host case `own_proc_files_show_the_programs_state`, 1 run in a loaded CI).
         let tid = TID.swap(0, Ordering::AcqRel);

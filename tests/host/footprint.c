@@ -21,10 +21,19 @@
  *   address: VmSize and /proc/self/maps lines before the first pthread_create, with four threads (1 MiB
  *          stacks) alive, and after they are joined, twice, printed exactly: the harness compares them with
  *          the run without racewatch (what racewatch maps, it maps before main). With "budget", under an
- *          RLIMIT_AS of the size at start + 96 MiB first, as a program that caps its memory does. */
+ *          RLIMIT_AS of the size at start + 96 MiB first, as a program that caps its memory does.
+ *   reserve: with address randomisation off (re-executed), after two threads raced, reserves the whole
+ *          address space in 1 TiB pieces, then 1 GiB pieces, as a VM or a GC probing its reservation
+ *          capacity does, and prints how many it got: as without racewatch (set 42 p20: racewatch's
+ *          mappings 1 TiB below the libraries split the largest free range, 126 pieces instead of 127).
+ *   first_create: the voluntary context switches of the main thread during its first pthread_create
+ *          (where racewatch's detector starts), as a latency-sensitive server checks: 0 without
+ *          racewatch (set 42 rt2: 3, a helper's and the warm-up thread's ends waited for by blocking). */
 #include <dlfcn.h>
 #include <link.h>
 #include <setjmp.h>
+#include <sys/mman.h>
+#include <sys/personality.h>
 
 #define FRAME 128
 
@@ -311,6 +320,45 @@ static int address_mode(int budget) {
   return 0;
 }
 
+static void *race_briefly(void *arg) {
+  for (int i = 0; i < 200000; i++) rw_bump();
+  return arg;
+}
+
+static int reserve_mode(char **argv) {
+  if (!(personality(0xffffffff) & ADDR_NO_RANDOMIZE)) {
+    if (personality(ADDR_NO_RANDOMIZE) == -1) return printf("personality refused\n"), 0;
+    execv("/proc/self/exe", argv);
+    return printf("re-exec failed\n"), 1;
+  }
+  pthread_t t[2];
+  for (int k = 0; k < 2; k++) pthread_create(&t[k], NULL, race_briefly, NULL);
+  for (int k = 0; k < 2; k++) pthread_join(t[k], NULL);
+  int pieces[2] = {0, 0};
+  for (int size = 0; size < 2; size++) {
+    size_t len = size == 0 ? 1UL << 40 : 1UL << 30;
+    while (mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) != MAP_FAILED) pieces[size]++;
+  }
+  printf("reserved %d pieces of 1 TiB, then %d of 1 GiB\n", pieces[0], pieces[1]);
+  printf("reserved at least 100 TiB: %s\n", pieces[0] >= 100 ? "yes" : "no");
+  return 0;
+}
+
+static void *return_at_once(void *arg) { return arg; }
+
+static int first_create_mode(void) {
+  struct rusage before, after;
+  getrusage(RUSAGE_THREAD, &before);
+  pthread_t t;
+  int rc = pthread_create(&t, NULL, return_at_once, NULL);
+  getrusage(RUSAGE_THREAD, &after);
+  if (rc == 0) pthread_join(t, NULL);
+  long switches = after.ru_nvcsw - before.ru_nvcsw;
+  printf("voluntary switches in the first pthread_create at most 1: %s\n", switches <= 1 ? "yes" : "no");
+  if (getenv("FOOTPRINT_VERBOSE")) fprintf(stderr, "voluntary switches: %ld\n", switches);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (!strcmp(mode, "depth")) return depth_mode();
@@ -320,6 +368,8 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "churn_exact")) return churn_exact_mode();
   if (!strcmp(mode, "modules")) return modules_mode();
   if (!strcmp(mode, "address")) return address_mode(argc > 2 && !strcmp(argv[2], "budget"));
-  fprintf(stderr, "usage: footprint depth|busy|churn|modules|address [budget]\n");
+  if (!strcmp(mode, "reserve")) return reserve_mode(argv);
+  if (!strcmp(mode, "first_create")) return first_create_mode();
+  fprintf(stderr, "usage: footprint depth|busy|faults|churn|churn_exact|modules|address [budget]|reserve|first_create\n");
   return 2;
 }

@@ -121,6 +121,9 @@ pub fn perf_event_open_for(attr: *const super::perf::PerfEventAttr, tid: i32, fl
         super::raw::sigprocmask(libc::SIG_SETMASK, Some(old));
     }
     if started > 0 {
+        // Yielding first: the calling thread (the program's, in its first `pthread_create`) waits without
+        // blocking, so no voluntary switch of racewatch's; the kernel's wake then ends a longer wait.
+        super::thread::yield_until(20_000, &mut || id.load(Ordering::Acquire) == 0);
         loop {
             let now = id.load(Ordering::Acquire);
             if now == 0 {

@@ -74,6 +74,35 @@ pub fn yield_us(us: u64) {
     }
 }
 
+/// Waits until `done()` holds or `us` microseconds passed, without blocking; whether it holds. It spins
+/// for the first [`SPIN_NS`] (the thread it waits for runs on another CPU), then yields the CPU
+/// ([`raw::yield_cpu`]) between checks (it may need this one). For racewatch's short waits on its own
+/// threads at the detector's start (a helper's end, a join): a waiting thread that never blocks shows
+/// no voluntary context switch of racewatch's (set 42 rt2: a latency-sensitive main thread counted 3 in
+/// its first `pthread_create`).
+pub fn yield_until(us: u64, done: &mut dyn FnMut() -> bool) -> bool {
+    let start = monotonic_ns();
+    let end = start.saturating_add(us.saturating_mul(1000));
+    loop {
+        if done() {
+            return true;
+        }
+        let now = monotonic_ns();
+        if now >= end {
+            return false;
+        }
+        if now - start < SPIN_NS {
+            std::hint::spin_loop();
+        } else {
+            raw::yield_cpu();
+        }
+    }
+}
+
+/// How long [`yield_until`] spins before it yields: a helper thread's start, one system call and its
+/// end take 30–100 us on an idle CPU.
+const SPIN_NS: u64 = 300_000;
+
 /// glibc's count of the process's threads (`__nptl_nthreads`, exported to libthread_db as
 /// `GLIBC_PRIVATE`): the thread whose exit brings it to zero ends the process with `exit(0)`.
 fn libc_thread_count() -> Option<&'static std::sync::atomic::AtomicU32> {
@@ -744,6 +773,12 @@ pub fn set_name(name: &std::ffi::CStr) {
     unsafe { libc::pthread_setname_np(libc::pthread_self(), name.as_ptr()) };
 }
 
+/// Joins `thread` if it has ended, without waiting.
+pub fn try_join(thread: libc::pthread_t) -> bool {
+    // SAFETY: pthread_tryjoin_np takes a thread of ours and returns at once.
+    matches!(unsafe { libc::pthread_tryjoin_np(thread, std::ptr::null_mut()) }, 0 | libc::ESRCH)
+}
+
 /// Waits up to `timeout_ms` for a runtime thread to end; false when it did not.
 pub fn join_for(thread: libc::pthread_t, timeout_ms: u64) -> bool {
     if PARKED_FOR_EXIT.load(Ordering::Acquire) == thread {
@@ -777,11 +812,10 @@ pub fn join_for(thread: libc::pthread_t, timeout_ms: u64) -> bool {
 /// `/proc/self/task`, and counted by `unshare`, until the kernel releases it, after it closed its files
 /// (a private descriptor table's included).
 pub fn wait_gone(tid: i32, timeout_ms: u64) {
-    let deadline = monotonic_ns() + timeout_ms * 1_000_000;
     let pid = u64::from(getpid() as u32);
-    while raw::syscall6(libc::SYS_tgkill, [pid, u64::from(tid as u32), 0, 0, 0, 0]) == 0 && monotonic_ns() < deadline {
-        sleep_us(20);
-    }
+    yield_until(timeout_ms * 1000, &mut || {
+        raw::syscall6(libc::SYS_tgkill, [pid, u64::from(tid as u32), 0, 0, 0, 0]) != 0
+    });
 }
 
 /// Runtime threads that ended (the reporter retiring, the warm-up thread joined) and that the kernel may

@@ -183,13 +183,15 @@ fn map(len: usize) -> Option<usize> {
 /// has none: set 19 p22).
 const POOL_PREFAULT: usize = 40 << 10;
 
-/// How much of an alternate stack's top a racewatch signal uses: the kernel's frame (`AT_MINSIGSTKSZ`,
-/// more with more register state) and the handler's frames before it moves to a runtime stack, with
-/// room to spare, in whole pages.
+/// How much of an alternate stack's top a racewatch sample uses, in whole pages: the kernel's frame
+/// alone (`AT_MINSIGSTKSZ`: 3,376 bytes with AVX-512, one page), since the entry of a perf event's signal
+/// moves to a runtime stack before it touches the stack it was delivered to. A rarer signal handled in
+/// place (no runtime stack free) may fault a page more there. One page per thread, not three: 32 idle
+/// workers cost 4 KiB of resident memory and one minor fault each (set 42 rt12: 12 KiB and three).
 fn alt_stack_in_use(size: usize) -> usize {
     // SAFETY: getauxval reads the auxiliary vector the kernel left; 0 for a missing entry.
     let frame = unsafe { libc::getauxval(libc::AT_MINSIGSTKSZ) } as usize;
-    (frame.max(2048) + 6144).next_multiple_of(PAGE).min(size)
+    frame.max(2048).next_multiple_of(PAGE).min(size)
 }
 
 fn protect_guard(addr: usize) {

@@ -52,6 +52,56 @@ pub extern "C" fn fstatfs(fd: c_int, buf: *mut libc::statfs) -> c_int {
     on_view_file(fd, |path| real::statfs(path, buf), || real::fstatfs(fd, buf))
 }
 
+/// Interposed `ioctl` (its optional third argument is one register wide, as every request's is):
+/// racewatch's descriptors are not there for the program (`EBADF`), and a view of one of the process's
+/// own files ([`view_fds`]) answers as that file. `FIONREAD` gives the file's size as the kernel keeps it
+/// for `/proc` (0) less the position; the descriptor's own flags (`FIOCLEX`, `FIONCLEX`, `FIONBIO`,
+/// `FIOASYNC`) change on the view itself; any other request goes to the file itself, opened for the call
+/// (`FS_IOC_GETFLAGS`: `ENOTTY`, where the memory file behind the view answered with its flags).
+#[cfg_attr(feature = "preload", no_mangle)]
+pub extern "C" fn ioctl(fd: c_int, request: libc::c_ulong, arg: usize) -> c_int {
+    if fd::is_own(fd) {
+        return failed(libc::EBADF);
+    }
+    match view_fds::stands_for(fd) {
+        Some(file) => view_ioctl(fd, file.as_cstr(), request, arg),
+        None => real::ioctl(fd, request, arg),
+    }
+}
+
+fn view_ioctl(fd: c_int, file: &std::ffi::CStr, request: libc::c_ulong, arg: usize) -> c_int {
+    let answer = match request {
+        libc::FIONREAD => {
+            let at = raw::syscall6(libc::SYS_lseek, [fd as u64, 0, libc::SEEK_CUR as u64, 0, 0, 0]);
+            match ptr::opt_mut(arg as *mut c_int) {
+                _ if at < 0 => at,
+                Some(count) => {
+                    *count = at.wrapping_neg() as c_int;
+                    0
+                }
+                None => -i64::from(libc::EFAULT),
+            }
+        }
+        libc::FIOCLEX | libc::FIONCLEX | libc::FIONBIO | libc::FIOASYNC => return real::ioctl(fd, request, arg),
+        _ => {
+            let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
+            let path = file.as_ptr() as u64;
+            let own = raw::syscall6(libc::SYS_openat, [libc::AT_FDCWD as u64, path, flags, 0, 0, 0]);
+            if own < 0 {
+                own
+            } else {
+                let rc = raw::syscall6(libc::SYS_ioctl, [own as u64, request, arg as u64, 0, 0, 0]);
+                raw::syscall6(libc::SYS_close, [own as u64, 0, 0, 0, 0, 0]);
+                rc
+            }
+        }
+    };
+    if answer < 0 {
+        return failed(-answer as c_int);
+    }
+    answer as c_int
+}
+
 /// `by_path` on the path of the file that view `fd` stands for ([`view_fds`]), else `by_fd`.
 fn on_view_file(fd: c_int, by_path: impl FnOnce(*const c_char) -> c_int, by_fd: impl FnOnce() -> c_int) -> c_int {
     match view_fds::stands_for(fd) {

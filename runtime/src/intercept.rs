@@ -860,6 +860,7 @@ pub extern "C" fn syscall(number: c_long, a: c_long, b: c_long, c: c_long, d: c_
         libc::SYS_newfstatat | libc::SYS_statx if fd::is_own(a as c_int) && !ptr::cstr_starts_with(a_ptr(b), b"/") => {
             return errno_result(-libc::EBADF).into()
         }
+        libc::SYS_ioctl => return crate::fd_view::ioctl(a as c_int, b as c_ulong, c as usize).into(),
         libc::SYS_close => closing(a as u64, a as u64),
         libc::SYS_close_range if c & libc::CLOSE_RANGE_CLOEXEC as c_long == 0 && a as c_uint <= b as c_uint => {
             return close_range(a as c_uint, b as c_uint, c as c_int).into()

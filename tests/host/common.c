@@ -115,6 +115,8 @@ RW_FN const char *rw_errname(int err) {
   case ENOENT: return "ENOENT";
   case EBADF: return "EBADF";
   case EINTR: return "EINTR";
+  case ENOTTY: return "ENOTTY";
+  case 0: return "ok";
   default: return "errno?";
   }
 }

@@ -12,6 +12,8 @@
  * Read raw too: opened by syscall(SYS_openat) and syscall(SYS_openat2) (set 42: openat2 read the kernel's
  * SigCgt, racewatch's SIGTRAP handler in it). */
 #include <dirent.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/statvfs.h>
@@ -124,7 +126,8 @@ static void print_raw_views(void) {
 
 /* Its own status treated as any file (set 42 p29: a generic file helper): seeks to the end or to data,
  * a mapping, seals, sendfile, fsync, the status flags it was opened with, O_DIRECT, the file by its
- * /proc/self/fd and /dev/fd links, fstatvfs. The kernel makes such a file as it is read. */
+ * /proc/self/fd and /dev/fd links, fstatvfs, FIONREAD and FS_IOC_GETFLAGS. The kernel makes such a file
+ * as it is read. */
 static void print_as_a_file(void) {
   int fd = open("/proc/self/status", O_RDONLY | O_NONBLOCK | O_NOATIME);
   if (fd < 0) return;
@@ -164,6 +167,19 @@ static void print_as_a_file(void) {
          by_dev.st_ino == by_fd.st_ino && by_dev.st_dev == by_fd.st_dev, by_link.st_mode, (long)by_link.st_size);
   struct statvfs vfs;
   printf("as a file: fstatvfs flag %#lx namemax %lu\n", fstatvfs(fd, &vfs) == 0 ? vfs.f_flag : 0UL, vfs.f_namemax);
+  /* ioctls: FIONREAD is the kernel's size for /proc (0) less the position; file attributes are not
+   * there (ENOTTY; a memory file behind the view had flags). */
+  int unread = 12345;
+  long flags = -1;
+  char head[8];
+  lseek(fd, 0, SEEK_SET);
+  read(fd, head, sizeof head);
+  errno = 0;
+  int rc = ioctl(fd, FIONREAD, &unread);
+  printf("as a file: FIONREAD %d %s %d", rc, rw_errname(errno), unread);
+  errno = 0;
+  rc = ioctl(fd, FS_IOC_GETFLAGS, &flags);
+  printf(", FS_IOC_GETFLAGS %d %s\n", rc, rw_errname(errno));
   close(fd);
   errno = 0;
   int direct = open("/proc/self/status", O_RDONLY | O_DIRECT);

@@ -141,11 +141,11 @@ fn ioctl(fd: i32, request: libc::c_ulong, arg: usize) -> io::Result<()> {
     let rc = if RETIRED.load(Ordering::SeqCst) {
         Err(io::Error::from_raw_os_error(libc::EBADF))
     } else {
-        // SAFETY: `fd` is a perf event descriptor we own and nobody has closed (the
-        // program's close goes through `retire` first); every request used here either
-        // ignores `arg` or reads a live `PerfEventAttr` the caller passes by address.
-        match unsafe { libc::ioctl(fd, request, arg) } {
-            rc if rc < 0 => Err(io::Error::last_os_error()),
+        // `fd` is a perf event descriptor we own and nobody has closed (the program's close goes
+        // through `retire` first); every request used here either ignores `arg` or reads a live
+        // `PerfEventAttr` the caller passes by address. A raw call: `ioctl` is interposed.
+        match super::raw::syscall6(libc::SYS_ioctl, [fd as u64, request, arg as u64, 0, 0, 0]) {
+            rc if rc < 0 => Err(io::Error::from_raw_os_error(-rc as i32)),
             _ => Ok(()),
         }
     };

@@ -72,6 +72,7 @@ static DUP: Real = Real::new(c"dup");
 static DUP2: Real = Real::new(c"dup2");
 static FCNTL: Real = Real::new(c"fcntl");
 static FCNTL64: Real = Real::new(c"fcntl64");
+static IOCTL: Real = Real::new(c"ioctl");
 static DUP3: Real = Real::new(c"dup3");
 static PRCTL: Real = Real::new(c"prctl");
 static SYSCALL: Real = Real::new(c"syscall");
@@ -207,6 +208,7 @@ const ALL: &[&Real] = &[
     &DUP2,
     &FCNTL,
     &FCNTL64,
+    &IOCTL,
     &DUP3,
     &PRCTL,
     &SYSCALL,
@@ -759,6 +761,11 @@ pub fn dup(fd: c_int) -> c_int {
 /// The real `fcntl` (`fcntl64` when `large`), with its one optional argument word.
 pub fn fcntl(large: bool, fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     call!(if large { &FCNTL64 } else { &FCNTL }, -1, fn(c_int, c_int, c_ulong) -> c_int, fd, cmd, arg)
+}
+
+/// The real `ioctl`, with its one optional argument word.
+pub fn ioctl(fd: c_int, request: c_ulong, arg: usize) -> c_int {
+    call!(IOCTL, -1, fn(c_int, c_ulong, usize) -> c_int, fd, request, arg)
 }
 
 /// The real `dup2`.

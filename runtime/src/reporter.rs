@@ -154,10 +154,8 @@ enum Verdict {
 pub struct Reporter {
     config: Config,
     pid: u32,
-    /// Who reports (host, start time, executable): found at the first report, not at the detector's
-    /// start in the program's first `pthread_create` (reading `/proc/stat` and the module list there
-    /// took about 0.3 ms of it).
-    process: std::sync::OnceLock<Process>,
+    /// Who reports (host, start time, executable).
+    process: Process,
     /// Unordered PC pairs judged so far, with their verdicts.
     seen: HashMap<(u64, u64), Verdict>,
     /// Printed races by their pair of source locations: the index in `races`.
@@ -175,7 +173,7 @@ impl Reporter {
     pub fn new(config: Config, pid: u32) -> Reporter {
         let symbolizer = if config.symbolize { Symbolizer::new() } else { Symbolizer::without_files() };
         Reporter {
-            process: std::sync::OnceLock::new(),
+            process: this_process(&config),
             config,
             pid,
             seen: HashMap::new(),
@@ -194,12 +192,7 @@ impl Reporter {
             return String::new();
         }
         let repeated = self.races.iter().filter(|(_, count)| *count > 1);
-        repeated.map(|(key, count)| report::render_count_json(self.process(), self.pid, key, *count)).collect()
-    }
-
-    /// Who reports ([`this_process`], found once).
-    fn process(&self) -> &Process {
-        self.process.get_or_init(|| this_process(&self.config))
+        repeated.map(|(key, count)| report::render_count_json(&self.process, self.pid, key, *count)).collect()
     }
 
     /// Whether [`Reporter::counts`] has anything to write.
@@ -304,7 +297,7 @@ impl Reporter {
         let location = self.memory_location(event.current.addr);
         let race_report = RaceReport {
             pid: self.pid,
-            process: self.process().clone(),
+            process: self.process.clone(),
             time: sys::identity::now(),
             keys: Keys { race_key, source_key, count: 1 },
             current,

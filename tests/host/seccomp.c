@@ -22,6 +22,8 @@
  *                             call but one of racewatch's (perf_event_open: kill the process, kill the
  *                             thread, or EPERM; process_vm_readv: SIGSYS), then execs this program again,
  *                             which races two threads for 1 s under the inherited filter.
+ *                             "inherit-threads-only": the filter lets the program start threads but no
+ *                             process (clone without CLONE_THREAD and fork trap, clone3 ENOSYS).
  * argv[1] = "deny-list":      while two threads race, a worker puts a deny-list on itself with prctl, and
  *                             another on every thread with SECCOMP_FILTER_FLAG_TSYNC (libseccomp's shape:
  *                             the architecture, x32 numbers, then getpriority answered ENOTTY, acct and
@@ -92,11 +94,33 @@ static int install_denying(int denied, unsigned action) {
   return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
 }
 
+/* A launcher that lets its program start threads but no process: clone without CLONE_THREAD and fork
+ * trap (SIGSYS), clone3 fails with ENOSYS (glibc's pthread_create then uses clone). */
+static int install_threads_only(void) {
+  struct sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_fork, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_THREAD, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+  };
+  struct sock_fprog prog = {sizeof code / sizeof code[0], code};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+  return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+}
+
 static int inherit_mode(char **argv) {
   int rc;
   if (strcmp(mode, "inherit-kill") == 0) rc = install_denying(SYS_perf_event_open, SECCOMP_RET_KILL_PROCESS);
   else if (strcmp(mode, "inherit-thread") == 0) rc = install_denying(SYS_perf_event_open, SECCOMP_RET_KILL_THREAD);
   else if (strcmp(mode, "inherit-errno") == 0) rc = install_denying(SYS_perf_event_open, SECCOMP_RET_ERRNO | EPERM);
+  else if (strcmp(mode, "inherit-threads-only") == 0) rc = install_threads_only();
   else rc = install_denying(SYS_process_vm_readv, SECCOMP_RET_TRAP);
   printf("filter: %s\n", rc == 0 ? "ok" : "failed");
   fflush(stdout);

@@ -16,6 +16,8 @@
 
 use super::perf;
 use super::raw::syscall6;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What the probe found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,8 +67,7 @@ pub fn probe() -> Verdict {
 /// Runs a child that makes call `only` of [`CALLS`], or all of them, and reaps it: `Some(signal)`
 /// when it died from one, `Err(errno)` when it could not be started or waited for.
 fn run_child(only: Option<usize>) -> Result<Option<i32>, i32> {
-    // A plain clone: no CLONE_VM (the child runs on a copy of this memory), exit signal 0.
-    let pid = syscall6(libc::SYS_clone, [0, 0, 0, 0, 0, 0]);
+    let pid = start_child();
     if pid == 0 {
         match only {
             // The preparing calls come first in `CALLS`: a child for call `k` makes those before it too.
@@ -92,6 +93,42 @@ fn run_child(only: Option<usize>) -> Result<Option<i32>, i32> {
         }
     }
     Ok(libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)))
+}
+
+/// Set by [`on_sigsys`]: the filter trapped the probe's `clone` itself.
+static CLONE_TRAPPED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigsys(_: c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+    CLONE_TRAPPED.store(true, Ordering::Relaxed);
+}
+
+/// Starts the probe child: a plain clone, no CLONE_VM (the child runs on a copy of this memory), exit
+/// signal 0; 0 in the child, its pid in the parent, `-errno` when none started. A filter may trap the
+/// start of a process while it lets threads start (a launcher that allows no child process): `SIGSYS`
+/// is racewatch's for the call, so the trap is seen (`-ENOSYS`: unknown) instead of ending the process
+/// before `main`.
+fn start_child() -> i64 {
+    // SAFETY: plain-data structures, zeroed, then filled in.
+    let (mut ours, mut theirs): (libc::sigaction, libc::sigaction) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    ours.sa_sigaction = on_sigsys as extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) as usize;
+    ours.sa_flags = libc::SA_SIGINFO;
+    let caught = super::real::own_sigaction(libc::SIGSYS, &ours, &mut theirs) == 0;
+    let mask = super::raw::sigprocmask(libc::SIG_UNBLOCK, Some(1 << (libc::SIGSYS - 1)));
+    let pid = syscall6(libc::SYS_clone, [0, 0, 0, 0, 0, 0]);
+    if pid == 0 {
+        return 0; // The child: its first calls put `SIGSYS` back to its default.
+    }
+    if let Some(mask) = mask {
+        super::raw::sigprocmask(libc::SIG_SETMASK, Some(mask));
+    }
+    if caught {
+        super::real::own_sigaction(libc::SIGSYS, &theirs, std::ptr::null_mut());
+    }
+    if CLONE_TRAPPED.swap(false, Ordering::Relaxed) {
+        return -i64::from(libc::ENOSYS);
+    }
+    pid
 }
 
 /// How many of [`CALLS`] prepare the child: no core dump (a kill must leave no crash report),
